@@ -1,0 +1,249 @@
+"""A speculative-decoding algorithm: a frozen dataclass composing one strategy per hook.
+
+The scheduler calls the engine-facing methods of :class:`SpecAlgorithm` (``create_future_map``,
+``get_num_tokens_per_req_for_target_verify``, ...) and reads :class:`Capabilities`; it never asks
+which algorithm it is running. Construction validates eagerly: a strategy that does not satisfy
+its hook's Protocol is refused with :class:`~specstrat.errors.InvalidStrategy` naming the hook,
+the method and what was found, instead of an ``AttributeError`` at scheduler start.
+"""
+
+from __future__ import annotations
+
+import inspect
+import re
+from dataclasses import dataclass, fields
+from typing import Any, Generic
+
+import torch
+
+from specstrat.batch import PrebuiltBatch
+from specstrat.errors import InvalidConfig, InvalidStrategy
+from specstrat.protocols import (
+    DisaggDraftBuilder,
+    DraftT_co,
+    FutureMap,
+    FutureMapFactory,
+    TargetVerifyPolicy,
+)
+
+__all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy"]
+
+#: Each strategy field of :class:`SpecAlgorithm` and the Protocol it must satisfy.
+HOOKS: dict[str, type] = {
+    "target_verify": TargetVerifyPolicy,
+    "future_map": FutureMapFactory,
+    "disagg": DisaggDraftBuilder,
+}
+
+_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
+
+
+def _protocol_methods(protocol: type) -> dict[str, inspect.Signature]:
+    """The methods a Protocol declares, with their signatures (``self`` dropped)."""
+    methods: dict[str, inspect.Signature] = {}
+    for name, member in vars(protocol).items():
+        if name.startswith("_") or not inspect.isfunction(member):
+            continue
+        sig = inspect.signature(member)
+        methods[name] = sig.replace(parameters=list(sig.parameters.values())[1:])
+    return methods
+
+
+def check_strategy(hook: str, protocol: type, strategy: object) -> None:
+    """Refuse ``strategy`` unless every method of ``protocol`` exists and takes its arguments.
+
+    The scheduler passes hook arguments positionally, so a method must accept exactly as many
+    positional arguments as the Protocol's method declares (extra parameters need defaults).
+    """
+    kind = type(strategy).__name__
+    for method, expected in _protocol_methods(protocol).items():
+        found = getattr(strategy, method, None)
+        if found is None:
+            raise InvalidStrategy(
+                f"{hook}={kind} has no method {method}{expected}; "
+                f"{protocol.__name__} needs it (found attributes: "
+                f"{sorted(a for a in dir(strategy) if not a.startswith('_'))})"
+            )
+        if not callable(found):
+            raise InvalidStrategy(
+                f"{hook}={kind}.{method} is a {type(found).__name__}, not a method; "
+                f"{protocol.__name__} needs {method}{expected}"
+            )
+        try:
+            actual = inspect.signature(found)
+        except (TypeError, ValueError):  # builtins without signatures: cannot check arity
+            continue
+        try:
+            actual.bind(*([None] * len(expected.parameters)))
+        except TypeError:
+            raise InvalidStrategy(
+                f"{hook}={kind}.{method}{actual} cannot take the "
+                f"{len(expected.parameters)} positional arguments of "
+                f"{protocol.__name__}.{method}{expected}"
+            ) from None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Capabilities:
+    """What an algorithm needs from the engine; the scheduler branches on these, never on names.
+
+    ``speculative`` is False only for the NONE algorithm (plain decoding), which then has no
+    other capability. ``has_draft_kv``: a draft model keeps its own KV cache. ``need_topk``: the
+    draft step produces top-k probabilities/indices. ``carries_draft_hidden_states``: the
+    target's last hidden state feeds the next draft step (and crosses disaggregation).
+    ``supports_overlap``: runs in overlap mode. ``supports_ragged_verify``: may verify a
+    different number of tokens per request.
+    """
+
+    speculative: bool = True
+    has_draft_kv: bool = False
+    carries_draft_hidden_states: bool = False
+    need_topk: bool = False
+    supports_overlap: bool = True
+    supports_ragged_verify: bool = False
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if not isinstance(value, bool):
+                raise InvalidConfig(f"Capabilities.{f.name}={value!r} must be True or False")
+        if not self.speculative:
+            drafty = [
+                name
+                for name in (
+                    "has_draft_kv",
+                    "carries_draft_hidden_states",
+                    "need_topk",
+                    "supports_ragged_verify",
+                )
+                if getattr(self, name)
+            ]
+            if drafty:
+                raise InvalidConfig(
+                    f"speculative=False with {', '.join(f'{n}=True' for n in drafty)}; "
+                    "a non-speculative algorithm has no draft capabilities"
+                )
+
+    def as_dict(self) -> dict[str, bool]:
+        """Every capability by name."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SpecAlgorithm(Generic[DraftT_co]):
+    """A speculative-decoding algorithm composed from strategies, generic in its draft input.
+
+    ``name`` is an identifier (registry lookups are case-insensitive); ``target_verify``,
+    ``future_map`` and ``disagg`` satisfy :class:`~specstrat.protocols.TargetVerifyPolicy`,
+    :class:`~specstrat.protocols.FutureMapFactory` and
+    :class:`~specstrat.protocols.DisaggDraftBuilder` respectively.
+    """
+
+    name: str
+    capabilities: Capabilities
+    target_verify: TargetVerifyPolicy
+    future_map: FutureMapFactory
+    disagg: DisaggDraftBuilder[DraftT_co]
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.name, str) or not _NAME.match(self.name):
+            raise InvalidConfig(
+                f"name={self.name!r} is not an identifier; use letters, digits and '_', "
+                "starting with a letter (e.g. 'MY_EAGLE')"
+            )
+        if not isinstance(self.capabilities, Capabilities):
+            raise InvalidConfig(
+                f"capabilities={self.capabilities!r}; pass specstrat.Capabilities(...)"
+            )
+        for hook, protocol in HOOKS.items():
+            check_strategy(hook, protocol, getattr(self, hook))
+
+    # -- engine-facing methods, by delegation -------------------------------------------------
+
+    def is_none(self) -> bool:
+        """True for plain decoding (no speculation)."""
+        return not self.capabilities.speculative
+
+    def is_speculative(self) -> bool:
+        """True when the algorithm drafts and verifies tokens."""
+        return self.capabilities.speculative
+
+    def create_future_map(
+        self,
+        max_running_requests: int,
+        chunked_prefill_size: int,
+        context_len: int,
+        device: torch.device,
+    ) -> FutureMap:
+        """The overlap relay, from the ``future_map`` strategy; checked to be a FutureMap."""
+        relay = self.future_map.create_future_map(
+            max_running_requests, chunked_prefill_size, context_len, device
+        )
+        check_strategy(f"{self.name}.create_future_map() result", FutureMap, relay)
+        return relay
+
+    def supports_target_verify_for_draft(self) -> bool:
+        """Whether a draft worker may run TARGET_VERIFY, from the ``target_verify`` policy."""
+        allowed = self.target_verify.supports_target_verify_for_draft()
+        if not isinstance(allowed, bool):
+            raise InvalidConfig(
+                f"{self.name}: supports_target_verify_for_draft() returned {allowed!r}; "
+                "the policy must return True or False"
+            )
+        return allowed
+
+    def get_num_tokens_per_req_for_target_verify(
+        self, num_draft_tokens: int, is_draft_worker: bool = False
+    ) -> int:
+        """Tokens per request TARGET_VERIFY runs; checked to be an int in ``1..D+1``."""
+        if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int):
+            raise InvalidConfig(f"num_draft_tokens={num_draft_tokens!r} must be an int >= 1")
+        if num_draft_tokens < 1:
+            raise InvalidConfig(f"num_draft_tokens={num_draft_tokens} must be >= 1")
+        if not isinstance(is_draft_worker, bool):
+            raise InvalidConfig(f"is_draft_worker={is_draft_worker!r} must be True or False")
+        if self.is_none():
+            raise InvalidConfig(
+                f"algorithm {self.name} is not speculative; it has no TARGET_VERIFY width "
+                "(check algo.is_speculative() before sizing verify graphs)"
+            )
+        tokens = self.target_verify.get_num_tokens_per_req_for_target_verify(
+            num_draft_tokens, is_draft_worker
+        )
+        if isinstance(tokens, bool) or not isinstance(tokens, int):
+            raise InvalidConfig(
+                f"{self.name}: tokens per request={tokens!r} ({type(tokens).__name__}) for "
+                f"num_draft_tokens={num_draft_tokens}; the policy must return an int"
+            )
+        if not 1 <= tokens <= num_draft_tokens + 1:
+            raise InvalidConfig(
+                f"{self.name}: tokens per request={tokens} for num_draft_tokens="
+                f"{num_draft_tokens} is outside 1..{num_draft_tokens + 1}; fix the policy"
+            )
+        return tokens
+
+    def get_num_tokens_per_bs_for_target_verify(
+        self, num_draft_tokens: int, is_draft_worker: bool = False
+    ) -> int:
+        """Alias of :meth:`get_num_tokens_per_req_for_target_verify` (the engines' old name).
+
+        The value is per *request*, not per batch; prefer the ``per_req`` name.
+        """
+        return self.get_num_tokens_per_req_for_target_verify(num_draft_tokens, is_draft_worker)
+
+    def build_disagg_draft_input(
+        self,
+        batch: PrebuiltBatch,
+        last_tokens: torch.Tensor,
+        future_map: FutureMap | None,
+    ) -> DraftT_co | None:
+        """Draft input for a received batch, from the ``disagg`` builder; ``None``: plain decode."""
+        return self.disagg.build_disagg_draft_input(batch, last_tokens, future_map)
+
+    def describe(self) -> dict[str, Any]:
+        """Name, strategy class names and capabilities, for listings."""
+        return {
+            "name": self.name,
+            "strategies": {hook: type(getattr(self, hook)).__name__ for hook in HOOKS},
+            "capabilities": self.capabilities.as_dict(),
+        }

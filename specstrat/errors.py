@@ -1,0 +1,78 @@
+"""Every error specstrat raises, in one tree.
+
+```
+SpecstratError
+├── InvalidConfig        (also ValueError)  bad value: num_tokens, slots, widths, names, ...
+│   ├── RelayError                          a FutureMap payload disagrees with its buffers
+│   └── RegistrationError                   duplicate or reserved algorithm name
+├── InvalidStrategy      (also TypeError)   a strategy does not satisfy its hook's Protocol
+├── UnknownAlgorithm     (also KeyError)    registry lookup of a name nobody registered
+├── PluginLoadError      (also ImportError) an entry-point plugin failed to load
+├── KernelError          (also RuntimeError) a Triton/CUDA launch failed at the launcher boundary
+├── DisaggError          (also RuntimeError) the decode side cannot rebuild draft state
+└── ConformanceError     (also AssertionError) a strategy broke an obligation of its hook
+```
+
+Messages show ``name=value`` and the fix, e.g.
+``num_tokens=10 is not a multiple of bs=4; pass bs * tokens_per_req tokens``.
+Subclassing the builtin exceptions keeps plain ``except ValueError`` working.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ConformanceError",
+    "DisaggError",
+    "InvalidConfig",
+    "InvalidStrategy",
+    "KernelError",
+    "PluginLoadError",
+    "RegistrationError",
+    "RelayError",
+    "SpecstratError",
+    "UnknownAlgorithm",
+]
+
+
+class SpecstratError(Exception):
+    """Root of every error specstrat raises."""
+
+
+class InvalidConfig(SpecstratError, ValueError):
+    """A value passed to specstrat is out of its domain; the message names it and the fix."""
+
+
+class RelayError(InvalidConfig):
+    """A FutureMap write or read disagrees with the relay's buffers (field, width, dtype, slot)."""
+
+
+class RegistrationError(InvalidConfig):
+    """An algorithm could not be registered (duplicate or reserved name); the registry is unchanged."""
+
+
+class InvalidStrategy(SpecstratError, TypeError):
+    """A strategy object does not satisfy the Protocol of the hook it was given for."""
+
+
+class UnknownAlgorithm(SpecstratError, KeyError):
+    """No algorithm is registered under the requested name; the message lists the known ones."""
+
+    def __str__(self) -> str:
+        # KeyError.__str__ repr-quotes its argument; show the message as written.
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginLoadError(SpecstratError, ImportError):
+    """An entry point in the ``specstrat.algorithms`` group failed to load or is not an algorithm."""
+
+
+class KernelError(SpecstratError, RuntimeError):
+    """A kernel launch failed, or the requested backend cannot run on these tensors."""
+
+
+class DisaggError(SpecstratError, RuntimeError):
+    """The decode side of disaggregation cannot rebuild draft state for some requests."""
+
+
+class ConformanceError(SpecstratError, AssertionError):
+    """A strategy broke an obligation of its hook; the message names the obligation."""

@@ -1,0 +1,35 @@
+"""Triton kernels for TARGET_VERIFY metadata and the relay gather, each with its torch twin.
+
+Dispatch: the Triton kernel for CUDA tensors when triton imports, the twin otherwise; every
+launcher takes ``backend="auto" | "triton" | "torch"`` to override. The package imports and works
+where triton is absent.
+"""
+
+from specstrat.kernels._triton import HAS_TRITON, INTERPRETED, Backend
+from specstrat.kernels.relay_gather import gather_relay, gather_relay_ref
+from specstrat.kernels.verify_metadata import (
+    PAD_PAGE,
+    PAD_SEQ_LEN,
+    VerifyMetadata,
+    VerifyMetadataBuffers,
+    build_ragged_verify_metadata,
+    build_verify_metadata,
+    build_verify_metadata_into,
+    verify_metadata_ref,
+)
+
+__all__ = [
+    "HAS_TRITON",
+    "INTERPRETED",
+    "PAD_PAGE",
+    "PAD_SEQ_LEN",
+    "Backend",
+    "VerifyMetadata",
+    "VerifyMetadataBuffers",
+    "build_ragged_verify_metadata",
+    "build_verify_metadata",
+    "build_verify_metadata_into",
+    "gather_relay",
+    "gather_relay_ref",
+    "verify_metadata_ref",
+]

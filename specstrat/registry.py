@@ -1,0 +1,147 @@
+"""Algorithm registry: case-insensitive names, built-ins reserved, entry-point plugins.
+
+``specstrat.register``/``get``/``names`` act on the default registry, which holds the built-ins
+and, on first lookup, every plugin in the ``specstrat.algorithms`` entry-point group. A plugin's
+entry point names a :class:`~specstrat.algorithm.SpecAlgorithm` (or a zero-argument callable
+returning one). A plugin that fails to load is reported as :class:`~specstrat.errors.PluginLoadError`
+with its name and the exception, and no plugin of that discovery is registered; it is never
+swallowed. :class:`Registry` instances are independent, for tests and embedding engines.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any, TypeVar
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.builtins import BUILTINS
+from specstrat.errors import InvalidConfig, PluginLoadError, RegistrationError, UnknownAlgorithm
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "RESERVED_NAMES",
+    "Registry",
+    "default_registry",
+    "get",
+    "names",
+    "register",
+]
+
+#: The entry-point group plugins register algorithms under.
+ENTRY_POINT_GROUP = "specstrat.algorithms"
+#: Names no user algorithm may take: the built-ins'.
+RESERVED_NAMES: frozenset[str] = frozenset(algo.name.upper() for algo in BUILTINS)
+
+AlgoT = TypeVar("AlgoT", bound=SpecAlgorithm[Any])
+
+
+class Registry:
+    """Algorithms by case-insensitive name; a failed registration leaves it unchanged."""
+
+    def __init__(self, builtins: Iterable[SpecAlgorithm[Any]] = ()) -> None:
+        self._algorithms: dict[str, SpecAlgorithm[Any]] = {}
+        self._plugins_loaded = False
+        for algo in builtins:
+            self._add(algo, reserved_ok=True)
+
+    def _add(self, algo: SpecAlgorithm[Any], *, reserved_ok: bool) -> None:
+        self._admit(algo, reserved_ok=reserved_ok, pending=())
+        self._algorithms[algo.name.upper()] = algo
+
+    def _admit(
+        self, algo: object, *, reserved_ok: bool, pending: Iterable[str]
+    ) -> SpecAlgorithm[Any]:
+        """Check that ``algo`` may be registered (changes nothing)."""
+        if not isinstance(algo, SpecAlgorithm):
+            raise RegistrationError(
+                f"algo={algo!r} is a {type(algo).__name__}; register a specstrat.SpecAlgorithm"
+            )
+        key = algo.name.upper()
+        if key in RESERVED_NAMES and not reserved_ok:
+            raise RegistrationError(
+                f"name={algo.name!r} is reserved for the built-in {key}; pick another name "
+                "(names are case-insensitive)"
+            )
+        if key in self._algorithms or key in pending:
+            raise RegistrationError(
+                f"name={algo.name!r} is already registered (as {key}); names are "
+                "case-insensitive and registered once"
+            )
+        return algo
+
+    def register(self, algo: AlgoT) -> AlgoT:
+        """Add ``algo`` under its name; returns it, so it can be used as an expression."""
+        self._add(algo, reserved_ok=False)
+        return algo
+
+    def get(self, name: str) -> SpecAlgorithm[Any]:
+        """The algorithm registered as ``name`` (any case); unknown names list the known ones."""
+        if not isinstance(name, str):
+            raise InvalidConfig(f"name={name!r} must be a str such as 'EAGLE'")
+        found = self._algorithms.get(name.upper())
+        if found is None:
+            raise UnknownAlgorithm(
+                f"no algorithm named {name!r}; known: {', '.join(self._algorithms)}"
+            )
+        return found
+
+    def names(self) -> tuple[str, ...]:
+        """Registered names (upper case), in registration order."""
+        return tuple(self._algorithms)
+
+    def load_entry_points(self, found: Iterable[EntryPoint] | None = None) -> tuple[str, ...]:
+        """Register every plugin in ``found`` (default: the installed ``specstrat.algorithms``).
+
+        All or nothing: every plugin is loaded and checked before any is registered, so a broken
+        one raises :class:`~specstrat.errors.PluginLoadError` and leaves the registry unchanged.
+        """
+        candidates = list(entry_points(group=ENTRY_POINT_GROUP) if found is None else found)
+        loaded: list[SpecAlgorithm[Any]] = []
+        for ep in candidates:
+            try:
+                obj = ep.load()
+                if callable(obj) and not isinstance(obj, SpecAlgorithm):
+                    obj = obj()
+                algo = self._admit(obj, reserved_ok=False, pending=[a.name.upper() for a in loaded])
+            except Exception as exc:
+                raise PluginLoadError(
+                    f"plugin {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r} failed to "
+                    f"load: {type(exc).__name__}: {exc}"
+                ) from exc
+            loaded.append(algo)
+        for algo in loaded:
+            self._algorithms[algo.name.upper()] = algo
+        return tuple(algo.name.upper() for algo in loaded)
+
+    def ensure_plugins(self) -> None:
+        """Load installed plugins once (again on the next call if loading failed)."""
+        if not self._plugins_loaded:
+            self.load_entry_points()
+            self._plugins_loaded = True
+
+
+_DEFAULT = Registry(BUILTINS)
+
+
+def default_registry() -> Registry:
+    """The process-wide registry behind :func:`register`, :func:`get` and :func:`names`."""
+    return _DEFAULT
+
+
+def register(algo: AlgoT) -> AlgoT:
+    """Register ``algo`` in the default registry (installed plugins are loaded first)."""
+    _DEFAULT.ensure_plugins()
+    return _DEFAULT.register(algo)
+
+
+def get(name: str) -> SpecAlgorithm[Any]:
+    """Look ``name`` up, case-insensitively, in the default registry."""
+    _DEFAULT.ensure_plugins()
+    return _DEFAULT.get(name)
+
+
+def names() -> tuple[str, ...]:
+    """Every name in the default registry, built-ins first."""
+    _DEFAULT.ensure_plugins()
+    return _DEFAULT.names()

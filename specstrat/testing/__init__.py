@@ -1,0 +1,38 @@
+"""The test kit specstrat ships: conformance runners, invariant checkers, hypothesis strategies.
+
+Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy) in your own tests;
+property-test metadata with ``verify_batches`` and ``check_verify_metadata``.
+"""
+
+from specstrat.testing.conformance import (
+    CheckResult,
+    check_algorithm,
+    check_disagg_draft_builder,
+    check_future_map_factory,
+    check_target_verify_policy,
+    run_conformance,
+)
+from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
+from specstrat.testing.strategies import (
+    num_draft_tokens,
+    prebuilt_batches,
+    relay_payloads,
+    slot_tensors,
+    verify_batches,
+)
+
+__all__ = [
+    "CheckResult",
+    "VerifyBatch",
+    "check_algorithm",
+    "check_disagg_draft_builder",
+    "check_future_map_factory",
+    "check_target_verify_policy",
+    "check_verify_metadata",
+    "num_draft_tokens",
+    "prebuilt_batches",
+    "relay_payloads",
+    "run_conformance",
+    "slot_tensors",
+    "verify_batches",
+]

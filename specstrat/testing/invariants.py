@@ -1,0 +1,217 @@
+"""TARGET_VERIFY metadata invariants: a batch description and a checker for any metadata object.
+
+:func:`check_verify_metadata` states every invariant from the definitions (not by calling the
+twin), so it judges the kernel, the twin and a user's own metadata builder alike.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from specstrat.errors import ConformanceError, InvalidConfig
+from specstrat.kernels import (
+    PAD_PAGE,
+    PAD_SEQ_LEN,
+    Backend,
+    VerifyMetadata,
+    VerifyMetadataBuffers,
+    build_ragged_verify_metadata,
+    build_verify_metadata,
+    build_verify_metadata_into,
+)
+
+__all__ = ["VerifyBatch", "check_verify_metadata"]
+
+Form = Literal["uniform", "graph", "ragged"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyBatch:
+    """Inputs of one TARGET_VERIFY metadata build, in one of the three forms.
+
+    Uniform: ``tokens_per_req`` set, ``padded_bs`` None. Graph: ``tokens_per_req`` and
+    ``padded_bs >= bs`` set. Ragged: ``num_tokens_per_req`` set. ``num_draft_tokens`` is D when
+    ``tokens_per_req`` came from a policy (the checker then also asserts ``1 <= T <= D + 1``).
+    """
+
+    seq_lens: torch.Tensor
+    tokens_per_req: int | None = None
+    num_tokens_per_req: torch.Tensor | None = None
+    padded_bs: int | None = None
+    req_pool_indices: torch.Tensor | None = None
+    req_to_token: torch.Tensor | None = None
+    page_size: int = 1
+    num_draft_tokens: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.tokens_per_req is None) == (self.num_tokens_per_req is None):
+            raise InvalidConfig(
+                "set exactly one of tokens_per_req (uniform/graph) and num_tokens_per_req (ragged)"
+            )
+        if self.padded_bs is not None and self.num_tokens_per_req is not None:
+            raise InvalidConfig("padded_bs is for the graph form; the ragged form has no padding")
+
+    @property
+    def bs(self) -> int:
+        """Real requests in the batch."""
+        return self.seq_lens.shape[0]
+
+    @property
+    def form(self) -> Form:
+        """Which builder this batch is for."""
+        if self.num_tokens_per_req is not None:
+            return "ragged"
+        return "uniform" if self.padded_bs is None else "graph"
+
+    def tokens(self) -> torch.Tensor:
+        """Per-request query tokens, ``[bs]`` int64."""
+        if self.num_tokens_per_req is not None:
+            return self.num_tokens_per_req.to(torch.int64)
+        return torch.full((self.bs,), self.tokens_per_req or 0, dtype=torch.int64)
+
+    def build(self, backend: Backend = "auto") -> VerifyMetadata:
+        """Run the library's builder for this batch's form."""
+        rpi, rtt, page_size = self.req_pool_indices, self.req_to_token, self.page_size
+        seq_cpu = self.seq_lens.cpu()
+        if self.num_tokens_per_req is not None:
+            return build_ragged_verify_metadata(
+                self.seq_lens,
+                self.num_tokens_per_req,
+                seq_lens_cpu=seq_cpu,
+                num_tokens_per_req_cpu=self.num_tokens_per_req.cpu(),
+                req_pool_indices=rpi,
+                req_to_token=rtt,
+                page_size=page_size,
+                backend=backend,
+            )
+        tokens = self.tokens_per_req or 0
+        if self.padded_bs is None:
+            return build_verify_metadata(
+                self.seq_lens,
+                self.bs * tokens,
+                req_pool_indices=rpi,
+                req_to_token=rtt,
+                page_size=page_size,
+                seq_lens_cpu=seq_cpu,
+                backend=backend,
+            )
+        max_pages = None
+        if self.req_to_token is not None:
+            max_pages = -(-self.req_to_token.shape[1] // self.page_size)
+        buffers = VerifyMetadataBuffers.allocate(
+            self.padded_bs, max_pages=max_pages, device=self.seq_lens.device
+        )
+        # Poison the static buffers so a builder that skips a row is caught.
+        for tensor in (buffers.cu_seqlens_q, buffers.cache_seqlens, buffers.cu_seqlens_k):
+            tensor.fill_(-7)
+        if buffers.page_table is not None:
+            buffers.page_table.fill_(-7)
+        return build_verify_metadata_into(
+            buffers,
+            self.seq_lens,
+            tokens,
+            req_pool_indices=rpi,
+            req_to_token=rtt,
+            page_size=page_size,
+            seq_lens_cpu=seq_cpu,
+            backend=backend,
+        )
+
+
+def _require(ok: bool, invariant: str, detail: str) -> None:
+    if not ok:
+        raise ConformanceError(f"verify metadata broke '{invariant}': {detail}")
+
+
+def _equal(got: torch.Tensor, want: torch.Tensor, invariant: str) -> None:
+    got, want = got.cpu().to(torch.int64), want.cpu().to(torch.int64)
+    same = got.shape == want.shape and torch.equal(got, want)
+    _require(same, invariant, f"got {got.tolist()}, want {want.tolist()}")
+
+
+def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
+    """Assert every TARGET_VERIFY invariant of ``meta`` for ``batch``; raise naming the first broken.
+
+    Dtypes and shapes; ``cu_seqlens_q`` and ``cu_seqlens_k`` start at 0 and step by each row's
+    tokens and ``cache_seqlens``; ``cache_seqlens = seq_lens + tokens``; padding rows stand for
+    :data:`~specstrat.kernels.PAD_SEQ_LEN` with ``T`` tokens and only
+    :data:`~specstrat.kernels.PAD_PAGE` pages; host bounds; ``1 <= T <= D + 1``; page ids.
+    """
+    bs = batch.bs
+    padded_bs = batch.padded_bs if batch.padded_bs is not None else bs
+    _require(meta.bs == bs, "bs is the number of real requests", f"meta.bs={meta.bs}, bs={bs}")
+    shapes = {
+        "cu_seqlens_q": (padded_bs + 1,),
+        "cache_seqlens": (padded_bs,),
+        "cu_seqlens_k": (padded_bs + 1,),
+    }
+    for name, shape in shapes.items():
+        tensor = getattr(meta, name)
+        _require(
+            tensor.dtype == torch.int32 and tuple(tensor.shape) == shape,
+            f"{name} is int32 of shape {shape}",
+            f"{tensor.dtype} {tuple(tensor.shape)}",
+        )
+    t = batch.tokens_per_req
+    if t is not None and batch.num_draft_tokens is not None:
+        d = batch.num_draft_tokens
+        _require(1 <= t <= d + 1, "1 <= T <= num_draft_tokens + 1", f"T={t}, D={d}")
+    pad = padded_bs - bs
+    tokens = torch.cat([batch.tokens(), torch.full((pad,), t or 0, dtype=torch.int64)])
+    seq = torch.cat(
+        [batch.seq_lens.cpu().to(torch.int64), torch.full((pad,), PAD_SEQ_LEN, dtype=torch.int64)]
+    )
+    cache = seq + tokens
+    _equal(meta.cache_seqlens, cache, "cache_seqlens = seq_lens + tokens per request")
+    cu_q, cu_k = meta.cu_seqlens_q.cpu().to(torch.int64), meta.cu_seqlens_k.cpu().to(torch.int64)
+    _require(
+        int(cu_q[0]) == 0 and int(cu_k[0]) == 0, "prefix sums start at 0", f"{cu_q[0]}, {cu_k[0]}"
+    )
+    _equal(cu_q.diff(), tokens, "cu_seqlens_q steps by each row's tokens (T, never D)")
+    _equal(cu_k.diff(), cache, "cu_seqlens_k steps by cache_seqlens")
+    if batch.form != "ragged":
+        _require(meta.max_seq_len_q == t, "max_seq_len_q = T", f"{meta.max_seq_len_q} != {t}")
+    elif bs:
+        want_q = int(batch.tokens().max())
+        _require(
+            meta.max_seq_len_q in (None, want_q),
+            "max_seq_len_q is the largest per-request token count",
+            f"{meta.max_seq_len_q} != {want_q}",
+        )
+    if meta.max_seq_len_k is not None:
+        want_k = int(cache[:bs].max()) if bs else 0
+        _require(
+            meta.max_seq_len_k >= want_k,
+            "max_seq_len_k bounds every real row's cache_seqlens",
+            f"{meta.max_seq_len_k} < {want_k}",
+        )
+    _check_pages(meta, batch, cache, padded_bs)
+
+
+def _check_pages(
+    meta: VerifyMetadata, batch: VerifyBatch, cache: torch.Tensor, padded_bs: int
+) -> None:
+    rtt, rpi = batch.req_to_token, batch.req_pool_indices
+    if rtt is None or rpi is None:
+        _require(meta.page_table is None, "no page table without req_to_token", "one was built")
+        return
+    table = meta.page_table
+    p = batch.page_size
+    max_pages = -(-rtt.shape[1] // p)
+    if table is None:
+        raise ConformanceError("verify metadata broke 'a page table with req_to_token': missing")
+    _require(
+        table.dtype == torch.int32 and tuple(table.shape) == (padded_bs, max_pages),
+        f"page_table is int32 of shape {(padded_bs, max_pages)}",
+        f"{table.dtype} {tuple(table.shape)}",
+    )
+    want = torch.full((padded_bs, max_pages), PAD_PAGE, dtype=torch.int64)
+    rtt_cpu, rpi_cpu = rtt.cpu().to(torch.int64), rpi.cpu().to(torch.int64)
+    for i in range(batch.bs):
+        used = min(-(-int(cache[i]) // p), -(-rtt.shape[1] // p))
+        first_tokens = rtt_cpu[rpi_cpu[i], torch.arange(used) * p]
+        want[i, :used] = first_tokens // p
+    _equal(table, want, "page_table[i, p] = req_to_token[req_pool_indices[i], p*P] // P")
