@@ -33,7 +33,7 @@ ENTRY_POINT_GROUP = "specstrat.algorithms"
 #: Names no user algorithm may take: the built-ins'.
 RESERVED_NAMES: frozenset[str] = frozenset(algo.name.upper() for algo in BUILTINS)
 
-AlgoT = TypeVar("AlgoT", bound=SpecAlgorithm[Any])
+_AlgoT = TypeVar("_AlgoT", bound=SpecAlgorithm[Any])
 
 
 class Registry:
@@ -70,7 +70,7 @@ class Registry:
             )
         return algo
 
-    def register(self, algo: AlgoT) -> AlgoT:
+    def register(self, algo: _AlgoT) -> _AlgoT:
         """Add ``algo`` under its name; returns it, so it can be used as an expression."""
         self._add(algo, reserved_ok=False)
         return algo
@@ -129,7 +129,7 @@ def default_registry() -> Registry:
     return _DEFAULT
 
 
-def register(algo: AlgoT) -> AlgoT:
+def register(algo: _AlgoT) -> _AlgoT:
     """Register ``algo`` in the default registry (installed plugins are loaded first)."""
     _DEFAULT.ensure_plugins()
     return _DEFAULT.register(algo)

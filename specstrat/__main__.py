@@ -1,0 +1,3 @@
+from specstrat.cli import main
+
+raise SystemExit(main())

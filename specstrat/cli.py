@@ -1,0 +1,149 @@
+"""The ``specstrat`` command: ``list``, ``check MODULE:ATTR`` and ``demo``."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specstrat.algorithm import HOOKS, SpecAlgorithm
+from specstrat.errors import SpecstratError
+from specstrat.kernels import HAS_TRITON, build_verify_metadata
+from specstrat.registry import default_registry
+from specstrat.testing.conformance import run_conformance
+
+__all__ = ["main"]
+
+
+def _list(_: argparse.Namespace) -> int:
+    registry = default_registry()
+    registry.ensure_plugins()
+    for name in registry.names():
+        info = registry.get(name).describe()
+        print(name)
+        for hook in HOOKS:
+            print(f"  {hook:<14} {info['strategies'][hook]}")
+        caps = ", ".join(k for k, v in info["capabilities"].items() if v) or "-"
+        print(f"  {'capabilities':<14} {caps}")
+    return 0
+
+
+def _load(spec: str) -> tuple[Any, Path | None]:
+    """Import ``MODULE:ATTR`` (the current directory is importable) and find its source file."""
+    module_name, sep, attr = spec.partition(":")
+    if not sep or not module_name or not attr:
+        raise SystemExit(f"specstrat check: {spec!r} is not MODULE:ATTR (e.g. mypkg.algos:MY_ALGO)")
+    sys.path.insert(0, str(Path.cwd()))
+    try:
+        module = importlib.import_module(module_name)
+    except Exception as exc:
+        raise SystemExit(
+            f"specstrat check: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+        ) from exc
+    finally:
+        sys.path.pop(0)
+    if not hasattr(module, attr):
+        raise SystemExit(f"specstrat check: module {module_name!r} has no attribute {attr!r}")
+    source = getattr(module, "__file__", None)
+    return getattr(module, attr), Path(source) if source else None
+
+
+def _mypy(path: Path) -> tuple[bool, str]:
+    """mypy --strict on the user's module, able to see this specstrat even from a source tree."""
+    from mypy import api  # imported here: only `check` needs it
+
+    root = Path(__file__).resolve().parent.parent
+    saved = os.environ.get("MYPYPATH")
+    # An editable install or a checkout is invisible to mypy's import search (site-packages is
+    # found on its own and must not be put on MYPYPATH).
+    if not {"site-packages", "dist-packages"} & set(root.parts):
+        os.environ["MYPYPATH"] = os.pathsep.join(p for p in (str(root), saved) if p)
+    try:
+        stdout, stderr, status = api.run(["--strict", "--no-error-summary", str(path)])
+    finally:
+        if saved is None:
+            os.environ.pop("MYPYPATH", None)
+        else:
+            os.environ["MYPYPATH"] = saved
+    return status == 0, (stdout + stderr).strip()
+
+
+def _check(args: argparse.Namespace) -> int:
+    algo, source = _load(args.target)
+    failed = False
+    for result in run_conformance(algo):
+        failed |= not result.passed
+        line = f"{'PASS' if result.passed else 'FAIL'} conformance: {result.name}"
+        print(line if result.passed else f"{line}\n    {result.message}")
+    if args.mypy:
+        if source is None:
+            print("FAIL mypy: the module has no source file to check")
+            failed = True
+        else:
+            ok, report = _mypy(source)
+            failed |= not ok
+            print(f"{'PASS' if ok else 'FAIL'} mypy --strict {source}")
+            if not ok:
+                print("\n".join(f"    {line}" for line in report.splitlines()))
+    return 1 if failed else 0
+
+
+def _demo(_: argparse.Namespace) -> int:
+    registry = default_registry()
+    registry.ensure_plugins()
+    d = 4
+    seq_lens = torch.tensor([17, 250, 3, 1024])
+    path = "triton" if HAS_TRITON and torch.cuda.is_available() else "torch twin"
+    print(f"specstrat demo: every registered algorithm, D={d}, bs={seq_lens.numel()} ({path})\n")
+    print(f"{'algorithm':<12} {'conformance':<12} {'T target':>8} {'T draft':>8}  cu_seqlens_q")
+    for name in registry.names():
+        algo: SpecAlgorithm[Any] = registry.get(name)
+        ok = all(r.passed for r in run_conformance(algo))
+        if algo.is_none():
+            print(
+                f"{name:<12} {'pass' if ok else 'FAIL':<12} {'-':>8} {'-':>8}  (no TARGET_VERIFY)"
+            )
+            continue
+        t = algo.get_num_tokens_per_req_for_target_verify(d, False)
+        td = algo.get_num_tokens_per_req_for_target_verify(d, True)
+        meta = build_verify_metadata(seq_lens, seq_lens.numel() * t, seq_lens_cpu=seq_lens)
+        cu_q = meta.cu_seqlens_q.tolist()
+        print(f"{name:<12} {'pass' if ok else 'FAIL':<12} {t:>8} {td:>8}  {cu_q}")
+    print(
+        "\nThe plain scheduler (end-to-end runs on embedded models) arrives with the runtime issue."
+    )
+    return 0
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="specstrat", description="Compose and check speculative-decoding algorithms."
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    sub.add_parser("list", help="registered algorithms with their strategies and capabilities")
+    check = sub.add_parser("check", help="conformance kit and mypy on MODULE:ATTR")
+    check.add_argument("target", help="the algorithm to check, as MODULE:ATTR")
+    check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
+    sub.add_parser("demo", help="run the main job")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the ``specstrat`` console script; returns the exit status."""
+    args = _parser().parse_args(argv)
+    commands = {"list": _list, "check": _check, "demo": _demo}
+    try:
+        return commands[args.command](args)
+    except SpecstratError as exc:
+        print(f"specstrat {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":  # pragma: no cover
+    raise SystemExit(main())

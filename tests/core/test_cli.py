@@ -1,0 +1,95 @@
+"""The specstrat command: list, check (conformance + mypy) and demo."""
+
+from pathlib import Path
+
+import pytest
+
+from specstrat.cli import main
+
+BROKEN = """
+from specstrat import Capabilities, SlotFutureMapFactory, SpecAlgorithm, NoDraftStateDisaggDraftBuilder
+
+
+class WidePolicy:
+    def supports_target_verify_for_draft(self) -> bool:
+        return False
+
+    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> float:
+        return num_draft_tokens + 5.0
+
+
+ALGO = SpecAlgorithm(
+    name="WIDE",
+    capabilities=Capabilities(),
+    target_verify=WidePolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=NoDraftStateDisaggDraftBuilder(),
+)
+"""
+
+
+def test_list_prints_every_builtin_with_strategies(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat list` shows each algorithm's strategies and capabilities."""
+    assert main(["list"]) == 0
+    out = capsys.readouterr().out
+    for name in ("NONE", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"):
+        assert f"\n{name}\n" in f"\n{out}"
+    assert "EagleDisaggDraftBuilder" in out and "carries_draft_hidden_states" in out
+
+
+def test_check_passes_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat check specstrat.builtins:DSPARK` passes every check including mypy."""
+    assert main(["check", "specstrat.builtins:DSPARK"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS conformance: target_verify" in out and "PASS mypy --strict" in out
+
+
+def test_check_passes_the_readme_example(capsys: pytest.CaptureFixture[str]) -> None:
+    """The README's custom algorithm passes conformance and mypy."""
+    assert main(["check", "tests.typing.readme_example:MY_EAGLE"]) == 0
+    assert "FAIL" not in capsys.readouterr().out
+
+
+def test_check_fails_a_broken_algorithm(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A policy returning a float fails conformance and mypy, and the exit status is 1."""
+    (tmp_path / "broken_algo.py").write_text(BROKEN)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "broken_algo:ALGO"]) == 1
+    out = capsys.readouterr().out
+    assert "FAIL conformance: target_verify" in out and "returned 6.0 (float)" in out
+    assert "FAIL mypy --strict" in out and "[arg-type]" in out
+
+
+def test_check_skips_mypy_on_request(capsys: pytest.CaptureFixture[str]) -> None:
+    """--no-mypy runs only the conformance kit."""
+    assert main(["check", "--no-mypy", "specstrat.builtins:EAGLE"]) == 0
+    assert "mypy" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_colon", r"'no_colon' is not MODULE:ATTR"),
+        ("no_such_module_q:X", r"importing 'no_such_module_q' failed: ModuleNotFoundError"),
+        ("specstrat.builtins:MEDUSA", r"module 'specstrat.builtins' has no attribute 'MEDUSA'"),
+    ],
+)
+def test_check_bad_targets_exit_with_a_message(target: str, message: str) -> None:
+    """Malformed or missing targets stop with a message naming them."""
+    with pytest.raises(SystemExit, match=message):
+        main(["check", target])
+
+
+def test_check_non_algorithm_fails(capsys: pytest.CaptureFixture[str]) -> None:
+    """Checking something that is not a SpecAlgorithm fails with a reason."""
+    assert main(["check", "--no-mypy", "specstrat.builtins:BUILTINS"]) == 1
+    assert "not a SpecAlgorithm" in capsys.readouterr().out
+
+
+def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat demo` runs every algorithm through conformance and the metadata builder."""
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    assert "DSPARK" in out and "FAIL" not in out

@@ -1,0 +1,152 @@
+"""Registry: case-insensitive names, reserved built-ins, atomic failures, entry-point plugins."""
+
+import sys
+import types
+from collections.abc import Iterator
+from importlib.metadata import EntryPoint
+from typing import Any
+
+import pytest
+
+import specstrat
+from specstrat import (
+    BUILTINS,
+    ENTRY_POINT_GROUP,
+    Capabilities,
+    FixedWidthVerifyPolicy,
+    NoDraftStateDisaggDraftBuilder,
+    PluginLoadError,
+    RegistrationError,
+    Registry,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+    UnknownAlgorithm,
+)
+
+
+def make(name: str) -> SpecAlgorithm[None]:
+    return SpecAlgorithm(
+        name=name,
+        capabilities=Capabilities(),
+        target_verify=FixedWidthVerifyPolicy(),
+        future_map=SlotFutureMapFactory(),
+        disagg=NoDraftStateDisaggDraftBuilder(),
+    )
+
+
+@pytest.fixture
+def plugin_module() -> Iterator[types.ModuleType]:
+    """A throwaway module that entry points can name."""
+    module = types.ModuleType("fake_specstrat_plugin")
+    module.GOOD = make("PLUGGED")  # type: ignore[attr-defined]
+    module.OTHER = make("PLUGGED_TOO")  # type: ignore[attr-defined]
+    module.factory = lambda: make("FROM_FACTORY")  # type: ignore[attr-defined]
+    module.NOT_ALGO = 42  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    yield module
+    del sys.modules[module.__name__]
+
+
+def ep(name: str, attr: str, module: str = "fake_specstrat_plugin") -> EntryPoint:
+    return EntryPoint(name=name, value=f"{module}:{attr}", group=ENTRY_POINT_GROUP)
+
+
+def test_builtins_are_registered_in_table_order() -> None:
+    """The default registry starts with the seven built-ins."""
+    assert specstrat.names()[: len(BUILTINS)] == tuple(a.name for a in BUILTINS)
+
+
+def test_lookup_is_case_insensitive() -> None:
+    """'eagle', 'Eagle' and 'EAGLE' are the same algorithm."""
+    assert specstrat.get("eagle") is specstrat.get("Eagle") is specstrat.EAGLE
+
+
+def test_register_returns_algo_and_get_finds_it() -> None:
+    """A registered algorithm is found under its name in any case."""
+    registry = Registry(BUILTINS)
+    algo = registry.register(make("Mine"))
+    assert registry.get("MINE") is algo and registry.names()[-1] == "MINE"
+
+
+def test_duplicate_name_refused_and_registry_unchanged() -> None:
+    """Registering 'mine' after 'MINE' fails and leaves the first in place."""
+    registry = Registry()
+    first = registry.register(make("MINE"))
+    with pytest.raises(RegistrationError, match=r"name='mine' is already registered \(as MINE\)"):
+        registry.register(make("mine"))
+    assert registry.names() == ("MINE",) and registry.get("mine") is first
+
+
+def test_reserved_names_refused_even_in_an_empty_registry() -> None:
+    """No user algorithm may take a built-in's name."""
+    with pytest.raises(
+        RegistrationError, match=r"name='Dspark' is reserved for the built-in DSPARK"
+    ):
+        Registry().register(make("Dspark"))
+
+
+def test_unknown_name_lists_known_names() -> None:
+    """An unknown name raises UnknownAlgorithm (a KeyError) listing every known name."""
+    registry = Registry(BUILTINS)
+    with pytest.raises(
+        UnknownAlgorithm, match=r"no algorithm named 'MEDUSA'; known: NONE, EAGLE, EAGLE3"
+    ):
+        registry.get("MEDUSA")
+    with pytest.raises(KeyError):
+        registry.get("MEDUSA")
+
+
+def test_plugins_load_instances_and_factories(plugin_module: types.ModuleType) -> None:
+    """Entry points naming an algorithm or a zero-argument factory are registered."""
+    registry = Registry(BUILTINS)
+    loaded = registry.load_entry_points([ep("a", "GOOD"), ep("b", "factory")])
+    assert loaded == ("PLUGGED", "FROM_FACTORY")
+    assert registry.get("plugged") is plugin_module.GOOD
+
+
+def test_plugin_import_failure_is_reported_with_name(plugin_module: types.ModuleType) -> None:
+    """A plugin whose module does not import raises PluginLoadError naming it and the exception."""
+    registry = Registry(BUILTINS)
+    with pytest.raises(
+        PluginLoadError, match=r"plugin 'broken' \(no_such_module_xyz:ALGO\).*ModuleNotFoundError"
+    ) as info:
+        registry.load_entry_points([ep("good", "GOOD"), ep("broken", "ALGO", "no_such_module_xyz")])
+    assert isinstance(info.value.__cause__, ModuleNotFoundError)
+    assert "PLUGGED" not in registry.names()  # all or nothing
+
+
+def test_plugin_that_is_not_an_algorithm_is_reported(plugin_module: types.ModuleType) -> None:
+    """An entry point naming something other than an algorithm is a PluginLoadError."""
+    with pytest.raises(PluginLoadError, match=r"plugin 'num'.*RegistrationError: algo=42 is a int"):
+        Registry().load_entry_points([ep("num", "NOT_ALGO")])
+
+
+def test_two_plugins_with_one_name_are_refused(plugin_module: types.ModuleType) -> None:
+    """Two plugins claiming one name fail together; neither is registered."""
+    registry = Registry()
+    with pytest.raises(PluginLoadError, match=r"plugin 'second'.*already registered"):
+        registry.load_entry_points([ep("first", "GOOD"), ep("second", "GOOD")])
+    assert registry.names() == ()
+
+
+def test_plugin_taking_a_builtin_name_is_refused(plugin_module: types.ModuleType) -> None:
+    """A plugin cannot shadow a built-in."""
+    plugin_module.FAKE = make("EAGLE")  # type: ignore[attr-defined]
+    with pytest.raises(PluginLoadError, match=r"reserved for the built-in EAGLE"):
+        Registry(BUILTINS).load_entry_points([ep("fake", "FAKE")])
+
+
+def test_ensure_plugins_retries_after_failure(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A failed discovery is not remembered as done: the next lookup reports it again."""
+    registry = Registry()
+    calls: list[Any] = []
+
+    def broken(found: Any = None) -> tuple[str, ...]:
+        calls.append(found)
+        raise PluginLoadError("plugin 'x' failed")
+
+    monkeypatch.setattr(registry, "load_entry_points", broken)
+    for _ in range(2):
+        with pytest.raises(PluginLoadError, match="plugin 'x' failed"):
+            registry.ensure_plugins()
+    assert len(calls) == 2

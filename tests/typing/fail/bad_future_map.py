@@ -1,0 +1,31 @@
+# expect: arg-type future_map
+import torch
+
+from specstrat import (
+    Capabilities,
+    FixedWidthVerifyPolicy,
+    NoDraftStateDisaggDraftBuilder,
+    RelayPayload,
+    SpecAlgorithm,
+)
+
+
+class WriteOnlyMap:
+    def publish(self, slots: torch.Tensor, new_seq_lens: torch.Tensor) -> None: ...
+    def stash(self, slots: torch.Tensor, payload: RelayPayload) -> None: ...
+
+
+class WriteOnlyFactory:
+    def create_future_map(
+        self, max_running_requests: int, chunked_prefill_size: int, context_len: int, device: torch.device
+    ) -> WriteOnlyMap:
+        return WriteOnlyMap()
+
+
+ALGO: SpecAlgorithm[None] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=FixedWidthVerifyPolicy(),
+    future_map=WriteOnlyFactory(),
+    disagg=NoDraftStateDisaggDraftBuilder(),
+)

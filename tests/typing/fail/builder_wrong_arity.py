@@ -1,0 +1,24 @@
+# expect: arg-type disagg
+import torch
+
+from specstrat import (
+    Capabilities,
+    FixedWidthVerifyPolicy,
+    PrebuiltBatch,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+)
+
+
+class NoRelayBuilder:
+    def build_disagg_draft_input(self, batch: PrebuiltBatch, last_tokens: torch.Tensor) -> None:
+        return None
+
+
+ALGO: SpecAlgorithm[None] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=FixedWidthVerifyPolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=NoRelayBuilder(),
+)

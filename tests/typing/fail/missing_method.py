@@ -1,0 +1,16 @@
+# expect: arg-type target_verify
+from specstrat import Capabilities, NoDraftStateDisaggDraftBuilder, SlotFutureMapFactory, SpecAlgorithm
+
+
+class OnlySupportsPolicy:
+    def supports_target_verify_for_draft(self) -> bool:
+        return False
+
+
+ALGO: SpecAlgorithm[None] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=OnlySupportsPolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=NoDraftStateDisaggDraftBuilder(),
+)

@@ -1,0 +1,4 @@
+# expect: assignment SlotFutureMapFactory
+from specstrat import SlotFutureMapFactory, TargetVerifyPolicy
+
+POLICY: TargetVerifyPolicy = SlotFutureMapFactory()

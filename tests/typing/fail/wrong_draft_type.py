@@ -1,0 +1,17 @@
+# expect: arg-type DisaggDraftBuilder[EagleDraftInput]
+from specstrat import (
+    Capabilities,
+    DsparkDisaggDraftBuilder,
+    EagleDraftInput,
+    FixedWidthVerifyPolicy,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+)
+
+ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=FixedWidthVerifyPolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=DsparkDisaggDraftBuilder(),
+)
