@@ -148,7 +148,8 @@ def test_alias_delegates_to_per_req() -> None:
 def test_create_future_map_delegates_and_checks_result() -> None:
     """create_future_map returns the factory's relay, sized mrr + 1."""
     relay = EAGLE.create_future_map(8, 64, 512, torch.device("cpu"))
-    assert isinstance(relay, SlotFutureMap) and relay.num_rows == 9
+    assert isinstance(relay, SlotFutureMap)
+    assert relay.num_rows == 9
 
 
 def test_create_future_map_refuses_non_relay() -> None:

@@ -221,4 +221,5 @@ def test_bad_input_is_refused_with_a_named_value(call: Callable[[], object], mes
 def test_case_table_is_large_and_ids_unique() -> None:
     """The table covers at least 20 distinct invalid inputs."""
     ids = [c[0] for c in CASES]
-    assert len(ids) >= 20 and len(set(ids)) == len(ids)
+    assert len(ids) >= 20
+    assert len(set(ids)) == len(ids)

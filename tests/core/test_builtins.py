@@ -45,11 +45,13 @@ def test_builtin_row(name: str) -> None:
         draft_kv,
     )
     if t_off is None:
-        assert algo.is_none() and not algo.is_speculative()
+        assert algo.is_none()
+        assert not algo.is_speculative()
         with pytest.raises(InvalidConfig, match="is not speculative"):
             algo.get_num_tokens_per_req_for_target_verify(4, False)
         return
-    assert algo.is_speculative() and not algo.is_none()
+    assert algo.is_speculative()
+    assert not algo.is_none()
     for d in range(2, 9):
         assert algo.get_num_tokens_per_req_for_target_verify(d, False) == d + t_off
         assert algo.get_num_tokens_per_req_for_target_verify(d, True) == d + (draft_off or 0)

@@ -34,14 +34,16 @@ def test_list_prints_every_builtin_with_strategies(capsys: pytest.CaptureFixture
     out = capsys.readouterr().out
     for name in ("NONE", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK"):
         assert f"\n{name}\n" in f"\n{out}"
-    assert "EagleDisaggDraftBuilder" in out and "carries_draft_hidden_states" in out
+    assert "EagleDisaggDraftBuilder" in out
+    assert "carries_draft_hidden_states" in out
 
 
 def test_check_passes_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
     """`specstrat check specstrat.builtins:DSPARK` passes every check including mypy."""
     assert main(["check", "specstrat.builtins:DSPARK"]) == 0
     out = capsys.readouterr().out
-    assert "PASS conformance: target_verify" in out and "PASS mypy --strict" in out
+    assert "PASS conformance: target_verify" in out
+    assert "PASS mypy --strict" in out
 
 
 def test_check_passes_the_readme_example(capsys: pytest.CaptureFixture[str]) -> None:
@@ -58,8 +60,10 @@ def test_check_fails_a_broken_algorithm(
     monkeypatch.chdir(tmp_path)
     assert main(["check", "broken_algo:ALGO"]) == 1
     out = capsys.readouterr().out
-    assert "FAIL conformance: target_verify" in out and "returned 6.0 (float)" in out
-    assert "FAIL mypy --strict" in out and "[arg-type]" in out
+    assert "FAIL conformance: target_verify" in out
+    assert "returned 6.0 (float)" in out
+    assert "FAIL mypy --strict" in out
+    assert "[arg-type]" in out
 
 
 def test_check_skips_mypy_on_request(capsys: pytest.CaptureFixture[str]) -> None:
@@ -92,4 +96,5 @@ def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
     """`specstrat demo` runs every algorithm through conformance and the metadata builder."""
     assert main(["demo"]) == 0
     out = capsys.readouterr().out
-    assert "DSPARK" in out and "FAIL" not in out
+    assert "DSPARK" in out
+    assert "FAIL" not in out

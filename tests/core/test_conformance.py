@@ -221,4 +221,6 @@ def test_run_conformance_reports_every_check() -> None:
     assert [r.name for r in results] == ["target_verify", "future_map", "disagg", "engine methods"]
     assert all(r.passed for r in results)
     bad = run_conformance("EAGLE")
-    assert len(bad) == 1 and not bad[0].passed and "not a SpecAlgorithm" in bad[0].message
+    assert len(bad) == 1
+    assert not bad[0].passed
+    assert "not a SpecAlgorithm" in bad[0].message

@@ -35,8 +35,10 @@ def test_eagle_builder_passes_batched_fields_through() -> None:
     """EAGLE's draft input is the batch's tensors plus last_tokens as verified ids."""
     batch, last = eagle_batch(3), torch.tensor([7, 8, 9])
     out = EagleDisaggDraftBuilder().build_disagg_draft_input(batch, last, None)
-    assert out.topk_p is batch.topk_p and out.hidden_states is batch.hidden_states
-    assert out.verified_id is last and out.seq_lens is batch.seq_lens
+    assert out.topk_p is batch.topk_p
+    assert out.hidden_states is batch.hidden_states
+    assert out.verified_id is last
+    assert out.seq_lens is batch.seq_lens
 
 
 def test_eagle_builder_names_requests_missing_hidden_states() -> None:
@@ -54,7 +56,8 @@ def test_empty_batch_is_well_defined_for_every_builder() -> None:
     )
     last = torch.zeros(0, dtype=torch.int64)
     eagle = EagleDisaggDraftBuilder().build_disagg_draft_input(empty, last, None)
-    assert eagle.topk_p.shape[0] == 0 and eagle.verified_id.shape == (0,)
+    assert eagle.topk_p.shape[0] == 0
+    assert eagle.verified_id.shape == (0,)
     assert (
         DsparkDisaggDraftBuilder().build_disagg_draft_input(empty, last, None).bonus_tokens.numel()
         == 0
@@ -74,7 +77,8 @@ def test_dflash_starts_draft_kv_from_zero() -> None:
         rids=("a", "b"), slots=torch.tensor([3, 1]), seq_lens=torch.tensor([10, 4])
     )
     out = DflashDisaggDraftBuilder().build_disagg_draft_input(batch, torch.tensor([5, 6]), None)
-    assert out.draft_seq_lens.tolist() == [0, 0] and out.seq_lens.tolist() == [10, 4]
+    assert out.draft_seq_lens.tolist() == [0, 0]
+    assert out.seq_lens.tolist() == [10, 4]
 
 
 def test_overlap_relays_eagle_state_at_slots() -> None:

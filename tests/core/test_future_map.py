@@ -18,7 +18,8 @@ def slots(*xs: int) -> torch.Tensor:
 def test_slot_map_has_a_row_per_slot_plus_padding() -> None:
     """A slot map for mrr requests has mrr + 1 rows."""
     relay = SlotFutureMapFactory().create_future_map(6, 8, 64, CPU)
-    assert isinstance(relay, SlotFutureMap) and relay.num_rows == 7
+    assert isinstance(relay, SlotFutureMap)
+    assert relay.num_rows == 7
 
 
 def test_slot_map_allocates_fields_on_first_write() -> None:
@@ -70,7 +71,8 @@ def test_ring_capacity_matches_engine_formula(mrr: int, chunk: int, ctx: int, wa
     """Ring capacity is mrr * (3 + ceil(ctx / chunk)) + 2 * mrr."""
     assert ring_capacity(mrr, chunk, ctx) == want
     relay = RingFutureMapFactory().create_future_map(mrr, chunk, ctx, CPU)
-    assert isinstance(relay, RingFutureMap) and relay.capacity == want
+    assert isinstance(relay, RingFutureMap)
+    assert relay.capacity == want
 
 
 def test_ring_refuses_rather_than_aliases_past_capacity() -> None:

@@ -84,7 +84,8 @@ def test_public_objects_have_docstrings(name: str) -> None:
 )
 def test_error_tree(error: type, base: type) -> None:
     """Each error is a SpecstratError and also the builtin exception plain code catches."""
-    assert issubclass(error, errors.SpecstratError) and issubclass(error, base)
+    assert issubclass(error, errors.SpecstratError)
+    assert issubclass(error, base)
 
 
 def test_unknown_algorithm_message_is_not_repr_quoted() -> None:

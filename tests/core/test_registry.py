@@ -65,7 +65,8 @@ def test_register_returns_algo_and_get_finds_it() -> None:
     """A registered algorithm is found under its name in any case."""
     registry = Registry(BUILTINS)
     algo = registry.register(make("Mine"))
-    assert registry.get("MINE") is algo and registry.names()[-1] == "MINE"
+    assert registry.get("MINE") is algo
+    assert registry.names()[-1] == "MINE"
 
 
 def test_duplicate_name_refused_and_registry_unchanged() -> None:
@@ -74,7 +75,8 @@ def test_duplicate_name_refused_and_registry_unchanged() -> None:
     first = registry.register(make("MINE"))
     with pytest.raises(RegistrationError, match=r"name='mine' is already registered \(as MINE\)"):
         registry.register(make("mine"))
-    assert registry.names() == ("MINE",) and registry.get("mine") is first
+    assert registry.names() == ("MINE",)
+    assert registry.get("mine") is first
 
 
 def test_reserved_names_refused_even_in_an_empty_registry() -> None:
