@@ -94,6 +94,17 @@ class VerifyMetadataBuffers:
             pages = zeros(padded_bs, host_int("max_pages", max_pages, minimum=1))
         return cls(zeros(padded_bs + 1), zeros(padded_bs), zeros(padded_bs + 1), pages)
 
+    @classmethod
+    def _uninitialized(
+        cls, padded_bs: int, max_pages: int | None, device: torch.device
+    ) -> VerifyMetadataBuffers:
+        # Both paths write every element, so the allocating forms skip the zero-fill launches.
+        def empty(*shape: int) -> torch.Tensor:
+            return torch.empty(shape, dtype=torch.int32, device=device)
+
+        pages = empty(padded_bs, max_pages) if max_pages is not None else None
+        return cls(empty(padded_bs + 1), empty(padded_bs), empty(padded_bs + 1), pages)
+
     @property
     def padded_bs(self) -> int:
         """Rows the buffers hold (the captured batch bucket)."""
@@ -400,7 +411,7 @@ def build_verify_metadata(
     tokens = _tokens_per_req(num_tokens, bs)
     paging = _paging(req_pool_indices, req_to_token, page_size, seq_lens)
     max_pages = paging.max_pages if paging is not None else None
-    out = VerifyMetadataBuffers.allocate(bs, max_pages=max_pages, device=seq_lens.device)
+    out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, tokens, out, paging, backend)
     max_k = None if seq_lens_cpu is None else _host_max("seq_lens_cpu", seq_lens_cpu, bs) + tokens
     return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
@@ -480,7 +491,7 @@ def build_ragged_verify_metadata(
         )
     paging = _paging(req_pool_indices, req_to_token, page_size, seq_lens)
     max_pages = paging.max_pages if paging is not None else None
-    out = VerifyMetadataBuffers.allocate(bs, max_pages=max_pages, device=seq_lens.device)
+    out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, ntok, out, paging, backend)
     max_q = max_k = None
     if num_tokens_per_req_cpu is not None:

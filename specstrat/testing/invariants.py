@@ -173,7 +173,11 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
     _equal(cu_q.diff(), tokens, "cu_seqlens_q steps by each row's tokens (T, never D)")
     _equal(cu_k.diff(), cache, "cu_seqlens_k steps by cache_seqlens")
     if batch.form != "ragged":
-        _require(meta.max_seq_len_q == t, "max_seq_len_q = T", f"{meta.max_seq_len_q} != {t}")
+        # An empty uniform batch has 0 tokens, so T = 0 // 0 is defined as 0.
+        want_t = t if bs or batch.form == "graph" else 0
+        _require(
+            meta.max_seq_len_q == want_t, "max_seq_len_q = T", f"{meta.max_seq_len_q} != {want_t}"
+        )
     elif bs:
         want_q = int(batch.tokens().max())
         _require(

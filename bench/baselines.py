@@ -1,0 +1,69 @@
+"""Eager TARGET_VERIFY metadata written the way the engines first did it (the bench baseline).
+
+One small op per quantity (arange, add, cumsum, pad, slicing) and a ``max().item()`` on device
+data to size the page table: every op is a kernel launch on a GPU and ``.item()`` a host sync.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+
+def eager_uniform(
+    seq_lens: torch.Tensor,
+    num_tokens: int,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int]:
+    """cu_seqlens_q, cache_seqlens, cu_seqlens_k, page_table and max_seq_len_k, eagerly."""
+    bs = seq_lens.shape[0]
+    t = num_tokens // bs
+    cu_q = torch.arange(0, bs * t + 1, t, dtype=torch.int32, device=seq_lens.device)
+    cache = (seq_lens + t).to(torch.int32)
+    cu_k = F.pad(torch.cumsum(cache, dim=0, dtype=torch.int32), (1, 0))
+    max_k = int(cache.max().item())  # the host sync the fused path avoids
+    pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
+    return cu_q, cache, cu_k, pages.to(torch.int32), max_k
+
+
+def eager_graph(
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    seq_lens: torch.Tensor,
+    tokens: int,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> int:
+    """The replay-time update of static buffers: eager ops, then copies into the buffers."""
+    cu_q, cache_buf, cu_k, page_buf = bufs
+    bs = seq_lens.shape[0]
+    cache_buf[:bs].copy_(seq_lens + tokens)
+    cache_buf[bs:].fill_(tokens)
+    cu_q.copy_(
+        torch.arange(0, cu_q.shape[0] * tokens, tokens, dtype=torch.int32, device=cu_q.device)
+    )
+    cu_k[1:].copy_(torch.cumsum(cache_buf, dim=0, dtype=torch.int32))
+    max_k = int(cache_buf.max().item())
+    pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
+    page_buf[:bs, : pages.shape[1]].copy_(pages)
+    page_buf[bs:].fill_(0)
+    return max_k
+
+
+def eager_ragged(
+    seq_lens: torch.Tensor,
+    num_tokens_per_req: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
+    """Per-request widths, rebuilt eagerly on every replay as the engines do."""
+    cu_q = F.pad(torch.cumsum(num_tokens_per_req, dim=0, dtype=torch.int32), (1, 0))
+    cache = (seq_lens + num_tokens_per_req).to(torch.int32)
+    cu_k = F.pad(torch.cumsum(cache, dim=0, dtype=torch.int32), (1, 0))
+    max_q = int(num_tokens_per_req.max().item())
+    max_k = int(cache.max().item())
+    pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
+    return cu_q, cache, cu_k, pages.to(torch.int32), max_q, max_k

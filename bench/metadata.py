@@ -1,0 +1,159 @@
+"""Launches and host syncs per TARGET_VERIFY metadata build, fused vs eager, plus CPU time ratio.
+
+Counting (a dispatch mode sees every aten op; views and uninitialised allocations launch
+nothing, ``_local_scalar_dense`` is a device-to-host read, i.e. a sync):
+
+* fused: the library's launcher runs on ``meta`` tensors (no data: any host read would raise),
+  with the Triton launch recorded instead of executed, so the count is what a CUDA call
+  dispatches, without the value checks that run only on CPU tensors;
+* eager: ``bench/baselines.py``, the engines' first implementation, on CPU tensors.
+
+Time: the torch twin (``backend="torch"``) against the eager baseline, both on the CPU,
+interleaved in one run; the ratio is eager time / twin time (above 1: the twin is faster).
+Usage: ``python bench/metadata.py [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import time
+from collections.abc import Callable
+from functools import partial
+from pathlib import Path
+from typing import Any
+from unittest.mock import patch
+
+os.environ.setdefault("TRITON_INTERPRET", "1")
+sys.path.insert(0, str(Path(__file__).parent))
+
+import torch
+from baselines import eager_graph, eager_ragged, eager_uniform
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import specstrat.kernels.verify_metadata as vm
+
+BATCH_SIZES = (1, 16, 64, 256, 1024)
+CTX, PAGE, T = 4096, 16, 4
+_FREE = {
+    torch.ops.aten.empty.memory_format,
+    torch.ops.aten.empty_strided.default,
+    torch.ops.aten.lift_fresh.default,
+}
+
+
+class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts kernel-launching aten ops and host syncs."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.launches = 0
+        self.syncs = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        if func is torch.ops.aten._local_scalar_dense.default:
+            self.syncs += 1
+        elif func not in _FREE and not func.is_view:
+            self.launches += 1
+        return func(*args, **(kwargs or {}))
+
+
+def inputs(bs: int, device: str) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(bs)
+    tensors = {
+        "seq_lens": torch.randint(1, CTX - T, (bs,), generator=gen),
+        "ntok": torch.randint(1, T + 1, (bs,), generator=gen),
+        "rpi": torch.randperm(bs + 1, generator=gen)[:bs],
+        "rtt": torch.randint(0, 1 << 24, (bs + 1, CTX), generator=gen, dtype=torch.int32),
+    }
+    return {k: v.to(device) for k, v in tensors.items()}
+
+
+def fused(form: str, x: dict[str, torch.Tensor], backend: Any) -> object:
+    paging = {"req_pool_indices": x["rpi"], "req_to_token": x["rtt"], "page_size": PAGE}
+    bs = x["seq_lens"].shape[0]
+    if form == "uniform":
+        return vm.build_verify_metadata(x["seq_lens"], bs * T, backend=backend, **paging)  # type: ignore[arg-type]
+    if form == "ragged":
+        return vm.build_ragged_verify_metadata(x["seq_lens"], x["ntok"], backend=backend, **paging)  # type: ignore[arg-type]
+    return vm.build_verify_metadata_into(x["bufs"], x["seq_lens"], T, backend=backend, **paging)  # type: ignore[arg-type, arg-type]
+
+
+def eager(form: str, x: dict[str, Any]) -> object:
+    bs = x["seq_lens"].shape[0]
+    if form == "uniform":
+        return eager_uniform(x["seq_lens"], bs * T, x["rpi"], x["rtt"], PAGE)
+    if form == "ragged":
+        return eager_ragged(x["seq_lens"], x["ntok"], x["rpi"], x["rtt"], PAGE)
+    b = x["bufs"]
+    bufs = (b.cu_seqlens_q, b.cache_seqlens, b.cu_seqlens_k, b.page_table)
+    return eager_graph(bufs, x["seq_lens"], T, x["rpi"], x["rtt"], PAGE)
+
+
+def with_buffers(x: dict[str, Any], device: str) -> dict[str, Any]:
+    bs = x["seq_lens"].shape[0]
+    pages = -(-CTX // PAGE)
+    return {**x, "bufs": vm.VerifyMetadataBuffers.allocate(bs, max_pages=pages, device=device)}
+
+
+def count_fused(form: str, bs: int) -> tuple[int, int]:
+    launched: list[object] = []
+    x = with_buffers(inputs(bs, "meta"), "meta")
+    # The launch is recorded, not run (meta tensors hold no data); the backend is forced so the
+    # Triton path is the one counted.
+    with (
+        patch.object(vm, "launch", lambda kernel, grid, *a, **kw: launched.append(grid)),
+        patch.object(vm, "resolve_backend", lambda backend, *tensors: "triton"),
+        OpCounter() as counter,
+    ):
+        fused(form, x, "triton")
+    return counter.launches + len(launched), counter.syncs
+
+
+def count_eager(form: str, bs: int) -> tuple[int, int]:
+    x = with_buffers(inputs(bs, "cpu"), "cpu")
+    with OpCounter() as counter:
+        eager(form, x)
+    return counter.launches, counter.syncs
+
+
+def median_seconds(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--repeats", type=int, default=30)
+    args = parser.parse_args()
+    print(
+        f"T={T}, page_size={PAGE}, context={CTX}; CPU time: median of {args.repeats}, interleaved"
+    )
+    header = f"{'form':<8} {'bs':>5} | {'fused launches':>14} {'syncs':>5} | {'eager launches':>14} {'syncs':>5} | {'eager/twin CPU time':>19}"
+    print(header)
+    print("-" * len(header))
+    for form in ("uniform", "graph", "ragged"):
+        for bs in BATCH_SIZES:
+            fl, fs = count_fused(form, bs)
+            el, es = count_eager(form, bs)
+            x = with_buffers(inputs(bs, "cpu"), "cpu")
+            twin_s = eager_s = 0.0
+            twin = partial(fused, form, x, "torch")
+            base = partial(eager, form, x)
+            for _ in range(3):  # interleave, so machine noise hits both sides alike
+                twin_s += median_seconds(twin, args.repeats)
+                eager_s += median_seconds(base, args.repeats)
+            print(
+                f"{form:<8} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | {eager_s / twin_s:>18.2f}x"
+            )
+
+
+if __name__ == "__main__":
+    main()
