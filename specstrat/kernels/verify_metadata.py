@@ -32,6 +32,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import torch
+import torch.nn.functional as F
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int, index_tensor, static_buffer
@@ -246,22 +247,21 @@ def verify_metadata_ref(
     """
     bs, padded_bs = seq_lens.shape[0], out.padded_bs
     dev = seq_lens.device
-    pad_rows = padded_bs - bs
     # Per-row query tokens: the real rows' counts, then T for each padding row.
     if isinstance(tokens, int):
         tok = torch.full((padded_bs,), tokens, dtype=torch.int64, device=dev)
     else:
         tok = tokens.to(torch.int64)
     # Per-row prefix length: seq_lens, then PAD_SEQ_LEN for each padding row.
-    pad_seq = torch.full((pad_rows,), PAD_SEQ_LEN, dtype=torch.int64, device=dev)
-    seq = torch.cat([seq_lens.to(torch.int64), pad_seq])
+    seq = seq_lens.to(torch.int64)
+    if padded_bs > bs:
+        seq = F.pad(seq, (0, padded_bs - bs), value=PAD_SEQ_LEN)
     cache = seq + tok
-    # Writes cache_seqlens, then both exclusive prefix sums (leading 0, then running totals).
+    # Both exclusive prefix sums in one cumsum: row 0 is tokens, row 1 is cache_seqlens.
+    prefix = F.pad(torch.cumsum(torch.stack([tok, cache]), dim=1), (1, 0))
     out.cache_seqlens.copy_(cache)
-    out.cu_seqlens_q[0] = 0
-    out.cu_seqlens_q[1:].copy_(torch.cumsum(tok, 0))
-    out.cu_seqlens_k[0] = 0
-    out.cu_seqlens_k[1:].copy_(torch.cumsum(cache, 0))
+    out.cu_seqlens_q.copy_(prefix[0])
+    out.cu_seqlens_k.copy_(prefix[1])
     if out.page_table is None or req_pool_indices is None or req_to_token is None:
         return
     # Reads the first token slot of each used page from the request's row of req_to_token.

@@ -3,13 +3,7 @@
 from dataclasses import dataclass
 
 import specstrat
-from specstrat import (
-    Capabilities,
-    EagleDisaggDraftBuilder,
-    EagleDraftInput,
-    SlotFutureMapFactory,
-    SpecAlgorithm,
-)
+from specstrat import EAGLE, EagleDraftInput, SlotFutureMapFactory, SpecAlgorithm
 
 
 @dataclass(frozen=True, slots=True)
@@ -19,20 +13,16 @@ class ShortDraftVerifyPolicy:
     def supports_target_verify_for_draft(self) -> bool:
         return True
 
-    def get_num_tokens_per_req_for_target_verify(
-        self, num_draft_tokens: int, is_draft_worker: bool
-    ) -> int:
-        return max(1, num_draft_tokens - 1) if is_draft_worker else num_draft_tokens
+    def get_num_tokens_per_req_for_target_verify(self, d: int, is_draft_worker: bool) -> int:
+        return max(1, d - 1) if is_draft_worker else d
 
 
 MY_EAGLE: SpecAlgorithm[EagleDraftInput] = specstrat.register(
     SpecAlgorithm(
         name="MY_EAGLE",
-        capabilities=Capabilities(
-            has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True
-        ),
+        capabilities=EAGLE.capabilities,  # draft KV, top-k, hidden states
         target_verify=ShortDraftVerifyPolicy(),
         future_map=SlotFutureMapFactory(),
-        disagg=EagleDisaggDraftBuilder(),
+        disagg=EAGLE.disagg,  # EagleDisaggDraftBuilder
     )
 )
