@@ -1,5 +1,7 @@
 """Disaggregation builders: batched draft inputs, overlap relay, and missing-field errors."""
 
+from typing import Any
+
 import pytest
 import torch
 from hypothesis import given
@@ -68,7 +70,8 @@ def test_empty_batch_is_well_defined_for_every_builder() -> None:
         .draft_seq_lens.numel()
         == 0
     )
-    assert NoDraftStateDisaggDraftBuilder().build_disagg_draft_input(empty, last, None) is None
+    none_builder: Any = NoDraftStateDisaggDraftBuilder()
+    assert none_builder.build_disagg_draft_input(empty, last, None) is None
 
 
 def test_dflash_starts_draft_kv_from_zero() -> None:
@@ -89,7 +92,9 @@ def test_overlap_relays_eagle_state_at_slots() -> None:
     got = relay.resolve(torch.tensor([3, 1]))
     assert got.bonus_tokens.tolist() == [9, 7]  # type: ignore[union-attr]
     assert got.seq_lens.tolist() == [7, 5]  # type: ignore[union-attr]
-    assert torch.equal(got.hidden_states, batch.hidden_states[[2, 0]])  # type: ignore[index]
+    assert got.hidden_states is not None
+    assert batch.hidden_states is not None
+    assert torch.equal(got.hidden_states, batch.hidden_states[[2, 0]])
 
 
 @given(prebuilt_batches(EAGLE_CAPS, enable_overlap=True))
