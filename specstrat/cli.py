@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import json
 import os
 import sys
 from collections.abc import Sequence
@@ -12,9 +13,8 @@ from typing import Any
 
 import torch
 
-from specstrat.algorithm import HOOKS, SpecAlgorithm
+from specstrat.algorithm import HOOKS
 from specstrat.errors import SpecstratError
-from specstrat.kernels import HAS_TRITON, build_verify_metadata
 from specstrat.registry import default_registry
 from specstrat.testing.conformance import run_conformance
 
@@ -94,31 +94,31 @@ def _check(args: argparse.Namespace) -> int:
     return 1 if failed else 0
 
 
-def _demo(_: argparse.Namespace) -> int:
-    registry = default_registry()
-    registry.ensure_plugins()
-    d = 4
-    seq_lens = torch.tensor([17, 250, 3, 1024])
-    path = "triton" if HAS_TRITON and torch.cuda.is_available() else "torch twin"
-    print(f"specstrat demo: every registered algorithm, D={d}, bs={seq_lens.numel()} ({path})\n")
-    print(f"{'algorithm':<12} {'conformance':<12} {'T target':>8} {'T draft':>8}  cu_seqlens_q")
-    for name in registry.names():
-        algo: SpecAlgorithm[Any] = registry.get(name)
-        ok = all(r.passed for r in run_conformance(algo))
-        if algo.is_none():
-            print(
-                f"{name:<12} {'pass' if ok else 'FAIL':<12} {'-':>8} {'-':>8}  (no TARGET_VERIFY)"
-            )
-            continue
-        t = algo.get_num_tokens_per_req_for_target_verify(d, False)
-        td = algo.get_num_tokens_per_req_for_target_verify(d, True)
-        meta = build_verify_metadata(seq_lens, seq_lens.numel() * t, seq_lens_cpu=seq_lens)
-        cu_q = meta.cu_seqlens_q.tolist()
-        print(f"{name:<12} {'pass' if ok else 'FAIL':<12} {t:>8} {td:>8}  {cu_q}")
-    print(
-        "\nThe plain scheduler (end-to-end runs on embedded models) arrives with the runtime issue."
+def _demo(args: argparse.Namespace) -> int:
+    from specstrat.runtime.demo import run_demo  # the runtime loads models: only demo needs it
+
+    # Tiny per-step tensors: one intra-op thread avoids contention (0.7 s vs up to 37 s per
+    # decode run measured on a loaded 2-core machine).
+    torch.set_num_threads(1)
+    summary, _ = run_demo(
+        args.algo,
+        overlap=args.overlap,
+        num_requests=args.requests,
+        num_draft_tokens=args.draft_tokens,
+        progress=not args.json,
     )
-    return 0
+    if args.json:
+        print(json.dumps(summary.as_dict(), indent=2))
+    else:
+        print(summary.table())
+    return 0 if summary.lossless else 1
+
+
+def _positive(text: str) -> int:
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not an int >= 1")
+    return value
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -130,7 +130,14 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="conformance kit and mypy on MODULE:ATTR")
     check.add_argument("target", help="the algorithm to check, as MODULE:ATTR")
     check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
-    sub.add_parser("demo", help="run the main job")
+    demo = sub.add_parser("demo", help="run an algorithm against target-only decoding")
+    demo.add_argument("--algo", default="EAGLE", help="registered algorithm (default EAGLE)")
+    demo.add_argument(
+        "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
+    )
+    demo.add_argument("--requests", type=_positive, default=16, help="requests in the workload")
+    demo.add_argument("--draft-tokens", type=_positive, default=4, help="D, num_draft_tokens")
+    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser
 
 

@@ -1,5 +1,6 @@
 """The specstrat command: list, check (conformance + mypy) and demo."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -92,9 +93,25 @@ def test_check_non_algorithm_fails(capsys: pytest.CaptureFixture[str]) -> None:
     assert "not a SpecAlgorithm" in capsys.readouterr().out
 
 
-def test_demo_runs(capsys: pytest.CaptureFixture[str]) -> None:
-    """`specstrat demo` runs every algorithm through conformance and the metadata builder."""
-    assert main(["demo"]) == 0
-    out = capsys.readouterr().out
-    assert "DSPARK" in out
-    assert "FAIL" not in out
+def test_demo_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat demo` runs the workload and prints the summary table with lossless: yes."""
+    assert main(["demo", "--algo", "ngram", "--requests", "3", "--no-overlap"]) == 0
+    captured = capsys.readouterr()
+    assert "NGRAM (D=4, overlap off)" in captured.out
+    assert "lossless                   yes" in captured.out
+    assert "[##############################] 3/3" in captured.err
+
+
+def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat demo --json` prints the summary as JSON."""
+    assert main(["demo", "--algo", "EAGLE", "--requests", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["algorithm"] == "EAGLE"
+    assert summary["lossless"] is True
+    assert summary["requests"] == 2
+
+
+def test_demo_unknown_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    """An unknown --algo exits 2 with the known names."""
+    assert main(["demo", "--algo", "MEDUSA", "--requests", "1"]) == 2
+    assert "no algorithm named 'MEDUSA'; known: NONE, EAGLE" in capsys.readouterr().err

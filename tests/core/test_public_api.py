@@ -29,10 +29,28 @@ PUBLIC_MODULES = [
     "specstrat.testing.conformance",
     "specstrat.testing.invariants",
     "specstrat.testing.strategies",
+    "specstrat.runtime",
+    "specstrat.runtime.attention",
+    "specstrat.runtime.demo",
+    "specstrat.runtime.drafters",
+    "specstrat.runtime.engine",
+    "specstrat.runtime.forward",
+    "specstrat.runtime.graph_runner",
+    "specstrat.runtime.memory",
+    "specstrat.runtime.model",
+    "specstrat.runtime.train",
+    "specstrat.runtime.weights",
+    "specstrat.runtime.worker",
 ]
 
 
-PACKAGES = {"specstrat", "specstrat.strategies", "specstrat.kernels", "specstrat.testing"}
+PACKAGES = {
+    "specstrat",
+    "specstrat.strategies",
+    "specstrat.kernels",
+    "specstrat.testing",
+    "specstrat.runtime",
+}
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

@@ -1,0 +1,144 @@
+"""End-to-end figures of the plain scheduler on the embedded models, measured side by side.
+
+1. tokens/s with speculation vs target-only (NGRAM, STANDALONE, EAGLE; ratio; acceptance length),
+   the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
+2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
+3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards.
+
+Usage: ``python bench/e2e.py [--repeats N] [--requests N]``. One intra-op thread (tiny tensors).
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+
+import specstrat
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime.demo import workload
+from specstrat.runtime.model import AttentionBackend, TinyLM
+from specstrat.runtime.worker import ModelWorker
+
+
+def timed_run(
+    algo: Any, models: EmbeddedModels, requests: list[Request], **config: Any
+) -> tuple[float, Engine]:
+    engine = Engine(algo, models, EngineConfig(context_len=512, **config))
+    start = time.perf_counter()
+    engine.run(requests)
+    return time.perf_counter() - start, engine
+
+
+def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None:
+    names = ("NONE", "NGRAM", "STANDALONE", "EAGLE")
+    seconds: dict[str, list[float]] = {n: [] for n in names}
+    accept: dict[str, float] = {}
+    tokens = 0
+    for _ in range(repeats):
+        for name in names:
+            wall, engine = timed_run(specstrat.get(name), models, requests)
+            seconds[name].append(wall)
+            accept[name] = engine.stats.acceptance_length
+            tokens = engine.stats.generated_tokens
+    base = statistics.median(seconds["NONE"])
+    print(f"\n1. speculation vs target-only: {len(requests)} requests, {tokens} tokens, D=4, sync")
+    print(f"{'algorithm':<12} {'tokens/s':>9} {'vs target-only':>15} {'acceptance':>11}")
+    for name in names:
+        wall = statistics.median(seconds[name])
+        print(f"{name:<12} {tokens / wall:>9.0f} {base / wall:>14.2f}x {accept[name]:>11.2f}")
+
+
+class ZeroCostLM(TinyLM):
+    """Returns fixed logits without computing anything: what is left is scheduler overhead."""
+
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = tokens.shape[0]
+        logits = torch.zeros(n, 256, dtype=torch.float64)
+        logits[:, 65] = 1.0
+        return logits, torch.zeros(n, self.cfg.dim, dtype=torch.float64)
+
+
+def overhead(models: EmbeddedModels) -> None:
+    zero = ZeroCostLM(models.target.cfg).double().eval()
+    fake = EmbeddedModels(zero, models.draft, models.eagle)
+    print("\n2. scheduler overhead per decode step, zero-cost model (µs/step)")
+    print(f"{'bs':>5} {'NONE (decode)':>14} {'NGRAM (verify T=4)':>19}")
+    for bs in (1, 16, 64, 256):
+        row = []
+        for name in ("NONE", "NGRAM"):
+            requests = [Request(f"r{i}", (65, 66, 67), 64) for i in range(bs)]
+            config = {"max_running_requests": bs, "graph_buckets": (1, 16, 64, 256)}
+            wall, engine = timed_run(specstrat.get(name), fake, requests, **config)
+            row.append(wall / engine.stats.decode_steps * 1e6)
+        print(f"{bs:>5} {row[0]:>14.0f} {row[1]:>19.0f}")
+
+
+@contextmanager
+def model_time(total: list[float]) -> Iterator[None]:
+    """Adds the wall time spent inside ModelWorker.run (model forwards) to ``total[0]``."""
+    real: Callable[..., Any] = ModelWorker.run
+
+    def timed(self: ModelWorker, batch: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return real(self, batch)
+        finally:
+            total[0] += time.perf_counter() - start
+
+    ModelWorker.run = timed  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        ModelWorker.run = real  # type: ignore[method-assign]
+
+
+def overlap(models: EmbeddedModels, repeats: int) -> None:
+    print("\n3. overlap vs synchronous, bs 64 (64 requests, all admitted at once)")
+    requests = workload(64, seed=7)
+    print(
+        f"{'algorithm':<10} {'sync s':>7} {'overlap s':>10} {'overlap/sync':>13} {'model s':>8} {'overlap/model':>14}"
+    )
+    for name in ("NONE", "EAGLE"):
+        sync_s, over_s, forward_s = [], [], []
+        for _ in range(repeats):
+            sync_s.append(
+                timed_run(specstrat.get(name), models, requests, max_running_requests=64)[0]
+            )
+            spent = [0.0]
+            with model_time(spent):
+                wall, _ = timed_run(
+                    specstrat.get(name),
+                    models,
+                    requests,
+                    max_running_requests=64,
+                    overlap=True,
+                    graph_buckets=(64,),
+                )
+            over_s.append(wall)
+            forward_s.append(spent[0])
+        s, o, f = (statistics.median(x) for x in (sync_s, over_s, forward_s))
+        print(f"{name:<10} {s:>7.2f} {o:>10.2f} {o / s:>12.2f}x {f:>8.2f} {o / f:>13.2f}x")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=16)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    models = EmbeddedModels.load()
+    speed(models, workload(args.requests), args.repeats)
+    overhead(models)
+    overlap(models, args.repeats)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,20 @@
+"""The plain scheduler: runs any composed algorithm end to end on small embedded models."""
+
+from specstrat.runtime.engine import Engine, EngineConfig, Request, RunStats
+from specstrat.runtime.forward import ForwardBatch, ForwardMode
+from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.weights import EMBEDDED_WEIGHTS, EmbeddedModels
+from specstrat.runtime.worker import ModelWorker
+
+__all__ = [
+    "EMBEDDED_WEIGHTS",
+    "EmbeddedModels",
+    "Engine",
+    "EngineConfig",
+    "ForwardBatch",
+    "ForwardMode",
+    "GraphRunner",
+    "ModelWorker",
+    "Request",
+    "RunStats",
+]

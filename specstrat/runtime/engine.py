@@ -1,0 +1,372 @@
+"""The plain scheduler: continuous batching of any composed algorithm on the embedded models.
+
+Each step runs on a forward thread: release finished requests, prefill (EXTEND) admitted ones,
+then one decode step for the running ones. A speculative decode step resolves the previous step's
+results from the relay (``algo.create_future_map``), drafts ``T - 1`` tokens, runs TARGET_VERIFY
+with ``T = algo.get_num_tokens_per_req_for_target_verify(D, False)``, accepts the longest prefix
+of drafts that matches the target's greedy choices plus one bonus token (lossless: the output is
+exactly target-only greedy decoding), rewinds the KV of rejected positions, and publishes/stashes
+the results for the next step.
+
+Synchronous mode waits for each step before scheduling the next. Overlap mode schedules step
+N+1 while step N's forward runs: step N+1 reads N's results only through the relay, and requests
+that finish at step N may run one extra step whose tokens are dropped (as in the engines).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.errors import InvalidConfig
+from specstrat.protocols import FutureMap
+from specstrat.relay import RelayPayload
+from specstrat.runtime.drafters import Drafter, StepInputs, drafter_for
+from specstrat.runtime.forward import ForwardMode
+from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.weights import EmbeddedModels
+from specstrat.runtime.worker import ModelWorker
+
+__all__ = ["Engine", "EngineConfig", "Request", "RunStats"]
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A generation request: a byte prompt and how many tokens to generate."""
+
+    rid: str
+    prompt: tuple[int, ...]
+    max_new_tokens: int
+
+    def __post_init__(self) -> None:
+        if not self.prompt:
+            raise InvalidConfig(
+                f"request {self.rid!r} has an empty prompt; give at least one token"
+            )
+        if any(not isinstance(t, int) or not 0 <= t < 256 for t in self.prompt):
+            raise InvalidConfig(
+                f"request {self.rid!r}: prompt tokens must be ints in 0..255 (bytes)"
+            )
+        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+            raise InvalidConfig(
+                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int"
+            )
+        if self.max_new_tokens <= 0:
+            raise InvalidConfig(
+                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens} must be >= 1"
+            )
+
+    @classmethod
+    def from_text(cls, rid: str, text: str, max_new_tokens: int) -> Request:
+        """A request whose prompt is ``text`` encoded as UTF-8 bytes."""
+        return cls(rid, tuple(text.encode()), max_new_tokens)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy."""
+
+    num_draft_tokens: int = 4
+    max_running_requests: int = 16
+    context_len: int = 1024
+    chunked_prefill_size: int = 512
+    max_total_tokens: int | None = None
+    overlap: bool = False
+    graph_buckets: tuple[int, ...] = (1, 2, 4, 8, 16)
+    use_graph_runner: bool = True
+
+    def __post_init__(self) -> None:
+        for name in (
+            "num_draft_tokens",
+            "max_running_requests",
+            "context_len",
+            "chunked_prefill_size",
+        ):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfig(f"EngineConfig.{name}={value!r} must be an int >= 1")
+
+
+@dataclass
+class RunStats:
+    """What a run did: tokens generated, decode steps, verify steps and accepted tokens."""
+
+    generated_tokens: int = 0
+    decode_steps: int = 0
+    verified_requests: int = 0
+    verified_tokens: int = 0  # tokens produced by verification (accepted drafts + bonus)
+    seconds: float = 0.0
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens produced per request per verify step (1.0 without speculation)."""
+        return self.verified_tokens / self.verified_requests if self.verified_requests else 1.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens over wall time."""
+        return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+
+@dataclass
+class _Live:
+    request: Request
+    slot: int
+    output: list[int] = field(default_factory=list)
+    finished: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    release: list[int]
+    admit: list[tuple[Request, int]]
+    running: list[int]
+
+
+class Engine:
+    """Runs one algorithm on the embedded models: submit requests, then :meth:`run`."""
+
+    def __init__(
+        self,
+        algo: SpecAlgorithm[Any],
+        models: EmbeddedModels,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.algo = algo
+        self.config = cfg = config or EngineConfig()
+        if cfg.overlap and not algo.capabilities.supports_overlap:
+            raise InvalidConfig(f"algorithm {algo.name} does not support overlap mode")
+        dtype = next(models.target.parameters()).dtype
+        device = next(models.target.parameters()).device
+        total = cfg.max_total_tokens or cfg.max_running_requests * cfg.context_len
+        self.target = ModelWorker(
+            models.target,
+            max_running_requests=cfg.max_running_requests,
+            context_len=cfg.context_len,
+            max_total_tokens=total,
+            device=device,
+            dtype=dtype,
+        )
+        draft_worker = None
+        if algo.capabilities.has_draft_kv and not algo.capabilities.carries_draft_hidden_states:
+            draft_worker = ModelWorker(
+                models.draft,
+                max_running_requests=cfg.max_running_requests,
+                context_len=cfg.context_len,
+                max_total_tokens=total,
+                device=device,
+                dtype=dtype,
+            )
+        self.drafter: Drafter | None = drafter_for(
+            algo, models.target, draft_worker=draft_worker, eagle_head=models.eagle
+        )
+        self.tokens_per_req = (
+            algo.get_num_tokens_per_req_for_target_verify(cfg.num_draft_tokens, False)
+            if algo.is_speculative()
+            else 1
+        )
+        self.graph_runner = (
+            GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
+            if algo.is_speculative() and cfg.use_graph_runner
+            else None
+        )
+        self.future_map: FutureMap = self.init_overlap(device)
+        self._waiting: list[Request] = []
+        self._live: dict[str, _Live] = {}
+        self._rids: set[str] = set()
+        self.stats = RunStats()
+
+    def init_overlap(self, device: torch.device) -> FutureMap:
+        """The relay between steps, from the algorithm's future-map strategy."""
+        cfg = self.config
+        return self.algo.create_future_map(
+            cfg.max_running_requests, cfg.chunked_prefill_size, cfg.context_len, device
+        )
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def submit(self, request: Request) -> None:
+        """Queue a request; bad requests are refused before anything changes."""
+        if not isinstance(request, Request):
+            raise InvalidConfig(f"request={request!r}; pass a specstrat.runtime.Request")
+        if request.rid in self._rids:
+            raise InvalidConfig(f"request id {request.rid!r} was already submitted")
+        # Room for the prompt, the output, and one overlapped step of T tokens past the end.
+        need = len(request.prompt) + request.max_new_tokens + 2 * self.tokens_per_req
+        if need > self.config.context_len:
+            raise InvalidConfig(
+                f"request {request.rid!r}: prompt ({len(request.prompt)}) + max_new_tokens "
+                f"({request.max_new_tokens}) + 2*T ({2 * self.tokens_per_req}) = {need} exceeds "
+                f"context_len={self.config.context_len}; shorten the prompt or the output"
+            )
+        self._waiting.append(request)
+        self._rids.add(request.rid)
+
+    # -- the forward thread's work ------------------------------------------------------------
+
+    def _prefill(self, admit: list[tuple[Request, int]]) -> dict[int, list[int]]:
+        slots = [slot for _, slot in admit]
+        prompts = [list(req.prompt) for req, _ in admit]
+        logits, hidden = self.target.forward(ForwardMode.EXTEND, slots, prompts)
+        ends = torch.tensor([len(p) for p in prompts]).cumsum(0) - 1
+        first = logits[ends].argmax(-1)
+        extra = (
+            self.drafter.admit(slots, prompts, first, hidden[ends])
+            if self.drafter is not None
+            else RelayPayload()
+        )
+        slot_tensor = torch.tensor(slots, dtype=torch.int64, device=self.target.device)
+        self.future_map.publish(
+            slot_tensor, torch.tensor([len(p) for p in prompts], device=self.target.device)
+        )
+        self.future_map.stash(slot_tensor, extra.merged(RelayPayload(bonus_tokens=first)))
+        return {slot: [int(t)] for slot, t in zip(slots, first.tolist(), strict=True)}
+
+    def _decode(self, slots: list[int]) -> dict[int, list[int]]:
+        slot_tensor = torch.tensor(slots, dtype=torch.int64, device=self.target.device)
+        relay = self.future_map.resolve(slot_tensor)
+        if relay.bonus_tokens is None or relay.seq_lens is None:
+            raise InvalidConfig("the relay lost bonus_tokens or seq_lens between steps")
+        inputs = StepInputs(
+            slots, relay.bonus_tokens, [int(x) for x in relay.seq_lens.tolist()], relay
+        )
+        bs, t = len(slots), self.tokens_per_req
+        if self.drafter is None:
+            logits, _ = self.target.forward(
+                ForwardMode.DECODE, slots, [[x] for x in inputs.last.tolist()]
+            )
+            bonus = logits.argmax(-1)
+            new_lens = [n + 1 for n in inputs.seq_lens]
+            extra = RelayPayload()
+            produced = {s: [int(b)] for s, b in zip(slots, bonus.tolist(), strict=True)}
+        else:
+            drafts = (
+                self.drafter.draft(inputs, t - 1)
+                if t > 1
+                else torch.zeros(bs, 0, dtype=torch.int64)
+            )
+            verify = torch.cat([inputs.last[:, None], drafts], dim=1)
+            if self.graph_runner is not None and self.graph_runner.can_run(bs):
+                logits, hidden = self.graph_runner.replay(slots, verify)
+            else:
+                logits, hidden = self.target.forward(
+                    ForwardMode.TARGET_VERIFY, slots, verify.tolist()
+                )
+            greedy = logits.argmax(-1).view(bs, t)
+            match = (drafts == greedy[:, :-1]).to(torch.int64)
+            accepted = match.cumprod(dim=1).sum(dim=1)
+            rows = torch.arange(bs)
+            bonus = greedy[rows, accepted]
+            at_bonus = hidden.view(bs, t, -1)[rows, accepted]
+            acc = [int(a) for a in accepted.tolist()]
+            new_lens = [n + a + 1 for n, a in zip(inputs.seq_lens, acc, strict=True)]
+            for slot, length in zip(slots, new_lens, strict=True):
+                self.target.rewind(slot, length)  # drop rejected draft positions
+            extra = self.drafter.accept(inputs, drafts, acc, bonus, at_bonus)
+            draft_rows = drafts.tolist()
+            produced = {s: [*draft_rows[i][: acc[i]], int(bonus[i])] for i, s in enumerate(slots)}
+            self.stats.verified_requests += bs
+            self.stats.verified_tokens += sum(a + 1 for a in acc)
+        self.future_map.publish(slot_tensor, torch.tensor(new_lens, device=self.target.device))
+        self.future_map.stash(slot_tensor, extra.merged(RelayPayload(bonus_tokens=bonus)))
+        self.stats.decode_steps += 1
+        return produced
+
+    def _step(self, plan: _Plan) -> dict[int, list[int]]:
+        for slot in plan.release:
+            self.future_map.resolve(torch.tensor([slot], device=self.target.device))  # drain
+            if self.drafter is not None:
+                self.drafter.release(slot)
+            self.target.free_request(slot)
+        produced = self._decode(plan.running) if plan.running else {}
+        if plan.admit:
+            produced.update(self._prefill(plan.admit))
+        return produced
+
+    # -- the scheduler thread's work ----------------------------------------------------------
+
+    def _plan(self, release: list[int]) -> _Plan:
+        """Step composition: slots to release, requests to admit (slots allocated), running."""
+        running = [live.slot for live in self._live.values() if not live.finished]
+        admit: list[tuple[Request, int]] = []
+        while self._waiting and self.target.requests.available > len(admit):
+            request = self._waiting.pop(0)
+            slot = self.target.requests.alloc()
+            self._live[request.rid] = _Live(request, slot)
+            admit.append((request, slot))
+        return _Plan(release, admit, running)
+
+    def _absorb(self, produced: dict[int, list[int]]) -> list[int]:
+        """Append step outputs; return the slots of requests that just finished."""
+        by_slot = {live.slot: live for live in self._live.values() if not live.finished}
+        done: list[int] = []
+        for slot, tokens in produced.items():
+            live = by_slot.get(slot)
+            if live is None:
+                continue  # an overlapped extra step of a finished request: dropped
+            room = live.request.max_new_tokens - len(live.output)
+            live.output.extend(tokens[:room])
+            self.stats.generated_tokens += min(room, len(tokens))
+            if len(live.output) >= live.request.max_new_tokens:
+                live.finished = True
+                done.append(slot)
+        return done
+
+    def run(
+        self,
+        requests: Sequence[Request] = (),
+        *,
+        progress: Callable[[int, int], None] | None = None,
+    ) -> dict[str, list[int]]:
+        """Submit ``requests``, run until every submitted request finished; outputs by id."""
+        for request in requests:
+            self.submit(request)
+        total = len(self._waiting) + sum(not live.finished for live in self._live.values())
+        start = time.perf_counter()
+        if self.config.overlap:
+            self._run_overlap(total, progress)
+        else:
+            self._run_sync(total, progress)
+        self.stats.seconds += time.perf_counter() - start
+        return {rid: live.output for rid, live in self._live.items()}
+
+    def _finished(self) -> int:
+        return sum(live.finished for live in self._live.values())
+
+    def _run_sync(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+        release: list[int] = []
+        while self._waiting or any(not live.finished for live in self._live.values()):
+            plan = self._plan(release)
+            release = self._absorb(self._step(plan))
+            if progress is not None:
+                progress(self._finished(), total)
+        self._step(_Plan(release, [], []))
+
+    def _run_overlap(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstrat-forward") as pool:
+            release: list[int] = []
+            pending: Future[dict[int, list[int]]] | None = None
+            while (
+                pending is not None
+                or self._waiting
+                or any(not live.finished for live in self._live.values())
+            ):
+                plan = self._plan(release)
+                release = []
+                if pending is not None:
+                    produced = pending.result()  # step N done
+                    pending = None
+                    if plan.running or plan.admit or plan.release:
+                        pending = pool.submit(self._step, plan)  # step N+1 runs ...
+                    release = self._absorb(produced)  # ... while N's results are absorbed
+                elif plan.running or plan.admit or plan.release:
+                    pending = pool.submit(self._step, plan)
+                if progress is not None:
+                    progress(self._finished(), total)
+            self._step(_Plan(release, [], []))

@@ -1,0 +1,155 @@
+"""The embedded byte-level models: a small target LM, a smaller draft LM and an EAGLE-style head.
+
+The models never own a KV cache or a mask: each attention layer calls an
+:class:`AttentionBackend`, so one model definition serves training (dense causal attention over
+``[B, L]`` sequences) and the engine (paged attention that reads the TARGET_VERIFY/EXTEND/DECODE
+metadata the kernels build, so wrong metadata produces wrong tokens).
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Protocol
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+__all__ = [
+    "AttentionBackend",
+    "CausalAttention",
+    "EagleHead",
+    "ModelConfig",
+    "TinyLM",
+]
+
+VOCAB = 256  # bytes
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelConfig:
+    """Shape of a :class:`TinyLM`: width, depth, heads, MLP width and learned positions."""
+
+    dim: int
+    layers: int
+    heads: int
+    mlp: int
+    max_positions: int
+
+    @property
+    def head_dim(self) -> int:
+        """Width of one attention head."""
+        return self.dim // self.heads
+
+    def as_dict(self) -> dict[str, int]:
+        """The config as plain ints (how it is stored beside the weights)."""
+        return asdict(self)
+
+
+class AttentionBackend(Protocol):
+    """Computes one layer's attention output for flat ``[n, heads, head_dim]`` q, k, v."""
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention output ``[n, heads, head_dim]``; may store k and v for later tokens."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class CausalAttention:
+    """Dense causal attention over ``batch`` sequences of equal length (training, tests)."""
+
+    batch: int
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """Causal self-attention within each of the ``batch`` sequences."""
+        n, h, d = q.shape
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(self.batch, n // self.batch, h, d).transpose(1, 2)
+
+        out = F.scaled_dot_product_attention(split(q), split(k), split(v), is_causal=True)
+        return out.transpose(1, 2).reshape(n, h, d)
+
+
+class _Block(nn.Module):
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.norm1 = nn.LayerNorm(cfg.dim)
+        self.qkv = nn.Linear(cfg.dim, 3 * cfg.dim)
+        self.proj = nn.Linear(cfg.dim, cfg.dim)
+        self.norm2 = nn.LayerNorm(cfg.dim)
+        self.up = nn.Linear(cfg.dim, cfg.mlp)
+        self.down = nn.Linear(cfg.mlp, cfg.dim)
+
+    def forward(self, x: torch.Tensor, layer: int, attention: AttentionBackend) -> torch.Tensor:
+        n = x.shape[0]
+        q, k, v = self.qkv(self.norm1(x)).view(n, 3, self.cfg.heads, self.cfg.head_dim).unbind(1)
+        x = x + self.proj(attention(layer, q, k, v).reshape(n, self.cfg.dim))
+        out: torch.Tensor = x + self.down(F.gelu(self.up(self.norm2(x))))
+        return out
+
+
+class TinyLM(nn.Module):
+    """A pre-norm GPT over bytes with learned positions and a tied output embedding.
+
+    ``forward(tokens, positions, attention)`` takes flat ``[n]`` tokens and positions and returns
+    ``(logits [n, 256], hidden [n, dim])``; ``hidden`` is the last layer's normalised state, the
+    one an EAGLE-style head reads.
+    """
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.embed = nn.Embedding(VOCAB, cfg.dim)
+        self.pos = nn.Embedding(cfg.max_positions, cfg.dim)
+        self.blocks = nn.ModuleList(_Block(cfg) for _ in range(cfg.layers))
+        self.norm = nn.LayerNorm(cfg.dim)
+        # Small embeddings: the output head is tied, so N(0, 1) would start at huge logits.
+        nn.init.normal_(self.embed.weight, std=0.02)
+        nn.init.normal_(self.pos.weight, std=0.02)
+
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and final hidden states for each token."""
+        x = self.embed(tokens) + self.pos(positions)
+        for layer, block in enumerate(self.blocks):
+            x = block(x, layer, attention)
+        hidden = self.norm(x)
+        return self.logits(hidden), hidden
+
+    def logits(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Output logits from normalised hidden states (the tied embedding)."""
+        return hidden @ self.embed.weight.T
+
+
+class EagleHead(nn.Module):
+    """Predicts the token after next from the target's hidden state and the next token.
+
+    ``forward(hidden, next_tokens, target)`` returns ``(logits, new_hidden)``: ``new_hidden``
+    stands in for the target's hidden state one position later, so drafting chains
+    ``(hidden, token) -> (token', hidden')`` without running the target. It reuses the target's
+    embedding and output head (passed in, not copied).
+    """
+
+    def __init__(self, dim: int) -> None:
+        super().__init__()
+        self.fuse = nn.Linear(2 * dim, dim)
+        self.norm = nn.LayerNorm(dim)
+        self.up = nn.Linear(dim, 4 * dim)
+        self.down = nn.Linear(4 * dim, dim)
+        self.out_norm = nn.LayerNorm(dim)
+
+    def forward(
+        self, hidden: torch.Tensor, next_tokens: torch.Tensor, target: TinyLM
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits for the token after ``next_tokens``, and the predicted hidden state."""
+        x = self.fuse(torch.cat([hidden, target.embed(next_tokens)], dim=-1))
+        x = x + self.down(F.gelu(self.up(self.norm(x))))
+        new_hidden = self.out_norm(x)
+        return target.logits(new_hidden), new_hidden

@@ -1,0 +1,196 @@
+"""Train the embedded models on the Python standard library's own source (deterministic).
+
+``python -m specstrat.runtime.train [--out PATH] [--steps N]`` trains, in order: the target LM on
+the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
+speculation must match). Seeds, thread count and file list are fixed, so the same Python and torch
+reproduce the same weights. Weights are stored in float16 beside their configs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from specstrat.runtime.model import CausalAttention, EagleHead, ModelConfig, TinyLM
+
+__all__ = [
+    "DRAFT_CONFIG",
+    "SOURCE_FILES",
+    "TARGET_CONFIG",
+    "corpus",
+    "main",
+    "train_draft",
+    "train_eagle",
+    "train_target",
+]
+
+TARGET_CONFIG = ModelConfig(dim=128, layers=4, heads=4, mlp=512, max_positions=1024)
+DRAFT_CONFIG = ModelConfig(dim=64, layers=2, heads=2, mlp=256, max_positions=1024)
+
+#: Standard-library modules every CPython 3.10+ ships; missing ones are skipped.
+SOURCE_FILES = (
+    "abc.py", "argparse.py", "bisect.py", "calendar.py", "collections/__init__.py",
+    "contextlib.py", "copy.py", "csv.py", "dataclasses.py", "difflib.py", "enum.py",
+    "fractions.py", "functools.py", "heapq.py", "inspect.py", "json/decoder.py",
+    "json/encoder.py", "logging/__init__.py", "os.py", "pprint.py", "queue.py", "random.py",
+    "shutil.py", "statistics.py", "string.py", "tempfile.py", "textwrap.py", "threading.py",
+    "typing.py", "unittest/case.py",
+)  # fmt: skip
+
+SEQ_LEN = 256
+BATCH = 24
+
+
+def corpus() -> torch.Tensor:
+    """The training bytes: the listed stdlib files, concatenated in order."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    parts = [(root / name).read_bytes() for name in SOURCE_FILES if (root / name).is_file()]
+    return torch.frombuffer(bytearray(b"\n".join(parts)), dtype=torch.uint8).long()
+
+
+def _batches(data: torch.Tensor, steps: int, seed: int) -> list[torch.Tensor]:
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, data.numel() - SEQ_LEN - 1, (steps, BATCH), generator=gen)
+    offsets = torch.arange(SEQ_LEN + 1)
+    return [data[s[:, None] + offsets] for s in starts]
+
+
+def _lr(step: int, steps: int, peak: float) -> float:
+    warm = max(1, steps // 20)
+    if step < warm:
+        return peak * (step + 1) / warm
+    return peak * 0.5 * (1 + math.cos(math.pi * (step - warm) / max(1, steps - warm)))
+
+
+def _run(model: torch.nn.Module, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    b, n = tokens.shape
+    positions = torch.arange(n).repeat(b)
+    logits, hidden = model(tokens.reshape(-1), positions, CausalAttention(b))
+    return logits.view(b, n, -1), hidden.view(b, n, -1)
+
+
+def _log(name: str, step: int, steps: int, loss: float, start: float) -> None:
+    if step % 100 == 0 or step == steps - 1:
+        print(
+            f"{name} step {step:5d}/{steps} loss {loss:.3f} ({time.time() - start:.0f}s)",
+            flush=True,
+        )
+
+
+def train_target(data: torch.Tensor, steps: int) -> TinyLM:
+    """Next-byte cross-entropy on the corpus."""
+    torch.manual_seed(1)
+    model = TinyLM(TARGET_CONFIG)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    start = time.time()
+    for step, batch in enumerate(_batches(data, steps, seed=2)):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, 3e-3)
+        logits, _ = _run(model, batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        _log("target", step, steps, loss.item(), start)
+    return model.eval()
+
+
+def train_draft(data: torch.Tensor, target: TinyLM, steps: int) -> TinyLM:
+    """The draft LM learns the target's greedy next byte (distillation)."""
+    torch.manual_seed(3)
+    model = TinyLM(DRAFT_CONFIG)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
+    start = time.time()
+    for step, batch in enumerate(_batches(data, steps, seed=4)):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, 3e-3)
+        with torch.no_grad():
+            greedy = _run(target, batch[:, :-1])[0].argmax(-1)
+        logits, _ = _run(model, batch[:, :-1])
+        loss = F.cross_entropy(logits.reshape(-1, 256), greedy.reshape(-1))
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        _log("draft", step, steps, loss.item(), start)
+    return model.eval()
+
+
+def train_eagle(data: torch.Tensor, target: TinyLM, steps: int, unroll: int = 3) -> EagleHead:
+    """The head chains (hidden, next byte) -> target's greedy byte after, ``unroll`` steps deep."""
+    torch.manual_seed(5)
+    head = EagleHead(TARGET_CONFIG.dim)
+    opt = torch.optim.AdamW(head.parameters(), lr=2e-3, weight_decay=0.01)
+    start = time.time()
+    for step, batch in enumerate(_batches(data, steps, seed=6)):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, 2e-3)
+        with torch.no_grad():
+            logits, hidden = _run(target, batch[:, :-1])
+            greedy = logits.argmax(-1)  # greedy[t]: the target's choice after position t
+        n = SEQ_LEN - unroll
+        h, token = hidden[:, :n], greedy[:, :n]
+        loss = torch.zeros(())
+        for k in range(unroll):
+            # From position t+k's hidden and the byte the target chose there, predict the byte
+            # it chooses at t+k+1, and that position's hidden state.
+            logits_k, h = head(h, token, target)
+            want = greedy[:, k + 1 : n + k + 1]
+            loss = loss + F.cross_entropy(logits_k.reshape(-1, 256), want.reshape(-1))
+            loss = loss + F.mse_loss(h, hidden[:, k + 1 : n + k + 1])
+            token = want
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        _log("eagle", step, steps, loss.item(), start)
+    return head.eval()
+
+
+def _half(module: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {k: v.detach().to(torch.float16).clone() for k, v in module.state_dict().items()}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Train all three models and write them to ``--out``."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    default = Path(__file__).parent / "weights" / "embedded.pt"
+    parser.add_argument("--out", type=Path, default=default)
+    parser.add_argument("--steps", type=int, default=1500, help="target steps; others use half")
+    args = parser.parse_args(argv)
+    torch.set_num_threads(2)
+    torch.use_deterministic_algorithms(True)
+    data = corpus()
+    print(f"corpus: {data.numel()} bytes from {len(SOURCE_FILES)} stdlib files", flush=True)
+    target = train_target(data, args.steps)
+    for p in target.parameters():
+        p.requires_grad_(False)  # the target is frozen from here on
+    draft = train_draft(data, target, args.steps // 2)
+    eagle = train_eagle(data, target, args.steps // 2)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "target": {"config": TARGET_CONFIG.as_dict(), "state": _half(target)},
+            "draft": {"config": DRAFT_CONFIG.as_dict(), "state": _half(draft)},
+            "eagle": {"dim": TARGET_CONFIG.dim, "state": _half(eagle)},
+            "trained_with": {
+                "python": sys.version.split()[0],
+                "torch": str(torch.__version__),
+                "steps": args.steps,
+                "bytes": data.numel(),
+            },
+        },
+        args.out,
+    )
+    print(f"wrote {args.out} ({args.out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

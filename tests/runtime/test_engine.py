@@ -1,0 +1,188 @@
+"""The plain scheduler: lossless speculation for every algorithm, overlap == sync, bad requests."""
+
+from typing import Any
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import specstrat
+from specstrat import (
+    EAGLE,
+    Capabilities,
+    FixedWidthVerifyPolicy,
+    InvalidConfig,
+    NoDraftStateDisaggDraftBuilder,
+    RelayError,
+    RingFutureMapFactory,
+    SpecAlgorithm,
+)
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, GraphRunner, Request
+from specstrat.runtime.demo import workload
+from tests.typing.readme_example import MY_EAGLE
+
+CONFIG = EngineConfig(context_len=512, max_running_requests=8)
+REQUESTS = workload(6, seed=3)
+
+
+def run(
+    algo: SpecAlgorithm[Any], models: EmbeddedModels, requests: list[Request] = REQUESTS, **kw: Any
+) -> dict[str, list[int]]:
+    """Outputs of one engine run."""
+    config = EngineConfig(**{"context_len": 512, "max_running_requests": 8, **kw})
+    return Engine(algo, models, config).run(requests)
+
+
+@pytest.fixture(scope="module")
+def target_only(models: EmbeddedModels) -> dict[str, list[int]]:
+    """Plain greedy decoding of the shared workload: what every algorithm must reproduce."""
+    return run(specstrat.NONE, models)
+
+
+def ngram_short_draft() -> SpecAlgorithm[None]:
+    """A custom algorithm whose target verifies D - 1 tokens (T != D)."""
+    return SpecAlgorithm(
+        name="SHORT_NGRAM",
+        capabilities=Capabilities(),
+        target_verify=FixedWidthVerifyPolicy(target_offset=-1),
+        future_map=specstrat.SlotFutureMapFactory(),
+        disagg=NoDraftStateDisaggDraftBuilder(),
+    )
+
+
+ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, ngram_short_draft()]
+
+
+@pytest.mark.parametrize("algo", ALGOS, ids=lambda a: a.name)
+def test_lossless_for_every_algorithm(
+    algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """Speculative output equals target-only greedy output token for token."""
+    assert run(algo, models) == target_only
+
+
+@pytest.mark.parametrize("algo", [specstrat.NONE, *ALGOS], ids=lambda a: a.name)
+def test_overlap_equals_sync(
+    algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """Overlap mode produces the same tokens as synchronous mode."""
+    assert run(algo, models, overlap=True) == target_only
+
+
+def test_every_request_gets_exactly_its_tokens(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """Each request produces max_new_tokens tokens and all KV is returned afterwards."""
+    engine = Engine(EAGLE, models, CONFIG)
+    outputs = engine.run(REQUESTS)
+    assert {rid: len(out) for rid, out in outputs.items()} == {
+        r.rid: r.max_new_tokens for r in REQUESTS
+    }
+    assert engine.target.kv.available == engine.target.kv.capacity
+    assert engine.target.requests.available == CONFIG.max_running_requests
+
+
+@settings(max_examples=6, deadline=None)
+@given(
+    prompts=st.lists(st.binary(min_size=1, max_size=60), min_size=1, max_size=10),
+    d=st.integers(1, 6),
+    lengths=st.lists(st.integers(1, 40), min_size=10, max_size=10),
+    algo=st.sampled_from([specstrat.NGRAM, specstrat.EAGLE, specstrat.DSPARK, ngram_short_draft()]),
+    overlap=st.booleans(),
+)
+def test_lossless_property(
+    prompts: list[bytes],
+    d: int,
+    lengths: list[int],
+    algo: SpecAlgorithm[Any],
+    overlap: bool,
+    models: EmbeddedModels,
+) -> None:
+    """Any prompts, D and batch mix (more requests than slots): speculation is lossless."""
+    requests = [Request(f"p{i}", tuple(p), lengths[i]) for i, p in enumerate(prompts)]
+    want = run(specstrat.NONE, models, requests, max_running_requests=4)
+    got = run(algo, models, requests, max_running_requests=4, num_draft_tokens=d, overlap=overlap)
+    assert got == want
+
+
+def test_bad_requests_are_refused_without_disturbing_others(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """Empty prompts, prompts longer than the context and max_new_tokens <= 0 are refused; the
+    requests already submitted run as if nothing happened."""
+    engine = Engine(specstrat.NGRAM, models, CONFIG)
+    for request in REQUESTS:
+        engine.submit(request)
+    with pytest.raises(InvalidConfig, match=r"request 'empty' has an empty prompt"):
+        engine.submit(Request("empty", (), 4))
+    with pytest.raises(InvalidConfig, match=r"request 'zero': max_new_tokens=0 must be >= 1"):
+        engine.submit(Request("zero", (1, 2), 0))
+    with pytest.raises(
+        InvalidConfig,
+        match=r"request 'long': prompt \(600\) \+ max_new_tokens \(4\) \+ 2\*T \(8\) = 612 exceeds context_len=512",
+    ):
+        engine.submit(Request("long", (65,) * 600, 4))
+    with pytest.raises(InvalidConfig, match=r"request id 'req-0' was already submitted"):
+        engine.submit(REQUESTS[0])
+    with pytest.raises(InvalidConfig, match=r"prompt tokens must be ints in 0\.\.255"):
+        engine.submit(Request("wide", (300,), 4))
+    assert engine.run() == target_only
+
+
+def test_ring_relay_runs_lossless_and_refuses_when_too_small(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """A ring sized by the engines' formula relays correctly; one too small refuses, never aliases."""
+
+    def with_ring(ring: RingFutureMapFactory) -> SpecAlgorithm[None]:
+        return SpecAlgorithm(
+            name="RING_NGRAM",
+            capabilities=Capabilities(),
+            target_verify=FixedWidthVerifyPolicy(),
+            future_map=ring,
+            disagg=NoDraftStateDisaggDraftBuilder(),
+        )
+
+    assert run(with_ring(RingFutureMapFactory()), models) == target_only
+    with pytest.raises(RelayError, match=r"ring future map capacity=3 is exhausted"):
+        run(with_ring(RingFutureMapFactory(capacity=3)), models)
+
+
+def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> None:
+    """TARGET_VERIFY through each bucket's static buffers equals the eager forward."""
+    for bs in (1, 2, 3, 4, 8, 13, 16):
+        config = EngineConfig(context_len=512, max_running_requests=16)
+        eager_engine, graph_engine = (Engine(EAGLE, models, config) for _ in range(2))
+        prompts = [list(r.prompt) for r in workload(bs, seed=bs)]
+        tokens = torch.randint(0, 256, (bs, 4), generator=torch.Generator().manual_seed(bs))
+        results = []
+        for engine in (eager_engine, graph_engine):
+            slots = [engine.target.alloc_request() for _ in range(bs)]
+            engine.target.forward(specstrat.runtime.ForwardMode.EXTEND, slots, prompts)
+            results.append((engine, slots))
+        (e, e_slots), (g, g_slots) = results
+        eager, _ = e.target.forward(
+            specstrat.runtime.ForwardMode.TARGET_VERIFY, e_slots, tokens.tolist()
+        )
+        assert g.graph_runner is not None
+        replayed, _ = g.graph_runner.replay(g_slots, tokens)
+        torch.testing.assert_close(replayed, eager, rtol=1e-12, atol=1e-12)
+        assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
+
+
+def test_draft_worker_verify_follows_the_policy(models: EmbeddedModels) -> None:
+    """A draft worker may run TARGET_VERIFY only when the policy allows it; T follows it."""
+    engine = Engine(specstrat.DSPARK, models, CONFIG)
+    runner = GraphRunner(engine.target, specstrat.DSPARK, 4, is_draft_worker=True)
+    assert runner.tokens_per_req == 3
+    with pytest.raises(
+        InvalidConfig, match=r"algorithm EAGLE does not allow TARGET_VERIFY on the draft worker"
+    ):
+        GraphRunner(engine.target, EAGLE, 4, is_draft_worker=True)
+
+
+def test_engine_config_errors() -> None:
+    """Engine limits must be positive ints."""
+    with pytest.raises(InvalidConfig, match=r"EngineConfig.num_draft_tokens=0 must be an int >= 1"):
+        EngineConfig(num_draft_tokens=0)

@@ -1,0 +1,44 @@
+"""The embedded models: small, shipped, deterministic to train, and the target writes code."""
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import torch
+
+import specstrat
+from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
+
+
+def test_weights_ship_inside_the_package_under_5_mb() -> None:
+    """All three models together stay under 5 MB and live inside specstrat/."""
+    assert EMBEDDED_WEIGHTS.is_file()
+    assert EMBEDDED_WEIGHTS.stat().st_size < 5 * 1024 * 1024
+    assert "specstrat" in EMBEDDED_WEIGHTS.parts
+
+
+def test_target_greedy_output_looks_like_python(models: EmbeddedModels) -> None:
+    """Greedy text from a Python prompt is varied printable code, not a loop of one byte."""
+    prompt = b"def read_config(path):\n    "
+    out = Engine(specstrat.NONE, models, EngineConfig(context_len=512)).run(
+        [Request("q", tuple(prompt), 160)]
+    )["q"]
+    text = bytes(out)
+    longest_run = max(len(list(group)) for _, group in itertools.groupby(text))
+    assert len(set(text)) >= 15, text
+    assert sum(32 <= b < 127 or b == 10 for b in text) / len(text) > 0.95, text
+    assert longest_run < 40, text
+    assert any(word in text for word in (b"self", b"return", b"if ", b"=")), text
+
+
+def test_training_is_deterministic(tmp_path: Path) -> None:
+    """Two short training runs with the same settings write identical weights."""
+    paths = [tmp_path / "a.pt", tmp_path / "b.pt"]
+    for path in paths:  # a subprocess each: training sets torch's global thread/determinism flags
+        cmd = [sys.executable, "-m", "specstrat.runtime.train", "--steps", "2", "--out", str(path)]
+        subprocess.run(cmd, check=True, capture_output=True, timeout=300)
+    a, b = (torch.load(p, weights_only=True) for p in paths)
+    for model in ("target", "draft", "eagle"):
+        for name, tensor in a[model]["state"].items():
+            assert torch.equal(tensor, b[model]["state"][name]), f"{model}.{name}"

@@ -1,0 +1,146 @@
+"""Model worker: paged attention through kernel metadata equals dense attention; KV bookkeeping."""
+
+import pytest
+import torch
+
+from specstrat import InvalidConfig
+from specstrat.runtime import ForwardMode
+from specstrat.runtime.model import CausalAttention, TinyLM
+from specstrat.runtime.worker import ModelWorker
+from tests.runtime.conftest import make_worker
+
+M = ForwardMode
+
+
+def dense(model: TinyLM, tokens: list[int]) -> torch.Tensor:
+    """Reference logits: the whole sequence through dense causal attention."""
+    with torch.inference_mode():
+        logits: torch.Tensor = model(
+            torch.tensor(tokens), torch.arange(len(tokens)), CausalAttention(1)
+        )[0]
+    return logits
+
+
+SEQS = [[5, 6, 7, 8, 9, 10, 11], [200, 3, 3, 3, 40, 41, 42, 43, 44, 45], [1, 2, 3, 4]]
+
+
+def test_extend_then_verify_then_decode_match_dense(tiny: TinyLM) -> None:
+    """EXTEND (ragged), TARGET_VERIFY (T=2) and DECODE logits equal dense attention's."""
+    worker = make_worker(tiny)
+    slots = [worker.alloc_request() for _ in SEQS]
+    prefill, _ = worker.forward(M.EXTEND, slots, [s[:-3] for s in SEQS])
+    verify, _ = worker.forward(M.TARGET_VERIFY, slots, [s[-3:-1] for s in SEQS])
+    decode, _ = worker.forward(M.DECODE, slots, [s[-1:] for s in SEQS])
+    offset = 0
+    for i, seq in enumerate(SEQS):
+        ref = dense(tiny, seq)
+        n = len(seq) - 3
+        torch.testing.assert_close(prefill[offset : offset + n], ref[:n])
+        torch.testing.assert_close(verify[2 * i : 2 * i + 2], ref[n : n + 2])
+        torch.testing.assert_close(decode[i], ref[-1])
+        offset += n
+
+
+def test_wrong_metadata_gives_wrong_logits(tiny: TinyLM, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Attention reads cache_seqlens: shortening it by one changes the result."""
+    import specstrat.runtime.worker as worker_module
+
+    good, _ = make_and_verify(tiny)
+    real = worker_module.build_verify_metadata  # type: ignore[attr-defined]
+
+    def off_by_one(*args: object, **kwargs: object) -> object:
+        meta = real(*args, **kwargs)  # type: ignore[arg-type]
+        meta.buffers.cache_seqlens.sub_(1)
+        return meta
+
+    monkeypatch.setattr(worker_module, "build_verify_metadata", off_by_one)
+    bad, _ = make_and_verify(tiny)
+    assert not torch.allclose(good, bad)
+
+
+def make_and_verify(tiny: TinyLM) -> tuple[torch.Tensor, torch.Tensor]:
+    """Logits of the last two tokens of SEQS[0] through a fresh worker."""
+    worker = make_worker(tiny)
+    slots = [worker.alloc_request()]
+    worker.forward(M.EXTEND, slots, [SEQS[0][:-2]])
+    return worker.forward(M.TARGET_VERIFY, slots, [SEQS[0][-2:]])
+
+
+def test_rewind_frees_rejected_positions(tiny: TinyLM) -> None:
+    """Rewinding returns the KV slots of dropped positions; freeing a request returns all."""
+    worker = make_worker(tiny, tokens=50)
+    slot = worker.alloc_request()
+    worker.forward(M.EXTEND, [slot], [list(range(10))])
+    worker.forward(M.TARGET_VERIFY, [slot], [[1, 2, 3, 4]])
+    assert worker.kv.available == 36
+    worker.rewind(slot, 11)
+    assert (worker.length(slot), worker.kv.available) == (11, 39)
+    worker.free_request(slot)
+    assert worker.kv.available == 50
+    assert worker.requests.available == 8
+
+
+def test_rewind_after_reject_reproduces_decode(tiny: TinyLM) -> None:
+    """Verify, reject everything, rewind: the next forward sees only the kept prefix."""
+    worker = make_worker(tiny)
+    slot = worker.alloc_request()
+    worker.forward(M.EXTEND, [slot], [SEQS[1][:5]])
+    worker.forward(M.TARGET_VERIFY, [slot], [[9, 9, 9]])
+    worker.rewind(slot, 5)
+    logits, _ = worker.forward(M.DECODE, [slot], [[SEQS[1][5]]])
+    torch.testing.assert_close(logits[0], dense(tiny, SEQS[1][:6])[-1])
+
+
+def test_prebuilt_admission_continues_like_the_original(tiny: TinyLM) -> None:
+    """KV exported from one worker and admitted PREBUILT in another decodes identically."""
+    source, dest = make_worker(tiny), make_worker(tiny)
+    slot = source.alloc_request()
+    source.forward(M.EXTEND, [slot], [SEQS[1][:-1]])
+    k, v = source.export_kv(slot)
+    new_slot = dest.admit_prebuilt(k, v)
+    a, _ = source.forward(M.DECODE, [slot], [SEQS[1][-1:]])
+    b, _ = dest.forward(M.DECODE, [new_slot], [SEQS[1][-1:]])
+    torch.testing.assert_close(a, b)
+
+
+def test_idle_forward_is_empty(tiny: TinyLM) -> None:
+    """An IDLE forward over no requests returns zero rows."""
+    logits, hidden = make_worker(tiny).forward(M.IDLE, [], [])
+    assert logits.shape == (0, 256)
+    assert hidden.shape == (0, 32)
+
+
+def test_worker_errors(tiny: TinyLM) -> None:
+    """Bad forwards are refused with messages naming the value, before anything changes."""
+    worker = make_worker(tiny, tokens=20, requests=1)
+    slot = worker.alloc_request()
+    with pytest.raises(InvalidConfig, match=r"request pool is full \(1 slots\)"):
+        worker.alloc_request()
+    with pytest.raises(InvalidConfig, match=r"mode=DECODE needs equal tokens per request"):
+        worker.forward(M.DECODE, [slot, slot], [[1], [1, 2]])
+    with pytest.raises(InvalidConfig, match=r"KV pool has 20 free token slots, 21 needed"):
+        worker.forward(M.EXTEND, [slot], [list(range(21))])
+    assert (worker.length(slot), worker.kv.available) == (0, 20)
+    with pytest.raises(InvalidConfig, match=r"mode=PREBUILT runs no forward; use admit_prebuilt"):
+        worker.forward(M.PREBUILT, [slot], [[1]])
+    with pytest.raises(InvalidConfig, match=r"0 \+ 200 tokens exceed context_len=128"):
+        worker.forward(M.EXTEND, [slot], [[1] * 200])
+    with pytest.raises(InvalidConfig, match=r"rewind to new_len=3 outside 0\.\.0"):
+        worker.rewind(slot, 3)
+    with pytest.raises(InvalidConfig, match=r"prebuilt KV shapes"):
+        worker.admit_prebuilt(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+
+
+def test_context_longer_than_positions_is_refused(tiny: TinyLM) -> None:
+    """A worker cannot promise more context than the model has positions."""
+    with pytest.raises(
+        InvalidConfig, match=r"context_len=512 exceeds the model's max_positions=128"
+    ):
+        ModelWorker(
+            tiny,
+            max_running_requests=1,
+            context_len=512,
+            max_total_tokens=10,
+            device=torch.device("cpu"),
+            dtype=torch.float64,
+        )
