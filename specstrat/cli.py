@@ -106,6 +106,7 @@ def _demo(args: argparse.Namespace) -> int:
         num_requests=args.requests,
         num_draft_tokens=args.draft_tokens,
         progress=not args.json,
+        disagg=args.disagg,
     )
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))
@@ -137,6 +138,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--requests", type=_positive, default=16, help="requests in the workload")
     demo.add_argument("--draft-tokens", type=_positive, default=4, help="D, num_draft_tokens")
+    demo.add_argument(
+        "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"
+    )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     return parser
 

@@ -271,7 +271,8 @@ def verify_metadata_ref(
     num_pages = (cache[:bs] + page_size - 1) // page_size
     used = (pages[None, :] < num_pages[:, None]) & (token_pos[None, :] < width)
     rows = req_to_token[req_pool_indices.long()[:, None], token_pos.clamp(max=width - 1)[None, :]]
-    out.page_table[:bs].copy_(torch.where(used, rows.long() // page_size, PAD_PAGE))
+    page_ids = rows if page_size == 1 else rows // page_size
+    out.page_table[:bs].copy_(torch.where(used, page_ids, PAD_PAGE))
     out.page_table[bs:].fill_(PAD_PAGE)
 
 

@@ -49,6 +49,7 @@ class DemoSummary:
 
     algorithm: str
     overlap: bool
+    disagg: bool
     num_draft_tokens: int
     requests: int
     tokens: int
@@ -58,13 +59,16 @@ class DemoSummary:
     speed_ratio: float
     lossless: bool
 
+    def _setup(self) -> str:
+        parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
+        if self.disagg:
+            parts.append("prefill/decode in 2 processes")
+        return f"{self.algorithm} ({', '.join(parts)})"
+
     def table(self) -> str:
         """The summary as aligned text."""
         rows = [
-            (
-                "algorithm",
-                f"{self.algorithm} (D={self.num_draft_tokens}, overlap {'on' if self.overlap else 'off'})",
-            ),
+            ("algorithm", self._setup()),
             ("requests", str(self.requests)),
             ("tokens", str(self.tokens)),
             ("mean acceptance length", f"{self.acceptance_length:.2f}"),
@@ -108,8 +112,14 @@ def run_demo(
     num_draft_tokens: int = 4,
     progress: bool = True,
     models: EmbeddedModels | None = None,
+    disagg: bool = False,
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
-    """Run the workload with ``algo`` and target-only; the summary and the spec outputs."""
+    """Run the workload with ``algo`` and target-only; the summary and the spec outputs.
+
+    With ``disagg`` the speculative run prefills in a second process and decodes here
+    (:func:`~specstrat.runtime.disagg.run_disaggregated`); lossless then compares it with
+    single-process target-only output.
+    """
     spec_algo = get(algo) if isinstance(algo, str) else algo
     models = models or EmbeddedModels.load()
     requests = workload(num_requests)
@@ -117,8 +127,14 @@ def run_demo(
     torch.manual_seed(0)
     runs = {}
     for label, chosen in (("target-only", get("NONE")), (spec_algo.name, spec_algo)):
-        engine = Engine(chosen, models, config)
         bar = ProgressBar(label) if progress else None
+        if disagg and chosen is spec_algo:
+            from specstrat.runtime.disagg import run_disaggregated  # spawns a process
+
+            result = run_disaggregated(chosen, requests, config, models=models, progress=bar)
+            runs[label] = (result.stats, result.outputs)
+            continue
+        engine = Engine(chosen, models, config)
         outputs = engine.run(requests, progress=bar)
         runs[label] = (engine.stats, outputs)
     base_stats, base_out = runs["target-only"]
@@ -126,6 +142,7 @@ def run_demo(
     summary = DemoSummary(
         algorithm=spec_algo.name,
         overlap=overlap,
+        disagg=disagg,
         num_draft_tokens=num_draft_tokens,
         requests=len(requests),
         tokens=spec_stats.generated_tokens,

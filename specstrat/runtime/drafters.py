@@ -47,9 +47,14 @@ class Drafter(Protocol):
     """Proposes draft tokens and keeps whatever state that takes."""
 
     def admit(
-        self, slots: list[int], prompts: list[list[int]], first: torch.Tensor, hidden: torch.Tensor
+        self,
+        slots: list[int],
+        prompts: list[list[int]],
+        first: torch.Tensor,
+        hidden: torch.Tensor | None,
     ) -> RelayPayload:
-        """New requests after prefill: ``first`` tokens and the target's last hidden states."""
+        """New requests after prefill: ``first`` tokens and the target's last hidden states
+        (``None`` for PREBUILT admission, where the disaggregation builder relayed the state)."""
         ...
 
     def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
@@ -103,7 +108,11 @@ class NgramDrafter:
         self.history = _History()
 
     def admit(
-        self, slots: list[int], prompts: list[list[int]], first: torch.Tensor, hidden: torch.Tensor
+        self,
+        slots: list[int],
+        prompts: list[list[int]],
+        first: torch.Tensor,
+        hidden: torch.Tensor | None,
     ) -> RelayPayload:
         """Remember each request's tokens."""
         self.history.admit(slots, prompts, first)
@@ -155,7 +164,11 @@ class DraftModelDrafter:
         self.slot_of: dict[int, int] = {}
 
     def admit(
-        self, slots: list[int], prompts: list[list[int]], first: torch.Tensor, hidden: torch.Tensor
+        self,
+        slots: list[int],
+        prompts: list[list[int]],
+        first: torch.Tensor,
+        hidden: torch.Tensor | None,
     ) -> RelayPayload:
         """Prefill the draft model on each prompt."""
         self.history.admit(slots, prompts, first)
@@ -225,10 +238,14 @@ class EagleHeadDrafter:
         return RelayPayload(topk_p=top.values, topk_index=top.indices, hidden_states=new_hidden)
 
     def admit(
-        self, slots: list[int], prompts: list[list[int]], first: torch.Tensor, hidden: torch.Tensor
+        self,
+        slots: list[int],
+        prompts: list[list[int]],
+        first: torch.Tensor,
+        hidden: torch.Tensor | None,
     ) -> RelayPayload:
-        """Draft the first token of each new request."""
-        return self._first(hidden, first)
+        """Draft the first token of each new request (PREBUILT: already relayed)."""
+        return RelayPayload() if hidden is None else self._first(hidden, first)
 
     def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
         """The relayed first token, then ``steps - 1`` more from the head alone."""

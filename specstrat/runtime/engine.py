@@ -24,7 +24,8 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.errors import InvalidConfig
+from specstrat.batch import PrebuiltBatch
+from specstrat.errors import DisaggError, InvalidConfig
 from specstrat.protocols import FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime.drafters import Drafter, StepInputs, drafter_for
@@ -127,6 +128,10 @@ class _Plan:
     release: list[int]
     admit: list[tuple[Request, int]]
     running: list[int]
+    prebuilt: list[tuple[Any, list[int]]] = field(default_factory=list)
+
+    def has_work(self) -> bool:
+        return bool(self.release or self.admit or self.running or self.prebuilt)
 
 
 class Engine:
@@ -178,6 +183,7 @@ class Engine:
         )
         self.future_map: FutureMap = self.init_overlap(device)
         self._waiting: list[Request] = []
+        self._prebuilt: list[Any] = []  # TransferBatch, received from a prefill process
         self._live: dict[str, _Live] = {}
         self._rids: set[str] = set()
         self.stats = RunStats()
@@ -207,6 +213,40 @@ class Engine:
             )
         self._waiting.append(request)
         self._rids.add(request.rid)
+
+    def submit_prebuilt(self, batch: Any) -> None:
+        """Queue a batch prefilled elsewhere (a :class:`~specstrat.runtime.disagg.TransferBatch`).
+
+        The whole batch is checked against this engine's algorithm and model first
+        (:class:`~specstrat.errors.DisaggError` naming the requests, nothing queued); it is
+        admitted in PREBUILT mode when slots for all of it are free.
+        """
+        from specstrat.runtime.disagg import check_transfer  # disagg imports this module
+
+        check_transfer(batch, self)
+        requests = batch.requests()
+        if len(requests) > self.config.max_running_requests:
+            raise DisaggError(
+                f"batch of {len(requests)} requests exceeds max_running_requests="
+                f"{self.config.max_running_requests}; the batch was not admitted"
+            )
+        for request in requests:
+            if request.rid in self._rids:
+                raise DisaggError(
+                    f"request id {request.rid!r} arrived twice; the batch was not admitted"
+                )
+            need = len(request.prompt) + request.max_new_tokens + 2 * self.tokens_per_req
+            if need > self.config.context_len:
+                raise DisaggError(
+                    f"request {request.rid!r} needs {need} positions > context_len="
+                    f"{self.config.context_len}; the batch was not admitted"
+                )
+        self._prebuilt.append(batch)
+        self._rids.update(r.rid for r in requests)
+
+    def submitted_ids(self) -> list[str]:
+        """Ids of every request submitted or admitted so far."""
+        return sorted(self._rids)
 
     # -- the forward thread's work ------------------------------------------------------------
 
@@ -287,7 +327,41 @@ class Engine:
         produced = self._decode(plan.running) if plan.running else {}
         if plan.admit:
             produced.update(self._prefill(plan.admit))
+        for batch, slots in plan.prebuilt:
+            produced.update(self._admit_prebuilt(batch, slots))
         return produced
+
+    def _admit_prebuilt(self, batch: Any, slots: list[int]) -> dict[int, list[int]]:
+        """PREBUILT admission: install the transferred KV, relay the first tokens, rebuild draft
+        state with ``algo.build_disagg_draft_input`` (None: plain decode from last_tokens)."""
+        offset = 0
+        for slot, length in zip(slots, batch.kv_lens, strict=True):
+            k = batch.k[:, offset : offset + length]
+            v = batch.v[:, offset : offset + length]
+            self.target.admit_prebuilt(slot, k, v)
+            offset += length
+        dev = self.target.device
+        slot_tensor = torch.tensor(slots, dtype=torch.int64, device=dev)
+        seq_lens = torch.tensor(batch.kv_lens, dtype=torch.int64, device=dev)
+        last_tokens = batch.first_tokens.to(dev)
+        # The engine relays every step's state (both modes), so the builder sees overlap on.
+        self.future_map.publish(slot_tensor, seq_lens)
+        self.future_map.stash(slot_tensor, RelayPayload(bonus_tokens=last_tokens))
+        prebuilt = PrebuiltBatch(
+            rids=batch.rids,
+            slots=slot_tensor,
+            seq_lens=seq_lens,
+            topk_p=batch.topk_p,
+            topk_index=batch.topk_index,
+            hidden_states=batch.hidden_states,
+            device=dev,
+            enable_overlap=True,
+        )
+        self.algo.build_disagg_draft_input(prebuilt, last_tokens, self.future_map)
+        if self.drafter is not None:
+            prompts = [list(p) for p in batch.prompts]
+            self.drafter.admit(slots, prompts, last_tokens, None)
+        return {slot: [] for slot in slots}
 
     # -- the scheduler thread's work ----------------------------------------------------------
 
@@ -300,7 +374,16 @@ class Engine:
             slot = self.target.requests.alloc()
             self._live[request.rid] = _Live(request, slot)
             admit.append((request, slot))
-        return _Plan(release, admit, running)
+        prebuilt: list[tuple[Any, list[int]]] = []
+        while self._prebuilt and self.target.requests.available >= len(self._prebuilt[0].rids):
+            batch = self._prebuilt.pop(0)
+            slots = [self.target.requests.alloc() for _ in batch.rids]
+            first = batch.first_tokens.tolist()
+            for request, slot, token in zip(batch.requests(), slots, first, strict=True):
+                self._live[request.rid] = _Live(request, slot, [int(token)])
+                self.stats.generated_tokens += 1
+            prebuilt.append((batch, slots))
+        return _Plan(release, admit, running, prebuilt)
 
     def _absorb(self, produced: dict[int, list[int]]) -> list[int]:
         """Append step outputs; return the slots of requests that just finished."""
@@ -311,8 +394,8 @@ class Engine:
             if live is None:
                 continue  # an overlapped extra step of a finished request: dropped
             room = live.request.max_new_tokens - len(live.output)
-            live.output.extend(tokens[:room])
-            self.stats.generated_tokens += min(room, len(tokens))
+            live.output.extend(tokens[: max(room, 0)])
+            self.stats.generated_tokens += max(min(room, len(tokens)), 0)
             if len(live.output) >= live.request.max_new_tokens:
                 live.finished = True
                 done.append(slot)
@@ -323,50 +406,67 @@ class Engine:
         requests: Sequence[Request] = (),
         *,
         progress: Callable[[int, int], None] | None = None,
+        source: Callable[[bool], bool] | None = None,
     ) -> dict[str, list[int]]:
-        """Submit ``requests``, run until every submitted request finished; outputs by id."""
+        """Submit ``requests``, run until every submitted request finished; outputs by id.
+
+        ``source(idle)`` is polled once per step to bring in more work (prebuilt batches from a
+        prefill process); it returns whether more may still come, and may block while ``idle``.
+        """
         for request in requests:
             self.submit(request)
-        total = len(self._waiting) + sum(not live.finished for live in self._live.values())
+        self._source = source or (lambda idle: False)
+        self._more = True
         start = time.perf_counter()
         if self.config.overlap:
-            self._run_overlap(total, progress)
+            self._run_overlap(progress)
         else:
-            self._run_sync(total, progress)
+            self._run_sync(progress)
         self.stats.seconds += time.perf_counter() - start
         return {rid: live.output for rid, live in self._live.items()}
+
+    def _busy(self) -> bool:
+        return bool(self._waiting or self._prebuilt) or any(
+            not live.finished for live in self._live.values()
+        )
+
+    def _poll(self, idle: bool) -> None:
+        if self._more:
+            self._more = self._source(idle)
+
+    def _report(self, progress: Callable[[int, int], None] | None) -> None:
+        if progress is not None:
+            progress(self._finished(), len(self._live) + len(self._waiting))
 
     def _finished(self) -> int:
         return sum(live.finished for live in self._live.values())
 
-    def _run_sync(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+    def _run_sync(self, progress: Callable[[int, int], None] | None) -> None:
         release: list[int] = []
-        while self._waiting or any(not live.finished for live in self._live.values()):
+        self._poll(idle=not self._busy())
+        while self._busy() or self._more:
             plan = self._plan(release)
-            release = self._absorb(self._step(plan))
-            if progress is not None:
-                progress(self._finished(), total)
+            release = self._absorb(self._step(plan)) if plan.has_work() else []
+            self._report(progress)
+            self._poll(idle=not self._busy())
         self._step(_Plan(release, [], []))
 
-    def _run_overlap(self, total: int, progress: Callable[[int, int], None] | None) -> None:
+    def _run_overlap(self, progress: Callable[[int, int], None] | None) -> None:
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstrat-forward") as pool:
             release: list[int] = []
             pending: Future[dict[int, list[int]]] | None = None
-            while (
-                pending is not None
-                or self._waiting
-                or any(not live.finished for live in self._live.values())
-            ):
+            self._poll(idle=not self._busy())
+            while pending is not None or self._busy() or self._more:
                 plan = self._plan(release)
                 release = []
                 if pending is not None:
                     produced = pending.result()  # step N done
                     pending = None
-                    if plan.running or plan.admit or plan.release:
+                    if plan.has_work():
                         pending = pool.submit(self._step, plan)  # step N+1 runs ...
                     release = self._absorb(produced)  # ... while N's results are absorbed
-                elif plan.running or plan.admit or plan.release:
+                elif plan.has_work():
                     pending = pool.submit(self._step, plan)
-                if progress is not None:
-                    progress(self._finished(), total)
+                self._report(progress)
+                self._poll(idle=pending is None and not self._busy())
             self._step(_Plan(release, [], []))

@@ -99,12 +99,13 @@ class ModelWorker:
                 )
         prepared = PreparedTokens(list(slots), prefix, list(counts))
         prepared.locations = self.kv.alloc(sum(counts))
-        offset = 0
+        # One indexed write for the whole batch: row = request slot, column = position.
+        rows = [slot for slot, count in zip(slots, counts, strict=True) for _ in range(count)]
+        self.requests.req_to_token[rows, prepared.positions] = torch.tensor(
+            prepared.locations, dtype=torch.int32
+        )
         for slot, start, count in zip(slots, prefix, counts, strict=True):
-            locs = prepared.locations[offset : offset + count]
-            self.requests.req_to_token[slot, start : start + count] = torch.tensor(locs)
             self.requests.lens[slot] = start + count
-            offset += count
         return prepared
 
     def metadata(self, mode: ForwardMode, prepared: PreparedTokens) -> VerifyMetadata:
@@ -174,21 +175,17 @@ class ModelWorker:
         locs = self.requests.req_to_token[slot, : self.requests.lens[slot]].long()
         return self.kv.k[:, locs].clone(), self.kv.v[:, locs].clone()
 
-    def admit_prebuilt(self, k: torch.Tensor, v: torch.Tensor) -> int:
-        """PREBUILT admission: a new request slot whose KV is ``k``/``v`` (computed elsewhere)."""
+    def admit_prebuilt(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
+        """PREBUILT admission: the empty request ``slot`` gets ``k``/``v`` computed elsewhere."""
         want = (self.kv.k.shape[0], k.shape[1], *self.kv.k.shape[2:])
         if tuple(k.shape) != want or k.shape != v.shape:
             raise InvalidConfig(
                 f"prebuilt KV shapes k={tuple(k.shape)} v={tuple(v.shape)}; expected "
                 f"[layers, length, heads, head_dim] = {want}"
             )
-        slot = self.alloc_request()
-        try:
-            prepared = self.place([slot], [k.shape[1]])
-        except InvalidConfig:
-            self.requests.free(slot)
-            raise
+        if self.requests.lens[slot]:
+            raise InvalidConfig(f"slot {slot} already holds {self.requests.lens[slot]} tokens")
+        prepared = self.place([slot], [k.shape[1]])
         locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
-        return slot

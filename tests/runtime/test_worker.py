@@ -97,7 +97,8 @@ def test_prebuilt_admission_continues_like_the_original(tiny: TinyLM) -> None:
     slot = source.alloc_request()
     source.forward(M.EXTEND, [slot], [SEQS[1][:-1]])
     k, v = source.export_kv(slot)
-    new_slot = dest.admit_prebuilt(k, v)
+    new_slot = dest.alloc_request()
+    dest.admit_prebuilt(new_slot, k, v)
     a, _ = source.forward(M.DECODE, [slot], [SEQS[1][-1:]])
     b, _ = dest.forward(M.DECODE, [new_slot], [SEQS[1][-1:]])
     torch.testing.assert_close(a, b)
@@ -128,7 +129,7 @@ def test_worker_errors(tiny: TinyLM) -> None:
     with pytest.raises(InvalidConfig, match=r"rewind to new_len=3 outside 0\.\.0"):
         worker.rewind(slot, 3)
     with pytest.raises(InvalidConfig, match=r"prebuilt KV shapes"):
-        worker.admit_prebuilt(torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        worker.admit_prebuilt(slot, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
 
 
 def test_context_longer_than_positions_is_refused(tiny: TinyLM) -> None:

@@ -1,0 +1,52 @@
+"""A custom algorithm with its own disaggregation builder and draft-input type (importable by the
+prefill process the disaggregation tests spawn)."""
+
+from dataclasses import dataclass
+from typing import ClassVar
+
+import torch
+
+from specstrat import (
+    Capabilities,
+    FixedWidthVerifyPolicy,
+    FutureMap,
+    PrebuiltBatch,
+    RelayPayload,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class LookupDraftInput:
+    """Where each request's prompt lookup starts: its last token and its length."""
+
+    last_tokens: torch.Tensor
+    seq_lens: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True)
+class LookupDisaggDraftBuilder:
+    """Relays the first tokens and records every batch it saw (for the tests)."""
+
+    seen: ClassVar[list[LookupDraftInput]] = []
+
+    def build_disagg_draft_input(
+        self, batch: PrebuiltBatch, last_tokens: torch.Tensor, future_map: FutureMap | None
+    ) -> LookupDraftInput:
+        """One batched draft input; with overlap on, publish and stash at the slots."""
+        if batch.enable_overlap and future_map is not None:
+            future_map.publish(batch.slots, batch.seq_lens)
+            future_map.stash(batch.slots, RelayPayload(bonus_tokens=last_tokens))
+        result = LookupDraftInput(last_tokens, batch.seq_lens)
+        self.seen.append(result)
+        return result
+
+
+LOOKUP: SpecAlgorithm[LookupDraftInput] = SpecAlgorithm(
+    name="LOOKUP",
+    capabilities=Capabilities(supports_ragged_verify=True),
+    target_verify=FixedWidthVerifyPolicy(target_offset=-1),
+    future_map=SlotFutureMapFactory(),
+    disagg=LookupDisaggDraftBuilder(),
+)
