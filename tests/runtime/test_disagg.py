@@ -114,7 +114,7 @@ def test_check_transfer_errors(models: EmbeddedModels) -> None:
     good = prefilled(models, specstrat.EAGLE)
     engine = Engine(specstrat.EAGLE, models, CONFIG)
     fields = {name: getattr(good, name) for name in TransferBatch.__slots__}
-    cases = [
+    cases: list[tuple[dict[str, Any], str]] = [
         (
             {"k": good.k[:1]},
             r"k is torch.float64 \(1, \d+, 4, 32\), expected float \(4, \d+, 4, 32\)",
