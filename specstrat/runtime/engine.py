@@ -31,6 +31,7 @@ from specstrat.relay import RelayPayload
 from specstrat.runtime.drafters import Drafter, StepInputs, drafter_for
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.model import TinyLM
 from specstrat.runtime.weights import EmbeddedModels
 from specstrat.runtime.worker import ModelWorker
 
@@ -150,24 +151,24 @@ class Engine:
         dtype = next(models.target.parameters()).dtype
         device = next(models.target.parameters()).device
         total = cfg.max_total_tokens or cfg.max_running_requests * cfg.context_len
-        self.target = ModelWorker(
-            models.target,
-            max_running_requests=cfg.max_running_requests,
-            context_len=cfg.context_len,
-            max_total_tokens=total,
-            device=device,
-            dtype=dtype,
-        )
-        draft_worker = None
-        if algo.capabilities.has_draft_kv and not algo.capabilities.carries_draft_hidden_states:
-            draft_worker = ModelWorker(
-                models.draft,
+
+        def worker(model: TinyLM) -> ModelWorker:
+            return ModelWorker(
+                model,
                 max_running_requests=cfg.max_running_requests,
                 context_len=cfg.context_len,
                 max_total_tokens=total,
                 device=device,
                 dtype=dtype,
             )
+
+        self.target = worker(models.target)
+        caps = algo.capabilities
+        draft_worker = (
+            worker(models.draft)
+            if caps.has_draft_kv and not caps.carries_draft_hidden_states
+            else None
+        )
         self.drafter: Drafter | None = drafter_for(
             algo, models.target, draft_worker=draft_worker, eagle_head=models.eagle
         )

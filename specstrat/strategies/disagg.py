@@ -114,10 +114,10 @@ class EagleDisaggDraftBuilder:
         """EAGLE draft input from the batched transfer (no per-request stacking)."""
         last_tokens = _checked_last_tokens(batch, last_tokens)
         _require(batch, "EAGLE", "topk_p", "topk_index", "hidden_states")
-        empty = torch.empty((0, 0), device=batch.device)
-        topk_p = batch.topk_p if batch.topk_p is not None else empty
-        topk_index = batch.topk_index if batch.topk_index is not None else empty.long()
-        hidden = batch.hidden_states if batch.hidden_states is not None else empty
+        topk_p, topk_index, hidden = batch.topk_p, batch.topk_index, batch.hidden_states
+        if topk_p is None or topk_index is None or hidden is None:  # only an empty batch
+            empty = torch.empty((0, 0), device=batch.device)
+            topk_p, topk_index, hidden = empty, empty.long(), empty
         # Only fields that arrived are relayed: an empty batch may lack them (nothing to carry).
         payload = RelayPayload(
             bonus_tokens=last_tokens,

@@ -1,0 +1,136 @@
+"""Disaggregation figures: decode-side draft-input build, batched vs per-request; e2e tokens/s.
+
+1. ``EagleDisaggDraftBuilder`` on a :class:`~specstrat.PrebuiltBatch` (fields batched once, at
+   receive) against the engines' first builder, which stacks per-request tensors as it goes
+   (``torch.as_tensor`` per request, then ``torch.stack``), at bs 1/64/256/1024: µs per build
+   (median, interleaved), their ratio, and aten ops per build counted with a dispatch mode.
+2. End-to-end tokens/s of EAGLE with prefill in a second process vs all in one process.
+
+Usage: ``python bench/disagg.py [--repeats N]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import specstrat
+from specstrat import EagleDisaggDraftBuilder, PrebuiltBatch
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime.demo import workload
+from specstrat.runtime.disagg import run_disaggregated
+
+TOPK, HIDDEN = 4, 4096  # a production-sized hidden state
+
+
+class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
+    """Counts aten ops dispatched."""
+
+    def __init__(self) -> None:
+        super().__init__()  # type: ignore[no-untyped-call]
+        self.ops = 0
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+        self.ops += 1
+        return func(*args, **(kwargs or {}))
+
+
+def per_request_baseline(reqs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
+    """The engines' first decode-side builder: one tensor per request per field, then stack."""
+    return {
+        "topk_p": torch.stack([torch.as_tensor(r["topk_p"]) for r in reqs]),
+        "topk_index": torch.stack([torch.as_tensor(r["topk_index"]) for r in reqs]),
+        "hidden_states": torch.stack([torch.as_tensor(r["hidden"]) for r in reqs]),
+        "verified_id": torch.stack([torch.as_tensor(r["last"]) for r in reqs]),
+        "seq_lens": torch.stack([torch.as_tensor(r["seq_len"]) for r in reqs]),
+    }
+
+
+def median_us(fn: Callable[[], object], repeats: int) -> float:
+    fn()
+    samples = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        samples.append(time.perf_counter() - start)
+    return statistics.median(samples) * 1e6
+
+
+def builders(repeats: int) -> None:
+    print(f"1. decode-side draft-input build, EAGLE fields (topk {TOPK}, hidden {HIDDEN})")
+    print(
+        f"{'bs':>5} | {'batched µs':>10} {'per-request µs':>15} {'ratio':>7} | {'batched ops':>11} {'per-request ops':>15}"
+    )
+    builder = EagleDisaggDraftBuilder()
+    for bs in (1, 64, 256, 1024):
+        gen = torch.Generator().manual_seed(bs)
+        topk_p, hidden = torch.rand(bs, TOPK, generator=gen), torch.randn(bs, HIDDEN, generator=gen)
+        topk_index = torch.randint(0, 256, (bs, TOPK), generator=gen)
+        seq_lens, last = (
+            torch.randint(1, 4096, (bs,), generator=gen),
+            torch.randint(0, 256, (bs,), generator=gen),
+        )
+        batch = PrebuiltBatch(
+            rids=tuple(f"r{i}" for i in range(bs)), slots=torch.arange(1, bs + 1), seq_lens=seq_lens,
+            topk_p=topk_p, topk_index=topk_index, hidden_states=hidden,
+        )  # fmt: skip
+        # What the engines received per request: one record each, tensors per field.
+        reqs = [
+            {"topk_p": topk_p[i].clone(), "topk_index": topk_index[i].clone(), "hidden": hidden[i].clone(),
+             "last": int(last[i]), "seq_len": int(seq_lens[i])}
+            for i in range(bs)
+        ]  # fmt: skip
+        fast = 0.0
+        slow = 0.0
+        for _ in range(3):  # interleaved
+            fast += median_us(lambda: builder.build_disagg_draft_input(batch, last, None), repeats)  # noqa: B023
+            slow += median_us(lambda: per_request_baseline(reqs), repeats)  # noqa: B023
+        with OpCounter() as fast_ops:
+            builder.build_disagg_draft_input(batch, last, None)
+        with OpCounter() as slow_ops:
+            per_request_baseline(reqs)
+        print(
+            f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} {slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
+        )
+
+
+def end_to_end(repeats: int) -> None:
+    models = EmbeddedModels.load()
+    requests = workload(16, seed=5)
+    config = EngineConfig(context_len=512, max_running_requests=16)
+    single_s, disagg_s, decode_tps = [], [], []
+    tokens = 0
+    for _ in range(repeats):
+        engine = Engine(specstrat.EAGLE, models, config)
+        start = time.perf_counter()
+        engine.run(requests)
+        single_s.append(time.perf_counter() - start)
+        tokens = engine.stats.generated_tokens
+        start = time.perf_counter()
+        result = run_disaggregated(specstrat.EAGLE, requests, config, models=models, batch_size=4)
+        disagg_s.append(time.perf_counter() - start)
+        decode_tps.append(result.stats.tokens_per_second)
+    s, d = statistics.median(single_s), statistics.median(disagg_s)
+    print(f"\n2. EAGLE end to end, 16 requests, {tokens} tokens (wall time incl. process start)")
+    print(
+        f"single process: {tokens / s:.0f} tokens/s; disaggregated: {tokens / d:.0f} tokens/s ({s / d:.2f}x)"
+    )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--repeats", type=int, default=20)
+    args = parser.parse_args()
+    torch.set_num_threads(1)
+    builders(args.repeats)
+    end_to_end(max(1, args.repeats // 10))
+
+
+if __name__ == "__main__":
+    main()
