@@ -22,6 +22,7 @@ from specstrat.runtime.model import CausalAttention, EagleHead, ModelConfig, Tin
 
 __all__ = [
     "DRAFT_CONFIG",
+    "tabify",
     "SOURCE_FILES",
     "TARGET_CONFIG",
     "corpus",
@@ -48,10 +49,25 @@ SEQ_LEN = 256
 BATCH = 24
 
 
+def tabify(text: bytes) -> bytes:
+    """Each line's leading groups of 4 spaces become tabs, trailing blanks go.
+
+    A byte model this small cannot count long runs of spaces: trained on space-indented code it
+    greedily emitted spaces forever after an indented newline. One tab per level keeps the runs
+    short enough to count.
+    """
+    lines = []
+    for line in text.split(b"\n"):
+        body = line.lstrip(b" ")
+        depth = len(line) - len(body)
+        lines.append(b"\t" * (depth // 4) + b" " * (depth % 4) + body.rstrip())
+    return b"\n".join(lines)
+
+
 def corpus() -> torch.Tensor:
-    """The training bytes: the listed stdlib files, concatenated in order."""
+    """The training bytes: the listed stdlib files, tabified and concatenated in order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    parts = [(root / name).read_bytes() for name in SOURCE_FILES if (root / name).is_file()]
+    parts = [tabify((root / name).read_bytes()) for name in SOURCE_FILES if (root / name).is_file()]
     return torch.frombuffer(bytearray(b"\n".join(parts)), dtype=torch.uint8).long()
 
 

@@ -20,7 +20,7 @@ def test_weights_ship_inside_the_package_under_5_mb() -> None:
 
 def test_target_greedy_output_looks_like_python(models: EmbeddedModels) -> None:
     """Greedy text from a Python prompt is varied printable code, not a loop of one byte."""
-    prompt = b"def read_config(path):\n    "
+    prompt = b"def read_config(path):\n\t"  # tab-indented, like the training text
     out = Engine(specstrat.NONE, models, EngineConfig(context_len=512)).run(
         [Request("q", tuple(prompt), 160)]
     )["q"]
