@@ -187,6 +187,8 @@ class Engine:
         self._prebuilt: list[Any] = []  # TransferBatch, received from a prefill process
         self._live: dict[str, _Live] = {}
         self._rids: set[str] = set()
+        self._source: Callable[[bool], bool] = lambda idle: False
+        self._more = False  # whether the source may still bring work
         self.stats = RunStats()
 
     def init_overlap(self, device: torch.device) -> FutureMap:

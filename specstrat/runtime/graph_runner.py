@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.errors import InvalidConfig
+from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata_into
 from specstrat.runtime.forward import ForwardBatch, ForwardMode
 from specstrat.runtime.worker import ModelWorker
@@ -140,5 +140,6 @@ class GraphRunner:
                 bucket.outputs = self.worker.run(batch)
             bucket.graph = graph
         bucket.graph.replay()
-        assert bucket.outputs is not None  # set by the capture above
+        if bucket.outputs is None:
+            raise KernelError(f"bucket {bucket.padded_bs} has a graph but no captured outputs")
         return bucket.outputs
