@@ -22,7 +22,8 @@ from specstrat.runtime.model import CausalAttention, EagleHead, ModelConfig, Tin
 
 __all__ = [
     "DRAFT_CONFIG",
-    "tabify",
+    "decode_indentation",
+    "encode_indentation",
     "SOURCE_FILES",
     "TARGET_CONFIG",
     "corpus",
@@ -49,25 +50,42 @@ SEQ_LEN = 256
 BATCH = 24
 
 
-def tabify(text: bytes) -> bytes:
-    """Each line's leading groups of 4 spaces become tabs, trailing blanks go.
+#: Line-start bytes 1..8 stand for that many levels of 4-space indentation (9 is tab, 10 newline).
+MAX_DEPTH = 8
 
-    A byte model this small cannot count long runs of spaces: trained on space-indented code it
-    greedily emitted spaces forever after an indented newline. One tab per level keeps the runs
-    short enough to count.
+
+def encode_indentation(text: bytes) -> bytes:
+    """Replace each line's leading 4-space groups by one byte (the depth, 1..8).
+
+    A byte model this small cannot count runs: trained on space-indented code (and then on
+    tab-indented code) it greedily emitted spaces (tabs) forever after an indented newline. One
+    byte per line for the whole indentation leaves nothing to count. Form feeds, which some
+    stdlib files use as page breaks, are dropped so bytes 1..8 mean indentation only.
     """
     lines = []
-    for line in text.split(b"\n"):
+    for line in text.replace(b"\x0c", b"").split(b"\n"):
         body = line.lstrip(b" ")
-        depth = len(line) - len(body)
-        lines.append(b"\t" * (depth // 4) + b" " * (depth % 4) + body.rstrip())
+        depth = min((len(line) - len(body)) // 4, MAX_DEPTH)
+        rest = len(line) - len(body) - 4 * depth
+        body = body.rstrip()
+        lines.append((bytes([depth]) if depth and body else b"") + b" " * rest + body)
     return b"\n".join(lines)
 
 
+def decode_indentation(data: bytes) -> str:
+    """Text from model bytes: a line-start depth byte becomes 4 spaces per level."""
+    lines = []
+    for line in data.split(b"\n"):
+        if line and 1 <= line[0] <= MAX_DEPTH:
+            line = b"    " * line[0] + line[1:]
+        lines.append(line.decode(errors="replace"))
+    return "\n".join(lines)
+
+
 def corpus() -> torch.Tensor:
-    """The training bytes: the listed stdlib files, tabified and concatenated in order."""
+    """The training bytes: the listed stdlib files, indentation encoded, concatenated in order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    parts = [tabify((root / name).read_bytes()) for name in SOURCE_FILES if (root / name).is_file()]
+    parts = [encode_indentation((root / name).read_bytes()) for name in SOURCE_FILES if (root / name).is_file()]
     return torch.frombuffer(bytearray(b"\n".join(parts)), dtype=torch.uint8).long()
 
 

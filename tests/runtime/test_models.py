@@ -9,6 +9,7 @@ import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime.train import decode_indentation, encode_indentation
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:
@@ -20,7 +21,7 @@ def test_weights_ship_inside_the_package_under_5_mb() -> None:
 
 def test_target_greedy_output_looks_like_python(models: EmbeddedModels) -> None:
     """Greedy text from a Python prompt is varied printable code, not a loop of one byte."""
-    prompt = b"def read_config(path):\n\t"  # tab-indented, like the training text
+    prompt = b"def read_config(path):\n\x01"  # \x01: one indentation level (see train.py)
     out = Engine(specstrat.NONE, models, EngineConfig(context_len=512)).run(
         [Request("q", tuple(prompt), 160)]
     )["q"]
@@ -30,6 +31,14 @@ def test_target_greedy_output_looks_like_python(models: EmbeddedModels) -> None:
     assert sum(32 <= b < 127 or b == 10 for b in text) / len(text) > 0.95, text
     assert longest_run < 40, text
     assert any(word in text for word in (b"self", b"return", b"if ", b"=")), text
+    assert decode_indentation(prompt + text).startswith("def read_config(path):\n    ")
+
+
+def test_indentation_round_trips() -> None:
+    """The models' indentation bytes decode back to the original 4-space indentation."""
+    source = b"class A:\n    def f(self):\n        return 1\n\n  odd = 2\n"
+    assert decode_indentation(encode_indentation(source)) == source.decode()
+    assert encode_indentation(source) == b"class A:\n\x01def f(self):\n\x02return 1\n\n  odd = 2\n"
 
 
 def test_training_is_deterministic(tmp_path: Path) -> None:
