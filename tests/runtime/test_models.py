@@ -1,6 +1,7 @@
 """The embedded models: small, shipped, deterministic to train, and the target writes code."""
 
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -9,7 +10,7 @@ import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.train import decode_indentation, encode_indentation
+from specstrat.runtime.train import corpus, decode_indentation, encode_indentation
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:
@@ -30,7 +31,10 @@ def test_target_greedy_output_looks_like_python(models: EmbeddedModels) -> None:
     assert len(set(text)) >= 15, text
     assert sum(32 <= b < 127 or b == 10 for b in text) / len(text) > 0.95, text
     assert longest_run < 40, text
-    assert any(word in text for word in (b"self", b"return", b"if ", b"=")), text
+    words = re.findall(rb"[A-Za-z_]{4,}", text)
+    training = bytes(corpus().tolist())
+    assert len(words) >= 8, text
+    assert sum(word in training for word in words) / len(words) > 0.9, text  # its own vocabulary
     assert decode_indentation(prompt + text).startswith("def read_config(path):\n    ")
 
 
