@@ -32,7 +32,9 @@ def workload(num_requests: int, *, seed: int = 0) -> list[Request]:
     """``num_requests`` prompts of 24..160 bytes, each asking for 48..128 tokens."""
     root = Path(sysconfig.get_paths()["stdlib"])
     # Encoded like the training text (see specstrat.runtime.train.encode_indentation).
-    texts = [encode_indentation((root / f).read_bytes()) for f in PROMPT_FILES if (root / f).is_file()]
+    texts = [
+        encode_indentation((root / f).read_bytes()) for f in PROMPT_FILES if (root / f).is_file()
+    ]
     rng = random.Random(seed)
     requests = []
     for i in range(num_requests):

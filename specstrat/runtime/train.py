@@ -85,7 +85,11 @@ def decode_indentation(data: bytes) -> str:
 def corpus() -> torch.Tensor:
     """The training bytes: the listed stdlib files, indentation encoded, concatenated in order."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    parts = [encode_indentation((root / name).read_bytes()) for name in SOURCE_FILES if (root / name).is_file()]
+    parts = [
+        encode_indentation((root / name).read_bytes())
+        for name in SOURCE_FILES
+        if (root / name).is_file()
+    ]
     return torch.frombuffer(bytearray(b"\n".join(parts)), dtype=torch.uint8).long()
 
 
