@@ -108,20 +108,12 @@ def overlap(models: EmbeddedModels, repeats: int) -> None:
     )
     for name in ("NONE", "EAGLE"):
         sync_s, over_s, forward_s = [], [], []
-        for _ in range(repeats):
-            sync_s.append(
-                timed_run(specstrat.get(name), models, requests, max_running_requests=64)[0]
-            )
+        config = {"max_running_requests": 64, "graph_buckets": (1, 2, 4, 8, 16, 32, 64)}
+        for _ in range(repeats):  # the same engine config for both modes
+            sync_s.append(timed_run(specstrat.get(name), models, requests, **config)[0])
             spent = [0.0]
             with model_time(spent):
-                wall, _ = timed_run(
-                    specstrat.get(name),
-                    models,
-                    requests,
-                    max_running_requests=64,
-                    overlap=True,
-                    graph_buckets=(64,),
-                )
+                wall, _ = timed_run(specstrat.get(name), models, requests, overlap=True, **config)
             over_s.append(wall)
             forward_s.append(spent[0])
         s, o, f = (statistics.median(x) for x in (sync_s, over_s, forward_s))
