@@ -114,7 +114,7 @@ def check_transfer(batch: TransferBatch, engine: Engine) -> None:
             raise fail(
                 f"hidden_states is {tuple(batch.hidden_states.shape)}, expected {(len(rids), cfg.dim)}"
             )
-    if caps.carries_draft_hidden_states:  # the EAGLE-style drafter relays its first top-k
+        # The EAGLE-style drafter also relays its first top-k.
         if batch.topk_p is None or batch.topk_index is None:
             raise fail(f"{engine.algo.name} needs topk_p and topk_index; none arrived")
         if not batch.topk_p.dtype.is_floating_point or batch.topk_index.dtype != torch.int64:
@@ -186,14 +186,10 @@ def _wait(work: Any, timeout: float) -> None:
     work.wait(timedelta(seconds=timeout))
 
 
-def send_transfer(batch: TransferBatch | None, dst: int) -> None:
-    """Send one batch (``None``: the end-of-stream marker) to rank ``dst``."""
+def _wire(batch: TransferBatch) -> list[torch.Tensor]:
+    """A batch as the tensors that cross the wire, in order, header first."""
     header = torch.zeros(_HEADER, dtype=torch.int64)
     header[0] = _MAGIC
-    if batch is None:
-        header[1] = 1
-        dist.send(header, dst)
-        return
     rid_bytes = [r.encode() for r in batch.rids]
     flat_prompt = [t for p in batch.prompts for t in p]
     layers, total, heads, dim = batch.k.shape
@@ -203,8 +199,8 @@ def send_transfer(batch: TransferBatch | None, dst: int) -> None:
         [len(batch.rids), len(flat_prompt), total, layers, heads, dim, topk, hidden,
          _DTYPES.index(batch.k.dtype), sum(len(b) for b in rid_bytes)]
     )  # fmt: skip
-    dist.send(header, dst)
     parts = [
+        header,
         torch.tensor([len(b) for b in rid_bytes], dtype=torch.int64),
         torch.frombuffer(bytearray(b"".join(rid_bytes)) or bytearray(1), dtype=torch.uint8),
         torch.tensor(batch.kv_lens, dtype=torch.int64),
@@ -219,7 +215,17 @@ def send_transfer(batch: TransferBatch | None, dst: int) -> None:
     if batch.hidden_states is not None:
         mask = batch.hidden_mask if batch.hidden_mask is not None else torch.ones(len(batch.rids))
         parts += [batch.hidden_states.to(batch.k.dtype).contiguous(), mask.to(torch.int64)]
-    for part in parts:
+    return parts
+
+
+def send_transfer(batch: TransferBatch | None, dst: int) -> None:
+    """Send one batch (``None``: the end-of-stream marker) to rank ``dst``."""
+    if batch is None:
+        end = torch.zeros(_HEADER, dtype=torch.int64)
+        end[0], end[1] = _MAGIC, 1
+        dist.send(end, dst)
+        return
+    for part in _wire(batch):
         dist.send(part, dst)
 
 
@@ -335,29 +341,9 @@ def _fields(batch: TransferBatch) -> dict[str, Any]:
 
 
 def _send_partial(batch: TransferBatch) -> None:
-    """Fault injection: the header, ids and prompts of a batch, then nothing."""
-    header = torch.zeros(_HEADER, dtype=torch.int64)
-    rid_bytes = [r.encode() for r in batch.rids]
-    flat = [t for p in batch.prompts for t in p]
-    layers, total, heads, dim = batch.k.shape
-    header[0] = _MAGIC
-    header[2:12] = torch.tensor(
-        [
-            len(batch.rids),
-            len(flat),
-            total,
-            layers,
-            heads,
-            dim,
-            -1,
-            -1,
-            _DTYPES.index(batch.k.dtype),
-            sum(len(b) for b in rid_bytes),
-        ]
-    )
-    dist.send(header, 1)
-    dist.send(torch.tensor([len(b) for b in rid_bytes], dtype=torch.int64), 1)
-    dist.send(torch.frombuffer(bytearray(b"".join(rid_bytes)), dtype=torch.uint8), 1)
+    """Fault injection: the header and request ids of a batch, then nothing."""
+    for part in _wire(batch)[:3]:
+        dist.send(part, 1)
 
 
 def run_disaggregated(
@@ -427,9 +413,7 @@ def run_disaggregated(
         nonlocal done
         while not done:
             try:
-                item = (
-                    arrived.get(timeout=timeout if idle else 0.0) if idle else arrived.get_nowait()
-                )
+                item = arrived.get(timeout=timeout) if idle else arrived.get_nowait()
             except queue.Empty:
                 if idle:
                     raise DisaggError(
