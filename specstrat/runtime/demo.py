@@ -19,7 +19,7 @@ import torch
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.registry import get
 from specstrat.runtime.engine import Engine, EngineConfig, Request
-from specstrat.runtime.train import encode_indentation
+from specstrat.runtime.text import encode_indentation
 from specstrat.runtime.weights import EmbeddedModels
 
 __all__ = ["DemoSummary", "ProgressBar", "run_demo", "workload"]
@@ -31,7 +31,7 @@ PROMPT_FILES = ("json/__init__.py", "glob.py", "fnmatch.py", "keyword.py", "colo
 def workload(num_requests: int, *, seed: int = 0) -> list[Request]:
     """``num_requests`` prompts of 24..160 bytes, each asking for 48..128 tokens."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    # Encoded like the training text (see specstrat.runtime.train.encode_indentation).
+    # Encoded like the training text (see specstrat.runtime.text.encode_indentation).
     texts = [
         encode_indentation((root / f).read_bytes()) for f in PROMPT_FILES if (root / f).is_file()
     ]

@@ -32,7 +32,7 @@ from specstrat.runtime.drafters import Drafter, StepInputs, drafter_for
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
 from specstrat.runtime.model import TinyLM
-from specstrat.runtime.train import encode_indentation
+from specstrat.runtime.text import encode_indentation
 from specstrat.runtime.weights import EmbeddedModels
 from specstrat.runtime.worker import ModelWorker
 
@@ -68,7 +68,7 @@ class Request:
     @classmethod
     def from_text(cls, rid: str, text: str, max_new_tokens: int) -> Request:
         """A request whose prompt is ``text`` as the embedded models read it: UTF-8 bytes, each
-        line's indentation as one depth byte (:func:`~specstrat.runtime.train.encode_indentation`;
+        line's indentation as one depth byte (:func:`~specstrat.runtime.text.encode_indentation`;
         ``decode_indentation`` turns outputs back into text)."""
         return cls(rid, tuple(encode_indentation(text.encode())), max_new_tokens)
 

@@ -2,14 +2,16 @@
 
 ``python -m specstrat.runtime.train [--out PATH] [--steps N]`` trains, in order: the target LM on
 the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
-speculation must match). Seeds, thread count and file list are fixed, so the same Python and torch
-reproduce the same weights. Weights are stored in float16 beside their configs.
+speculation must match). Seeds, file list and the math library's settings are fixed (one thread;
+MKL on one code path, see ``REPRODUCIBLE_ENV``), so the same Python, torch and CPU reproduce the
+same weights bit for bit. Weights are stored in float16 beside their configs.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 import sysconfig
 import time
@@ -19,11 +21,11 @@ import torch
 import torch.nn.functional as F
 
 from specstrat.runtime.model import CausalAttention, EagleHead, ModelConfig, TinyLM
+from specstrat.runtime.text import encode_indentation
 
 __all__ = [
     "DRAFT_CONFIG",
-    "decode_indentation",
-    "encode_indentation",
+    "REPRODUCIBLE_ENV",
     "SOURCE_FILES",
     "TARGET_CONFIG",
     "corpus",
@@ -46,40 +48,17 @@ SOURCE_FILES = (
     "typing.py", "unittest/case.py",
 )  # fmt: skip
 
+#: Set before torch loads MKL (the ``__main__`` entry re-executes itself with them): with several
+#: threads or MKL's run-time dispatch, two runs on one machine can differ in the last bit.
+REPRODUCIBLE_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "MKL_DYNAMIC": "FALSE",
+    "MKL_CBWR": "AUTO,STRICT",
+}
+
 SEQ_LEN = 256
 BATCH = 24
-
-
-#: Line-start bytes 1..8 stand for that many levels of 4-space indentation (9 is tab, 10 newline).
-MAX_DEPTH = 8
-
-
-def encode_indentation(text: bytes) -> bytes:
-    """Replace each line's leading 4-space groups by one byte (the depth, 1..8).
-
-    A byte model this small cannot count runs: trained on space-indented code (and then on
-    tab-indented code) it greedily emitted spaces (tabs) forever after an indented newline. One
-    byte per line for the whole indentation leaves nothing to count. Form feeds, which some
-    stdlib files use as page breaks, are dropped so bytes 1..8 mean indentation only.
-    """
-    lines = []
-    for line in text.replace(b"\x0c", b"").split(b"\n"):
-        body = line.lstrip(b" ")
-        depth = min((len(line) - len(body)) // 4, MAX_DEPTH)
-        rest = len(line) - len(body) - 4 * depth
-        body = body.rstrip()
-        lines.append((bytes([depth]) if depth and body else b"") + b" " * rest + body)
-    return b"\n".join(lines)
-
-
-def decode_indentation(data: bytes) -> str:
-    """Text from model bytes: a line-start depth byte becomes 4 spaces per level."""
-    lines = []
-    for line in data.split(b"\n"):
-        if line and 1 <= line[0] <= MAX_DEPTH:
-            line = b"    " * line[0] + line[1:]
-        lines.append(line.decode(errors="replace"))
-    return "\n".join(lines)
 
 
 def corpus() -> torch.Tensor:
@@ -200,9 +179,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     default = Path(__file__).parent / "weights" / "embedded.pt"
     parser.add_argument("--out", type=Path, default=default)
-    parser.add_argument("--steps", type=int, default=1500, help="target steps; others use half")
+    parser.add_argument(
+        "--steps", type=int, default=3000, help="target and head steps; the draft LM uses half"
+    )
     args = parser.parse_args(argv)
-    torch.set_num_threads(2)
+    if args.steps < 1:
+        parser.error(f"--steps must be at least 1, got {args.steps}; the shipped weights use 3000")
+    torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     data = corpus()
     print(f"corpus: {data.numel()} bytes from {len(SOURCE_FILES)} stdlib files", flush=True)
@@ -210,7 +193,7 @@ def main(argv: list[str] | None = None) -> int:
     for p in target.parameters():
         p.requires_grad_(False)  # the target is frozen from here on
     draft = train_draft(data, target, args.steps // 2)
-    eagle = train_eagle(data, target, args.steps // 2)
+    eagle = train_eagle(data, target, args.steps)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     torch.save(
         {
@@ -231,4 +214,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    if any(os.environ.get(key) != value for key, value in REPRODUCIBLE_ENV.items()):
+        # MKL reads these once, when torch loads it, so start again with them set.
+        argv = [sys.executable, "-m", "specstrat.runtime.train", *sys.argv[1:]]
+        os.execve(sys.executable, argv, {**os.environ, **REPRODUCIBLE_ENV})
     raise SystemExit(main())

@@ -6,11 +6,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.train import corpus, decode_indentation, encode_indentation
+from specstrat.runtime.text import decode_indentation, encode_indentation
+from specstrat.runtime.train import corpus, main
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:
@@ -55,3 +57,11 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
     for model in ("target", "draft", "eagle"):
         for name, tensor in a[model]["state"].items():
             assert torch.equal(tensor, b[model]["state"][name]), f"{model}.{name}"
+
+
+def test_training_refuses_zero_steps(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--steps 0`` is refused before any training, naming the value."""
+    with pytest.raises(SystemExit) as exc:
+        main(["--steps", "0", "--out", "/nonexistent/never-written.pt"])
+    assert exc.value.code == 2
+    assert "--steps must be at least 1, got 0" in capsys.readouterr().err
