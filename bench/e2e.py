@@ -1,6 +1,7 @@
 """End-to-end figures of the plain scheduler on the embedded models, measured side by side.
 
-1. tokens/s with speculation vs target-only (NGRAM, STANDALONE, EAGLE; ratio; acceptance length),
+1. tokens/s with speculation vs target-only (NGRAM with ragged and uniform verify, STANDALONE,
+   EAGLE; ratio; acceptance length; tokens per request each verify runs through the target),
    the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
 2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards.
@@ -36,22 +37,38 @@ def timed_run(
 
 
 def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None:
-    names = ("NONE", "NGRAM", "STANDALONE", "EAGLE")
-    seconds: dict[str, list[float]] = {n: [] for n in names}
+    runs: dict[str, tuple[str, dict[str, Any]]] = {
+        "NONE": ("NONE", {}),
+        "NGRAM": ("NGRAM", {}),
+        "NGRAM uniform": ("NGRAM", {"ragged_verify": False}),
+        "STANDALONE": ("STANDALONE", {}),
+        "EAGLE": ("EAGLE", {}),
+    }
+    seconds: dict[str, list[float]] = {label: [] for label in runs}
     accept: dict[str, float] = {}
+    width: dict[str, float] = {}
     tokens = 0
     for _ in range(repeats):
-        for name in names:
-            wall, engine = timed_run(specstrat.get(name), models, requests)
-            seconds[name].append(wall)
-            accept[name] = engine.stats.acceptance_length
-            tokens = engine.stats.generated_tokens
+        for label, (name, config) in runs.items():
+            wall, engine = timed_run(specstrat.get(name), models, requests, **config)
+            seconds[label].append(wall)
+            stats = engine.stats
+            accept[label] = stats.acceptance_length
+            width[label] = stats.verify_forward_tokens / max(1, stats.verified_requests)
+            tokens = stats.generated_tokens
     base = statistics.median(seconds["NONE"])
     print(f"\n1. speculation vs target-only: {len(requests)} requests, {tokens} tokens, D=4, sync")
-    print(f"{'algorithm':<12} {'tokens/s':>9} {'vs target-only':>15} {'acceptance':>11}")
-    for name in names:
-        wall = statistics.median(seconds[name])
-        print(f"{name:<12} {tokens / wall:>9.0f} {base / wall:>14.2f}x {accept[name]:>11.2f}")
+    print(
+        f"{'algorithm':<14} {'tokens/s':>9} {'vs target-only':>15} {'acceptance':>11}"
+        f" {'verified/step':>14}"
+    )
+    for label in runs:
+        wall = statistics.median(seconds[label])
+        print(
+            f"{label:<14} {tokens / wall:>9.0f} {base / wall:>14.2f}x {accept[label]:>11.2f}"
+            f" {width[label]:>14.2f}"
+        )
+    print("verified/step: tokens per request the target runs in each TARGET_VERIFY (T = 4 full)")
 
 
 class ZeroCostLM(TinyLM):

@@ -24,6 +24,7 @@ from specstrat.runtime.worker import ModelWorker
 __all__ = [
     "DraftModelDrafter",
     "Drafter",
+    "Drafts",
     "EagleHeadDrafter",
     "NgramDrafter",
     "StepInputs",
@@ -43,6 +44,16 @@ class StepInputs:
     relay: RelayPayload  # everything else the previous step stashed
 
 
+@dataclass(frozen=True, slots=True)
+class Drafts:
+    """A drafter's proposal: ``tokens`` is ``[bs, steps]``; only the first ``lengths[i]`` of row
+    ``i`` were really found, the rest is filler (``None``: every row is ``steps`` long). An
+    engine that verifies ragged batches runs only the found ones through the target."""
+
+    tokens: torch.Tensor
+    lengths: list[int] | None = None
+
+
 class Drafter(Protocol):
     """Proposes draft tokens and keeps whatever state that takes."""
 
@@ -57,7 +68,7 @@ class Drafter(Protocol):
         (``None`` for PREBUILT admission, where the disaggregation builder relayed the state)."""
         ...
 
-    def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
+    def draft(self, inputs: StepInputs, steps: int) -> Drafts:
         """``[bs, steps]`` draft tokens following ``inputs.last``."""
         ...
 
@@ -99,12 +110,20 @@ class _History:
 class NgramDrafter:
     """Prompt lookup: continue the latest earlier occurrence of the request's last n-gram.
 
-    Tries n-grams of ``max_ngram`` down to 1 bytes; where nothing matches, proposes repeats of
-    the last token (verification rejects them at no cost to correctness).
+    Tries n-grams of ``max_ngram`` down to ``min_ngram`` bytes (a single byte recurs everywhere
+    and predicts little: with ragged verify, proposing nothing is cheaper). Rows are padded to ``steps`` with repeats
+    of their last token and report how many tokens were found, so a ragged verify checks only
+    those (a uniform verify checks the filler too, at no cost to correctness).
     """
 
-    def __init__(self, max_ngram: int = 4) -> None:
+    def __init__(self, max_ngram: int = 4, min_ngram: int = 2) -> None:
+        if not 1 <= min_ngram <= max_ngram:
+            raise InvalidConfig(
+                f"n-gram sizes min_ngram={min_ngram}, max_ngram={max_ngram}: need "
+                "1 <= min_ngram <= max_ngram"
+            )
         self.max_ngram = max_ngram
+        self.min_ngram = min_ngram
         self.history = _History()
 
     def admit(
@@ -120,18 +139,23 @@ class NgramDrafter:
 
     def _lookup(self, tokens: list[int], steps: int) -> list[int]:
         text = bytes(tokens)  # byte-level vocabulary: rfind does the search in C
-        for n in range(min(self.max_ngram, len(text) - 1), 0, -1):
+        for n in range(min(self.max_ngram, len(text) - 1), self.min_ngram - 1, -1):
             at = text.rfind(text[-n:], 0, len(text) - 1)
             if at >= 0:
                 found = list(text[at + n : at + n + steps])
                 if found:
-                    return found + [found[-1]] * (steps - len(found))
-        return [tokens[-1]] * steps
+                    return found
+        return []
 
-    def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
-        """Looked-up continuations, ``[bs, steps]``."""
-        rows = [self._lookup(self.history.tokens[s], steps) for s in inputs.slots]
-        return torch.tensor(rows, dtype=torch.int64).reshape(len(rows), steps)
+    def draft(self, inputs: StepInputs, steps: int) -> Drafts:
+        """Looked-up continuations, ``[bs, steps]``, with the number found per row."""
+        found = [self._lookup(self.history.tokens[s], steps) for s in inputs.slots]
+        rows = [
+            f + [f[-1] if f else self.history.tokens[s][-1]] * (steps - len(f))
+            for f, s in zip(found, inputs.slots, strict=True)
+        ]
+        tokens = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), steps)
+        return Drafts(tokens, [len(f) for f in found])
 
     def accept(
         self,
@@ -177,7 +201,7 @@ class DraftModelDrafter:
         self.worker.forward(ForwardMode.DRAFT_EXTEND, own, prompts)
         return RelayPayload()
 
-    def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
+    def draft(self, inputs: StepInputs, steps: int) -> Drafts:
         """``steps`` greedy tokens from the draft LM."""
         own = [self.slot_of[s] for s in inputs.slots]
         catch_up = [
@@ -192,7 +216,7 @@ class DraftModelDrafter:
             logits, _ = self.worker.forward(ForwardMode.DECODE, own, [[t] for t in token.tolist()])
             token = logits.argmax(-1)
             out.append(token)
-        return torch.stack(out, dim=1)
+        return Drafts(torch.stack(out, dim=1))
 
     def accept(
         self,
@@ -202,11 +226,12 @@ class DraftModelDrafter:
         bonus: torch.Tensor,
         hidden: torch.Tensor,
     ) -> RelayPayload:
-        """Keep the draft KV of accepted drafts only."""
+        """Keep the draft KV of accepted drafts only (T = 1 drafts nothing: nothing to drop)."""
         steps = drafts.shape[1]
         for slot, a in zip(inputs.slots, accepted, strict=True):
             committed = len(self.history.tokens[slot])
-            self.worker.rewind(self.slot_of[slot], committed + min(a, steps - 1))
+            if steps:  # drafting left committed + steps - 1 positions in the draft KV
+                self.worker.rewind(self.slot_of[slot], committed + min(a, steps - 1))
         self.history.extend(inputs.slots, drafts, accepted, bonus)
         return RelayPayload()
 
@@ -247,7 +272,7 @@ class EagleHeadDrafter:
         """Draft the first token of each new request (PREBUILT: already relayed)."""
         return RelayPayload() if hidden is None else self._first(hidden, first)
 
-    def draft(self, inputs: StepInputs, steps: int) -> torch.Tensor:
+    def draft(self, inputs: StepInputs, steps: int) -> Drafts:
         """The relayed first token, then ``steps - 1`` more from the head alone."""
         relay = inputs.relay
         if relay.topk_index is None or relay.hidden_states is None:
@@ -259,7 +284,7 @@ class EagleHeadDrafter:
                 logits, hidden = self.head(hidden, token, self.target)
                 token = logits.argmax(-1)
                 out.append(token)
-        return torch.stack(out, dim=1)
+        return Drafts(torch.stack(out, dim=1))
 
     def accept(
         self,

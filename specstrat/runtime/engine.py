@@ -28,7 +28,7 @@ from specstrat.batch import PrebuiltBatch
 from specstrat.errors import DisaggError, InvalidConfig
 from specstrat.protocols import FutureMap
 from specstrat.relay import RelayPayload
-from specstrat.runtime.drafters import Drafter, StepInputs, drafter_for
+from specstrat.runtime.drafters import Drafter, Drafts, StepInputs, drafter_for
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
 from specstrat.runtime.model import TinyLM
@@ -75,7 +75,12 @@ class Request:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy."""
+    """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy.
+
+    ``ragged_verify``: for an algorithm with ``supports_ragged_verify``, a step where the drafter
+    found fewer than ``T - 1`` tokens for some request verifies only what was found (one eager
+    forward with ragged metadata; full-width steps still replay the graph runner).
+    """
 
     num_draft_tokens: int = 4
     max_running_requests: int = 16
@@ -85,6 +90,7 @@ class EngineConfig:
     overlap: bool = False
     graph_buckets: tuple[int, ...] = (1, 2, 4, 8, 16)
     use_graph_runner: bool = True
+    ragged_verify: bool = True
 
     def __post_init__(self) -> None:
         for name in (
@@ -106,6 +112,7 @@ class RunStats:
     decode_steps: int = 0
     verified_requests: int = 0
     verified_tokens: int = 0  # tokens produced by verification (accepted drafts + bonus)
+    verify_forward_tokens: int = 0  # tokens the target ran in TARGET_VERIFY (drafts + 1 each)
     seconds: float = 0.0
 
     @property
@@ -180,6 +187,8 @@ class Engine:
             if algo.is_speculative()
             else 1
         )
+        # Ragged verify: only for algorithms that allow it, and only rows a drafter reports short.
+        self._ragged = cfg.ragged_verify and algo.capabilities.supports_ragged_verify
         self.graph_runner = (
             GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
             if algo.is_speculative() and cfg.use_graph_runner
@@ -292,24 +301,34 @@ class Engine:
             extra = RelayPayload()
             produced = {s: [int(b)] for s, b in zip(slots, bonus.tolist(), strict=True)}
         else:
-            drafts = (
+            proposal = (
                 self.drafter.draft(inputs, t - 1)
                 if t > 1
-                else torch.zeros(bs, 0, dtype=torch.int64)
+                else Drafts(torch.zeros(bs, 0, dtype=torch.int64))
             )
+            drafts = proposal.tokens
             verify = torch.cat([inputs.last[:, None], drafts], dim=1)
-            if self.graph_runner is not None and self.graph_runner.can_run(bs):
-                logits, hidden = self.graph_runner.replay(slots, verify)
+            found = proposal.lengths if self._ragged else None  # None: verify every row full
+            if found and min(found) < t - 1:
+                greedy, hidden = self._verify_ragged(slots, verify, [n + 1 for n in found])
             else:
-                logits, hidden = self.target.forward(
-                    ForwardMode.TARGET_VERIFY, slots, verify.tolist()
-                )
-            greedy = logits.argmax(-1).view(bs, t)
+                found = None
+                if self.graph_runner is not None and self.graph_runner.can_run(bs):
+                    logits, flat_hidden = self.graph_runner.replay(slots, verify)
+                else:
+                    logits, flat_hidden = self.target.forward(
+                        ForwardMode.TARGET_VERIFY, slots, verify.tolist()
+                    )
+                greedy, hidden = logits.argmax(-1).view(bs, t), flat_hidden.view(bs, t, -1)
+                self.stats.verify_forward_tokens += bs * t
             match = (drafts == greedy[:, :-1]).to(torch.int64)
             accepted = match.cumprod(dim=1).sum(dim=1)
+            if found is not None:
+                # Filler past a row's found tokens was not run; the target's token there is unknown.
+                accepted = torch.minimum(accepted, torch.tensor(found))
             rows = torch.arange(bs)
             bonus = greedy[rows, accepted]
-            at_bonus = hidden.view(bs, t, -1)[rows, accepted]
+            at_bonus = hidden[rows, accepted]
             acc = [int(a) for a in accepted.tolist()]
             new_lens = [n + a + 1 for n, a in zip(inputs.seq_lens, acc, strict=True)]
             for slot, length in zip(slots, new_lens, strict=True):
@@ -323,6 +342,29 @@ class Engine:
         self.future_map.stash(slot_tensor, extra.merged(RelayPayload(bonus_tokens=bonus)))
         self.stats.decode_steps += 1
         return produced
+
+    def _verify_ragged(
+        self, slots: list[int], verify: torch.Tensor, counts: list[int]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """TARGET_VERIFY over the first ``counts[i]`` tokens of each row only (ragged metadata).
+
+        Returns the target's greedy tokens and hidden states laid out ``[bs, T]`` like a uniform
+        verify; positions that were not run hold -1 (no draft token equals it) and zeros.
+        """
+        bs, t = verify.shape
+        rows = [row[:count] for row, count in zip(verify.tolist(), counts, strict=True)]
+        logits, flat_hidden = self.target.forward(ForwardMode.TARGET_VERIFY, slots, rows)
+        per_row = torch.tensor(counts)
+        row_index = torch.repeat_interleave(torch.arange(bs), per_row)
+        col_index = torch.arange(len(row_index)) - torch.repeat_interleave(
+            per_row.cumsum(0) - per_row, per_row
+        )
+        greedy = torch.full((bs, t), -1, dtype=torch.int64)
+        greedy[row_index, col_index] = logits.argmax(-1)
+        hidden = flat_hidden.new_zeros(bs, t, flat_hidden.shape[-1])
+        hidden[row_index, col_index] = flat_hidden
+        self.stats.verify_forward_tokens += len(row_index)
+        return greedy, hidden
 
     def _step(self, plan: _Plan) -> dict[int, list[int]]:
         for slot in plan.release:

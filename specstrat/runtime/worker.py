@@ -113,7 +113,7 @@ class ModelWorker:
         rpi = torch.tensor(prepared.slots, dtype=torch.int64, device=self.device)
         prefix = torch.tensor(prepared.prefix, dtype=torch.int64, device=self.device)
         table = self.requests.req_to_token
-        if mode in _UNIFORM:
+        if mode in _UNIFORM and len(set(prepared.counts)) <= 1:
             return build_verify_metadata(
                 prefix,
                 sum(prepared.counts),
@@ -136,7 +136,8 @@ class ModelWorker:
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run ``tokens[i]`` for request ``slots[i]``; logits and hidden states, one row per token.
 
-        DECODE and TARGET_VERIFY need the same number of tokens for every request.
+        DECODE needs the same number of tokens for every request; TARGET_VERIFY with unequal
+        counts builds ragged metadata.
         """
         if mode in (ForwardMode.PREBUILT, ForwardMode.IDLE) or not slots:
             if slots and mode is not ForwardMode.IDLE:
@@ -144,7 +145,7 @@ class ModelWorker:
             empty = torch.zeros(0, self.model.cfg.dim, device=self.device)
             return self.model.logits(empty.to(self.kv.k.dtype)), empty
         counts = [len(t) for t in tokens]
-        if mode in _UNIFORM and len(set(counts)) != 1:
+        if mode is ForwardMode.DECODE and len(set(counts)) != 1:
             raise InvalidConfig(f"mode={mode.name} needs equal tokens per request, got {counts}")
         prepared = self.place(slots, counts)
         meta = self.metadata(mode, prepared)

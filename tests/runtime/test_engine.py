@@ -20,6 +20,7 @@ from specstrat import (
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, GraphRunner, Request
 from specstrat.runtime.demo import workload
+from specstrat.runtime.drafters import NgramDrafter
 from tests.typing.readme_example import MY_EAGLE
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
@@ -62,12 +63,50 @@ def test_lossless_for_every_algorithm(
     assert run(algo, models) == target_only
 
 
+@pytest.mark.parametrize("algo", ALGOS, ids=lambda a: a.name)
+def test_lossless_with_one_draft_token(
+    algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """D = 1 (T = 1 drafts nothing where T = D) is lossless too; the draft LM's KV stays whole."""
+    assert run(algo, models, num_draft_tokens=1) == target_only
+
+
 @pytest.mark.parametrize("algo", [specstrat.NONE, *ALGOS], ids=lambda a: a.name)
 def test_overlap_equals_sync(
     algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
     """Overlap mode produces the same tokens as synchronous mode."""
     assert run(algo, models, overlap=True) == target_only
+
+
+def test_ragged_verify_runs_only_found_drafts(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """NGRAM verifies only the tokens prompt lookup found: fewer target tokens, same output."""
+    runs = {}
+    for ragged in (True, False):
+        config = EngineConfig(context_len=512, max_running_requests=8, ragged_verify=ragged)
+        engine = Engine(specstrat.NGRAM, models, config)
+        assert engine.run(REQUESTS) == target_only
+        runs[ragged] = engine.stats
+    full = runs[False].verified_requests * 4  # T = D = 4 tokens per request per verify
+    assert runs[False].verify_forward_tokens == full
+    assert runs[True].verify_forward_tokens < full
+
+
+def test_ngram_sizes_are_checked() -> None:
+    """A prompt-lookup drafter with min_ngram outside 1..max_ngram is refused, naming both."""
+    with pytest.raises(InvalidConfig, match=r"min_ngram=3, max_ngram=2: need 1 <= min_ngram"):
+        NgramDrafter(max_ngram=2, min_ngram=3)
+    with pytest.raises(InvalidConfig, match=r"min_ngram=0, max_ngram=4"):
+        NgramDrafter(min_ngram=0)
+
+
+def test_ragged_verify_needs_the_capability(models: EmbeddedModels) -> None:
+    """A prompt-lookup algorithm without ``supports_ragged_verify`` verifies every row full width."""
+    engine = Engine(ngram_short_draft(), models, CONFIG)
+    engine.run(REQUESTS)
+    assert engine.stats.verify_forward_tokens == engine.stats.verified_requests * 3  # T = D - 1
 
 
 def test_every_request_gets_exactly_its_tokens(

@@ -41,6 +41,20 @@ def test_extend_then_verify_then_decode_match_dense(tiny: TinyLM) -> None:
         offset += n
 
 
+def test_ragged_verify_matches_dense(tiny: TinyLM) -> None:
+    """TARGET_VERIFY with 1, 3 and 2 tokens per request (ragged metadata) equals dense attention."""
+    worker = make_worker(tiny)
+    slots = [worker.alloc_request() for _ in SEQS]
+    counts = [1, 3, 2]
+    worker.forward(M.EXTEND, slots, [s[:-c] for s, c in zip(SEQS, counts, strict=True)])
+    verify, _ = worker.forward(
+        M.TARGET_VERIFY, slots, [s[-c:] for s, c in zip(SEQS, counts, strict=True)]
+    )
+    starts = [0, 1, 4]
+    for seq, count, start in zip(SEQS, counts, starts, strict=True):
+        torch.testing.assert_close(verify[start : start + count], dense(tiny, seq)[-count:])
+
+
 def test_wrong_metadata_gives_wrong_logits(tiny: TinyLM, monkeypatch: pytest.MonkeyPatch) -> None:
     """Attention reads cache_seqlens: shortening it by one changes the result."""
     import specstrat.runtime.worker as worker_module
