@@ -13,7 +13,7 @@ from typing import Any
 
 import torch
 
-from specstrat.algorithm import HOOKS
+from specstrat.algorithm import HOOKS, SpecAlgorithm
 from specstrat.errors import SpecstratError
 from specstrat.registry import default_registry
 from specstrat.testing.conformance import run_conformance
@@ -34,22 +34,25 @@ def _list(_: argparse.Namespace) -> int:
     return 0
 
 
-def _load(spec: str) -> tuple[Any, Path | None]:
+def _load(spec: str, command: str = "check") -> tuple[Any, Path | None]:
     """Import ``MODULE:ATTR`` (the current directory is importable) and find its source file."""
     module_name, sep, attr = spec.partition(":")
     if not sep or not module_name or not attr:
-        raise SystemExit(f"specstrat check: {spec!r} is not MODULE:ATTR (e.g. mypkg.algos:MY_ALGO)")
-    sys.path.insert(0, str(Path.cwd()))
+        raise SystemExit(
+            f"specstrat {command}: {spec!r} is not MODULE:ATTR (e.g. mypkg.algos:MY_ALGO)"
+        )
+    # The current directory stays importable: `demo --disagg` spawns a prefill process that
+    # imports the module again from the same sys.path to unpickle the algorithm.
+    if str(Path.cwd()) not in sys.path:
+        sys.path.insert(0, str(Path.cwd()))
     try:
         module = importlib.import_module(module_name)
     except Exception as exc:
         raise SystemExit(
-            f"specstrat check: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
+            f"specstrat {command}: importing {module_name!r} failed: {type(exc).__name__}: {exc}"
         ) from exc
-    finally:
-        sys.path.pop(0)
     if not hasattr(module, attr):
-        raise SystemExit(f"specstrat check: module {module_name!r} has no attribute {attr!r}")
+        raise SystemExit(f"specstrat {command}: module {module_name!r} has no attribute {attr!r}")
     source = getattr(module, "__file__", None)
     return getattr(module, attr), Path(source) if source else None
 
@@ -100,8 +103,15 @@ def _demo(args: argparse.Namespace) -> int:
     # Tiny per-step tensors: one intra-op thread avoids contention (0.7 s vs up to 37 s per
     # decode run measured on a loaded 2-core machine).
     torch.set_num_threads(1)
+    algo: SpecAlgorithm[Any] | str = args.algo
+    if ":" in args.algo:  # the user's own algorithm, unregistered
+        algo = _load(args.algo, "demo")[0]
+        if not isinstance(algo, SpecAlgorithm):
+            raise SystemExit(
+                f"specstrat demo: {args.algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
+            )
     summary, _ = run_demo(
-        args.algo,
+        algo,
         overlap=args.overlap,
         num_requests=args.requests,
         num_draft_tokens=args.draft_tokens,
@@ -132,7 +142,9 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("target", help="the algorithm to check, as MODULE:ATTR")
     check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
     demo = sub.add_parser("demo", help="run an algorithm against target-only decoding")
-    demo.add_argument("--algo", default="EAGLE", help="registered algorithm (default EAGLE)")
+    demo.add_argument(
+        "--algo", default="EAGLE", help="a registered name or MODULE:ATTR (default EAGLE)"
+    )
     demo.add_argument(
         "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
     )

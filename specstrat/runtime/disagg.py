@@ -18,6 +18,7 @@ import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
+from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
@@ -312,6 +313,8 @@ def _prefill_main(
     timeout: float,
 ) -> None:
     torch.set_num_threads(1)
+    if fault == "die_before_connect":
+        os._exit(3)  # as if the algorithm could not be unpickled here
     dist.init_process_group(
         "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2,
         timeout=timedelta(seconds=timeout),
@@ -346,6 +349,35 @@ def _send_partial(batch: TransferBatch) -> None:
         dist.send(part, 1)
 
 
+def _join_group(port: int, child: BaseProcess, timeout: float) -> None:
+    """Join the prefill process's group as rank 1; a child that dies first is reported at once
+    (rather than after ``timeout``), with its exit code."""
+    failed: list[Exception] = []
+
+    def join() -> None:
+        try:
+            dist.init_process_group(
+                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2,
+                timeout=timedelta(seconds=timeout),
+            )  # fmt: skip
+        except Exception as exc:
+            failed.append(exc)
+
+    joiner = threading.Thread(target=join, name="specstrat-disagg-join", daemon=True)
+    joiner.start()
+    while joiner.is_alive():
+        joiner.join(0.05)
+        if joiner.is_alive() and not child.is_alive():
+            raise DisaggError(
+                f"the prefill process exited with code {child.exitcode} before it connected "
+                "(its error is on stderr); the algorithm must be importable there, so define it "
+                "in a module, not in __main__"
+            )
+    if failed:
+        child.kill()
+        raise DisaggError(f"could not reach the prefill process on port {port}: {failed[0]}")
+
+
 def run_disaggregated(
     algo: SpecAlgorithm[Any],
     requests: Sequence[Request],
@@ -360,8 +392,9 @@ def run_disaggregated(
 ) -> DisaggResult:
     """Prefill in a child process, decode here; returns when every admitted request finished.
 
-    ``fault`` injects a failure on the prefill side's second batch (tests): ``"missing_hidden"``,
-    ``"bad_hidden_width"`` or ``"die_mid_transfer"``. A broken transfer raises
+    ``fault`` injects a failure on the prefill side (tests): on its second batch
+    ``"missing_hidden"``, ``"bad_hidden_width"`` or ``"die_mid_transfer"``; or
+    ``"die_before_connect"``. A broken transfer raises
     :class:`~specstrat.errors.DisaggError` naming every request that was lost; batches refused at
     admission are reported in :attr:`DisaggResult.rejected` while the others run on.
     """
@@ -387,14 +420,7 @@ def run_disaggregated(
     child.start()
     arrived: queue.Queue[TransferBatch | DisaggError | None] = queue.Queue()
     rejected: list[DisaggError] = []
-    try:
-        dist.init_process_group(
-            "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2,
-            timeout=timedelta(seconds=timeout),
-        )  # fmt: skip
-    except Exception as exc:
-        child.kill()
-        raise DisaggError(f"could not reach the prefill process on port {port}: {exc}") from exc
+    _join_group(port, child, timeout)
 
     def receive() -> None:
         try:

@@ -115,3 +115,23 @@ def test_demo_unknown_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
     """An unknown --algo exits 2 with the known names."""
     assert main(["demo", "--algo", "MEDUSA", "--requests", "1"]) == 2
     assert "no algorithm named 'MEDUSA'; known: NONE, EAGLE" in capsys.readouterr().err
+
+
+def test_demo_runs_an_unregistered_algorithm(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--algo MODULE:ATTR` runs the user's own algorithm without registering it."""
+    target = "tests.typing.readme_example:MY_EAGLE"
+    assert main(["demo", "--algo", target, "--requests", "2", "--no-overlap", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["algorithm"], summary["lossless"]) == ("MY_EAGLE", True)
+
+
+def test_demo_refuses_what_is_not_an_algorithm() -> None:
+    """`--algo MODULE:ATTR` naming something else exits with a message naming it and its type."""
+    with pytest.raises(
+        SystemExit, match=r"'specstrat.builtins:BUILTINS' is a tuple, not a SpecAlgorithm"
+    ):
+        main(["demo", "--algo", "specstrat.builtins:BUILTINS", "--requests", "1"])
+    with pytest.raises(
+        SystemExit, match=r"specstrat demo: module 'specstrat' has no attribute 'NOPE'"
+    ):
+        main(["demo", "--algo", "specstrat:NOPE", "--requests", "1"])

@@ -80,6 +80,21 @@ def test_prefill_process_killed_mid_transfer(models: EmbeddedModels) -> None:
     assert time.perf_counter() - start < 30
 
 
+def test_prefill_process_dying_before_it_connects_is_reported_at_once(
+    models: EmbeddedModels,
+) -> None:
+    """A prefill process that exits before joining the group is reported with its exit code,
+    well before the rendezvous timeout."""
+    start = time.perf_counter()
+    with pytest.raises(
+        DisaggError, match=r"exited with code 3 before it connected .* not in __main__"
+    ):
+        run_disaggregated(
+            specstrat.EAGLE, REQUESTS, CONFIG, models=models, fault="die_before_connect", timeout=60
+        )
+    assert time.perf_counter() - start < 30
+
+
 def prefilled(models: EmbeddedModels, algo: SpecAlgorithm[Any], n: int = 2) -> TransferBatch:
     """A batch prefilled in this process."""
     return PrefillWorker(algo, models, context_len=512, batch_size=4).prefill(REQUESTS[:n])
