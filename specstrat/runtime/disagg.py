@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import os
 import queue
-import socket
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
@@ -25,6 +25,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
+
+# Documented as torch.distributed.TCPStore; the package does not re-export it for type checkers.
+from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import DisaggError
@@ -296,10 +299,8 @@ class DisaggResult:
     rejected: list[DisaggError]
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The key the prefill process sets in the decode side's store once it has connected.
+_READY = "specstrat/prefill-ready"
 
 
 def _prefill_main(
@@ -315,10 +316,10 @@ def _prefill_main(
     torch.set_num_threads(1)
     if fault == "die_before_connect":
         os._exit(3)  # as if the algorithm could not be unpickled here
-    dist.init_process_group(
-        "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=2,
-        timeout=timedelta(seconds=timeout),
-    )  # fmt: skip
+    wait = timedelta(seconds=timeout)
+    store = TCPStore("127.0.0.1", port, world_size=2, is_master=False, timeout=wait)
+    store.set(_READY, "1")
+    dist.init_process_group("gloo", store=store, rank=0, world_size=2, timeout=wait)
     worker = PrefillWorker(
         algo, EmbeddedModels.load(Path(weights)), context_len=context_len, batch_size=batch_size
     )
@@ -349,33 +350,23 @@ def _send_partial(batch: TransferBatch) -> None:
         dist.send(part, 1)
 
 
-def _join_group(port: int, child: BaseProcess, timeout: float) -> None:
-    """Join the prefill process's group as rank 1; a child that dies first is reported at once
-    (rather than after ``timeout``), with its exit code."""
-    failed: list[Exception] = []
-
-    def join() -> None:
-        try:
-            dist.init_process_group(
-                "gloo", init_method=f"tcp://127.0.0.1:{port}", rank=1, world_size=2,
-                timeout=timedelta(seconds=timeout),
-            )  # fmt: skip
-        except Exception as exc:
-            failed.append(exc)
-
-    joiner = threading.Thread(target=join, name="specstrat-disagg-join", daemon=True)
-    joiner.start()
-    while joiner.is_alive():
-        joiner.join(0.05)
-        if joiner.is_alive() and not child.is_alive():
+def _join_group(store: TCPStore, child: BaseProcess, timeout: float) -> None:
+    """Wait for the prefill process to connect, then join its group as rank 1. A child that dies
+    first is reported at once (not after ``timeout``), with its exit code."""
+    deadline = time.monotonic() + timeout
+    while not store.check([_READY]):
+        if not child.is_alive():
             raise DisaggError(
                 f"the prefill process exited with code {child.exitcode} before it connected "
                 "(its error is on stderr); the algorithm must be importable there, so define it "
                 "in a module, not in __main__"
             )
-    if failed:
-        child.kill()
-        raise DisaggError(f"could not reach the prefill process on port {port}: {failed[0]}")
+        if time.monotonic() > deadline:
+            child.kill()
+            raise DisaggError(f"the prefill process did not connect within {timeout}s")
+        time.sleep(0.01)
+    wait = timedelta(seconds=timeout)
+    dist.init_process_group("gloo", store=store, rank=1, world_size=2, timeout=wait)
 
 
 def run_disaggregated(
@@ -401,7 +392,12 @@ def run_disaggregated(
     config = config or EngineConfig()
     models = models or EmbeddedModels.load(weights)
     engine = Engine(algo, models, config)
-    port = _free_port()
+    # The decode side serves the rendezvous store on a port the OS picks (no free-port race).
+    wait = timedelta(seconds=timeout)
+    store = TCPStore(
+        "127.0.0.1", 0, world_size=2, is_master=True, timeout=wait, wait_for_workers=False
+    )
+    port = store.port
     ctx = mp.get_context("spawn")
     child = ctx.Process(
         target=_prefill_main,
@@ -420,7 +416,7 @@ def run_disaggregated(
     child.start()
     arrived: queue.Queue[TransferBatch | DisaggError | None] = queue.Queue()
     rejected: list[DisaggError] = []
-    _join_group(port, child, timeout)
+    _join_group(store, child, timeout)
 
     def receive() -> None:
         try:
