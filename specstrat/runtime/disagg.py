@@ -413,7 +413,13 @@ def run_disaggregated(
         ),
         daemon=True,
     )
-    child.start()
+    try:
+        child.start()  # pickles the arguments: the algorithm's strategies must be importable
+    except Exception as exc:
+        raise DisaggError(
+            f"cannot send algorithm {algo.name!r} to the prefill process: "
+            f"{type(exc).__name__}: {exc}; define its strategies at module level"
+        ) from exc
     arrived: queue.Queue[TransferBatch | DisaggError | None] = queue.Queue()
     rejected: list[DisaggError] = []
     _join_group(store, child, timeout)

@@ -95,6 +95,26 @@ def test_prefill_process_dying_before_it_connects_is_reported_at_once(
     assert time.perf_counter() - start < 30
 
 
+def test_an_algorithm_that_cannot_be_pickled_is_refused(models: EmbeddedModels) -> None:
+    """Strategies defined inside a function cannot reach the prefill process: a clear error."""
+
+    class LocalPolicy(specstrat.FixedWidthVerifyPolicy):
+        pass
+
+    algo: SpecAlgorithm[None] = specstrat.SpecAlgorithm(
+        name="LOCAL",
+        capabilities=specstrat.Capabilities(),
+        target_verify=LocalPolicy(),
+        future_map=specstrat.SlotFutureMapFactory(),
+        disagg=specstrat.NoDraftStateDisaggDraftBuilder(),
+    )
+    with pytest.raises(
+        DisaggError,
+        match=r"cannot send algorithm 'LOCAL' to the prefill process: .*LocalPolicy.*module level",
+    ):
+        run_disaggregated(algo, REQUESTS, CONFIG, models=models)
+
+
 def prefilled(models: EmbeddedModels, algo: SpecAlgorithm[Any], n: int = 2) -> TransferBatch:
     """A batch prefilled in this process."""
     return PrefillWorker(algo, models, context_len=512, batch_size=4).prefill(REQUESTS[:n])
