@@ -139,7 +139,7 @@ def overlap(models: EmbeddedModels, repeats: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
     args = parser.parse_args()
     torch.set_num_threads(1)
