@@ -4,7 +4,8 @@
    EAGLE; ratio; acceptance length; tokens per request each verify runs through the target),
    the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
 2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
-3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards.
+3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
+   (target, draft LM and EAGLE head).
 
 Usage: ``python bench/e2e.py [--repeats N] [--requests N]``. One intra-op thread (tiny tensors).
 """
@@ -23,7 +24,7 @@ import torch
 import specstrat
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime.demo import workload
-from specstrat.runtime.model import AttentionBackend, TinyLM
+from specstrat.runtime.model import AttentionBackend, EagleHead, TinyLM
 from specstrat.runtime.worker import ModelWorker
 
 
@@ -100,21 +101,28 @@ def overhead(models: EmbeddedModels) -> None:
 
 @contextmanager
 def model_time(total: list[float]) -> Iterator[None]:
-    """Adds the wall time spent inside ModelWorker.run (model forwards) to ``total[0]``."""
-    real: Callable[..., Any] = ModelWorker.run
+    """Adds the wall time spent in model forwards to ``total[0]``: ``ModelWorker.run`` (target
+    and draft LM) and ``EagleHead.forward`` (the EAGLE-style head; never inside the former)."""
+    patched: list[tuple[type, str]] = [(ModelWorker, "run"), (EagleHead, "forward")]
+    originals: list[Callable[..., Any]] = [getattr(cls, name) for cls, name in patched]
 
-    def timed(self: ModelWorker, batch: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return real(self, batch)
-        finally:
-            total[0] += time.perf_counter() - start
+    def timing(real: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return real(*args, **kwargs)
+            finally:
+                total[0] += time.perf_counter() - start
 
-    ModelWorker.run = timed  # type: ignore[method-assign]
+        return timed
+
+    for (cls, name), real in zip(patched, originals, strict=True):
+        setattr(cls, name, timing(real))
     try:
         yield
     finally:
-        ModelWorker.run = real  # type: ignore[method-assign]
+        for (cls, name), real in zip(patched, originals, strict=True):
+            setattr(cls, name, real)
 
 
 def overlap(models: EmbeddedModels, repeats: int) -> None:
