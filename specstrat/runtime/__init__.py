@@ -1,8 +1,9 @@
 """The plain scheduler: runs any composed algorithm end to end on small embedded models."""
 
-from specstrat.runtime.engine import Engine, EngineConfig, Request, RunStats
+from specstrat.runtime.engine import Engine
 from specstrat.runtime.forward import ForwardBatch, ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.weights import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime.worker import ModelWorker
 

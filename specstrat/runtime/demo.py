@@ -18,7 +18,8 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.registry import get
-from specstrat.runtime.engine import Engine, EngineConfig, Request
+from specstrat.runtime.engine import Engine
+from specstrat.runtime.requests import EngineConfig, Request
 from specstrat.runtime.text import encode_indentation
 from specstrat.runtime.weights import EmbeddedModels
 

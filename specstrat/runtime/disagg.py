@@ -32,8 +32,9 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import DisaggError
 from specstrat.runtime.drafters import EagleHeadDrafter
-from specstrat.runtime.engine import Engine, EngineConfig, Request, RunStats
+from specstrat.runtime.engine import Engine
 from specstrat.runtime.forward import ForwardMode
+from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.weights import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime.worker import ModelWorker
 
