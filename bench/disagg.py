@@ -14,11 +14,10 @@ from __future__ import annotations
 import argparse
 import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from measure import OpCounter, median_seconds
 
 import specstrat
 from specstrat import EagleDisaggDraftBuilder, PrebuiltBatch
@@ -27,18 +26,6 @@ from specstrat.runtime.demo import workload
 from specstrat.runtime.disagg import run_disaggregated
 
 TOPK, HIDDEN = 4, 4096  # a production-sized hidden state
-
-
-class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts aten ops dispatched."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.ops = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        self.ops += 1
-        return func(*args, **(kwargs or {}))
 
 
 def per_request_baseline(reqs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
@@ -50,16 +37,6 @@ def per_request_baseline(reqs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
         "verified_id": torch.stack([torch.as_tensor(r["last"]) for r in reqs]),
         "seq_lens": torch.stack([torch.as_tensor(r["seq_len"]) for r in reqs]),
     }
-
-
-def median_us(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples) * 1e6
 
 
 def builders(repeats: int) -> None:
@@ -86,15 +63,22 @@ def builders(repeats: int) -> None:
              "last": int(last[i]), "seq_len": int(seq_lens[i])}
             for i in range(bs)
         ]  # fmt: skip
+
+        def batched() -> object:
+            return builder.build_disagg_draft_input(batch, last, None)  # noqa: B023
+
+        def per_request() -> object:
+            return per_request_baseline(reqs)  # noqa: B023
+
         fast = 0.0
         slow = 0.0
         for _ in range(3):  # interleaved
-            fast += median_us(lambda: builder.build_disagg_draft_input(batch, last, None), repeats)  # noqa: B023
-            slow += median_us(lambda: per_request_baseline(reqs), repeats)  # noqa: B023
+            fast += 1e6 * median_seconds(batched, repeats)
+            slow += 1e6 * median_seconds(per_request, repeats)
         with OpCounter() as fast_ops:
-            builder.build_disagg_draft_input(batch, last, None)
+            batched()
         with OpCounter() as slow_ops:
-            per_request_baseline(reqs)
+            per_request()
         print(
             f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} {slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
         )

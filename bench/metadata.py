@@ -17,10 +17,7 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
-import time
-from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,33 +28,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 import torch
 from baselines import eager_graph, eager_ragged, eager_uniform
-from torch.utils._python_dispatch import TorchDispatchMode
+from measure import OpCounter, median_seconds
 
 import specstrat.kernels.verify_metadata as vm
 
 BATCH_SIZES = (1, 16, 64, 256, 1024)
 CTX, PAGE, T = 4096, 16, 4
-_FREE = {
-    torch.ops.aten.empty.memory_format,
-    torch.ops.aten.empty_strided.default,
-    torch.ops.aten.lift_fresh.default,
-}
-
-
-class OpCounter(TorchDispatchMode):  # type: ignore[no-untyped-call]
-    """Counts kernel-launching aten ops and host syncs."""
-
-    def __init__(self) -> None:
-        super().__init__()  # type: ignore[no-untyped-call]
-        self.launches = 0
-        self.syncs = 0
-
-    def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        if func is torch.ops.aten._local_scalar_dense.default:
-            self.syncs += 1
-        elif func not in _FREE and not func.is_view:
-            self.launches += 1
-        return func(*args, **(kwargs or {}))
 
 
 def inputs(bs: int, device: str) -> dict[str, torch.Tensor]:
@@ -117,16 +93,6 @@ def count_eager(form: str, bs: int) -> tuple[int, int]:
     with OpCounter() as counter:
         eager(form, x)
     return counter.launches, counter.syncs
-
-
-def median_seconds(fn: Callable[[], object], repeats: int) -> float:
-    fn()
-    samples = []
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        samples.append(time.perf_counter() - start)
-    return statistics.median(samples)
 
 
 def main() -> None:
