@@ -15,6 +15,7 @@ import os
 import sys
 import sysconfig
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -101,22 +102,42 @@ def _log(name: str, step: int, steps: int, loss: float, start: float) -> None:
         )
 
 
+def _fit(
+    name: str,
+    module: torch.nn.Module,
+    data: torch.Tensor,
+    steps: int,
+    *,
+    seed: int,
+    peak_lr: float,
+    loss_of: Callable[[torch.Tensor], torch.Tensor],
+    clip: bool = False,
+) -> None:
+    """AdamW over ``steps`` batches drawn with ``seed``: warm-up then cosine learning rate."""
+    opt = torch.optim.AdamW(module.parameters(), lr=peak_lr, weight_decay=0.01)
+    start = time.time()
+    for step, batch in enumerate(_batches(data, steps, seed=seed)):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, peak_lr)
+        loss = loss_of(batch)
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        if clip:
+            torch.nn.utils.clip_grad_norm_(module.parameters(), 1.0)
+        opt.step()
+        _log(name, step, steps, loss.item(), start)
+
+
 def train_target(data: torch.Tensor, steps: int) -> TinyLM:
     """Next-byte cross-entropy on the corpus."""
     torch.manual_seed(1)
     model = TinyLM(TARGET_CONFIG)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    start = time.time()
-    for step, batch in enumerate(_batches(data, steps, seed=2)):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, 3e-3)
+
+    def loss_of(batch: torch.Tensor) -> torch.Tensor:
         logits, _ = _run(model, batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
-        opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        opt.step()
-        _log("target", step, steps, loss.item(), start)
+        return F.cross_entropy(logits.reshape(-1, 256), batch[:, 1:].reshape(-1))
+
+    _fit("target", model, data, steps, seed=2, peak_lr=3e-3, loss_of=loss_of, clip=True)
     return model.eval()
 
 
@@ -124,19 +145,14 @@ def train_draft(data: torch.Tensor, target: TinyLM, steps: int) -> TinyLM:
     """The draft LM learns the target's greedy next byte (distillation)."""
     torch.manual_seed(3)
     model = TinyLM(DRAFT_CONFIG)
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.01)
-    start = time.time()
-    for step, batch in enumerate(_batches(data, steps, seed=4)):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, 3e-3)
+
+    def loss_of(batch: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             greedy = _run(target, batch[:, :-1])[0].argmax(-1)
         logits, _ = _run(model, batch[:, :-1])
-        loss = F.cross_entropy(logits.reshape(-1, 256), greedy.reshape(-1))
-        opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        _log("draft", step, steps, loss.item(), start)
+        return F.cross_entropy(logits.reshape(-1, 256), greedy.reshape(-1))
+
+    _fit("draft", model, data, steps, seed=4, peak_lr=3e-3, loss_of=loss_of)
     return model.eval()
 
 
@@ -144,11 +160,8 @@ def train_eagle(data: torch.Tensor, target: TinyLM, steps: int, unroll: int = 3)
     """The head chains (hidden, next byte) -> target's greedy byte after, ``unroll`` steps deep."""
     torch.manual_seed(5)
     head = EagleHead(TARGET_CONFIG.dim)
-    opt = torch.optim.AdamW(head.parameters(), lr=2e-3, weight_decay=0.01)
-    start = time.time()
-    for step, batch in enumerate(_batches(data, steps, seed=6)):
-        for group in opt.param_groups:
-            group["lr"] = _lr(step, steps, 2e-3)
+
+    def loss_of(batch: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
             logits, hidden = _run(target, batch[:, :-1])
             greedy = logits.argmax(-1)  # greedy[t]: the target's choice after position t
@@ -163,10 +176,9 @@ def train_eagle(data: torch.Tensor, target: TinyLM, steps: int, unroll: int = 3)
             loss = loss + F.cross_entropy(logits_k.reshape(-1, 256), want.reshape(-1))
             loss = loss + F.mse_loss(h, hidden[:, k + 1 : n + k + 1])
             token = want
-        opt.zero_grad()
-        loss.backward()  # type: ignore[no-untyped-call]
-        opt.step()
-        _log("eagle", step, steps, loss.item(), start)
+        return loss
+
+    _fit("eagle", head, data, steps, seed=6, peak_lr=2e-3, loss_of=loss_of)
     return head.eval()
 
 
