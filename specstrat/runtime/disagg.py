@@ -317,6 +317,8 @@ def _prefill_main(
     torch.set_num_threads(1)
     if fault == "die_before_connect":
         os._exit(3)  # as if the algorithm could not be unpickled here
+    if fault == "stall_before_connect":
+        time.sleep(timeout + 30)  # alive but never connecting; the decode side kills it
     wait = timedelta(seconds=timeout)
     store = TCPStore("127.0.0.1", port, world_size=2, is_master=False, timeout=wait)
     store.set(_READY, "1")
@@ -386,7 +388,7 @@ def run_disaggregated(
 
     ``fault`` injects a failure on the prefill side (tests): on its second batch
     ``"missing_hidden"``, ``"bad_hidden_width"`` or ``"die_mid_transfer"``; or
-    ``"die_before_connect"``. A broken transfer raises
+    ``"die_before_connect"`` or ``"stall_before_connect"``. A broken transfer raises
     :class:`~specstrat.errors.DisaggError` naming every request that was lost; batches refused at
     admission are reported in :attr:`DisaggResult.rejected` while the others run on.
     """

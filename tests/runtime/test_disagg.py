@@ -95,6 +95,21 @@ def test_prefill_process_dying_before_it_connects_is_reported_at_once(
     assert time.perf_counter() - start < 30
 
 
+def test_prefill_process_that_never_connects_times_out(models: EmbeddedModels) -> None:
+    """A prefill process that stays alive but never connects is killed after the timeout."""
+    start = time.perf_counter()
+    with pytest.raises(DisaggError, match=r"the prefill process did not connect within 3\.0s"):
+        run_disaggregated(
+            specstrat.EAGLE,
+            REQUESTS,
+            CONFIG,
+            models=models,
+            fault="stall_before_connect",
+            timeout=3.0,
+        )
+    assert time.perf_counter() - start < 15
+
+
 def test_an_algorithm_that_cannot_be_pickled_is_refused(models: EmbeddedModels) -> None:
     """Strategies defined inside a function cannot reach the prefill process: a clear error."""
 
