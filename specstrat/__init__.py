@@ -12,6 +12,7 @@ from specstrat.builtins import BUILTINS, DFLASH, DSPARK, EAGLE, EAGLE3, NGRAM, N
 from specstrat.errors import (
     ConformanceError,
     DisaggError,
+    EngineStateError,
     InvalidConfig,
     InvalidStrategy,
     KernelError,
@@ -19,6 +20,7 @@ from specstrat.errors import (
     RegistrationError,
     RelayError,
     SpecstratError,
+    StrategyError,
     UnknownAlgorithm,
 )
 from specstrat.protocols import (
@@ -64,6 +66,7 @@ __all__ = [
     "DsparkDraftInput",
     "EagleDisaggDraftBuilder",
     "EagleDraftInput",
+    "EngineStateError",
     "FixedWidthVerifyPolicy",
     "FutureMap",
     "FutureMapFactory",
@@ -81,6 +84,7 @@ __all__ = [
     "SlotFutureMapFactory",
     "SpecAlgorithm",
     "SpecstratError",
+    "StrategyError",
     "TargetVerifyPolicy",
     "UnknownAlgorithm",
     "__version__",

@@ -10,6 +10,8 @@ SpecstratError
 ├── PluginLoadError      (also ImportError) an entry-point plugin failed to load
 ├── KernelError          (also RuntimeError) a Triton/CUDA launch failed at the launcher boundary
 ├── DisaggError          (also RuntimeError) the decode side cannot rebuild draft state
+├── StrategyError        (also RuntimeError) a strategy hook raised or broke its contract mid-run
+├── EngineStateError     (also RuntimeError) the engine refuses a call in its current state
 └── ConformanceError     (also AssertionError) a strategy broke an obligation of its hook
 ```
 
@@ -23,6 +25,7 @@ from __future__ import annotations
 __all__ = [
     "ConformanceError",
     "DisaggError",
+    "EngineStateError",
     "InvalidConfig",
     "InvalidStrategy",
     "KernelError",
@@ -30,6 +33,7 @@ __all__ = [
     "RegistrationError",
     "RelayError",
     "SpecstratError",
+    "StrategyError",
     "UnknownAlgorithm",
 ]
 
@@ -76,3 +80,16 @@ class DisaggError(SpecstratError, RuntimeError):
 
 class ConformanceError(SpecstratError, AssertionError):
     """A strategy broke an obligation of its hook; the message names the obligation."""
+
+
+class StrategyError(SpecstratError, RuntimeError):
+    """A strategy hook raised, or returned something that breaks its contract, during a run.
+
+    The message names the algorithm, the hook and the method (``EAGLE.drafter.propose``); the
+    original exception is chained as ``__cause__``.
+    """
+
+
+class EngineStateError(SpecstratError, RuntimeError):
+    """The engine refuses the call in its current state: a run is already in progress on
+    another thread, or an earlier run failed and the engine was closed (create a new one)."""
