@@ -17,9 +17,12 @@ from typing import Any, Generic
 import torch
 
 from specstrat.batch import PrebuiltBatch
+from specstrat.drafting import DrafterNeeds
 from specstrat.errors import InvalidConfig, InvalidStrategy
 from specstrat.protocols import (
+    AcceptanceRule,
     DisaggDraftBuilder,
+    DrafterFactory,
     DraftT_co,
     FutureMap,
     FutureMapFactory,
@@ -33,7 +36,15 @@ HOOKS: dict[str, type] = {
     "target_verify": TargetVerifyPolicy,
     "future_map": FutureMapFactory,
     "disagg": DisaggDraftBuilder,
+    "drafter": DrafterFactory,
+    "acceptance": AcceptanceRule,
 }
+
+#: What each drafter need requires of the capabilities: (need, capability).
+_NEEDS_CAPABILITY = (
+    ("target_hidden_states", "carries_draft_hidden_states"),
+    ("draft_model", "has_draft_kv"),
+)
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -144,6 +155,8 @@ class SpecAlgorithm(Generic[DraftT_co]):
     target_verify: TargetVerifyPolicy
     future_map: FutureMapFactory
     disagg: DisaggDraftBuilder[DraftT_co]
+    drafter: DrafterFactory[DraftT_co]
+    acceptance: AcceptanceRule
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):
@@ -157,6 +170,36 @@ class SpecAlgorithm(Generic[DraftT_co]):
             )
         for hook, protocol in HOOKS.items():
             check_strategy(hook, protocol, getattr(self, hook))
+        self._check_drafter_needs()
+        lossless = getattr(self.acceptance, "lossless", None)
+        if not isinstance(lossless, bool):
+            raise InvalidStrategy(
+                f"acceptance={type(self.acceptance).__name__}.lossless is {lossless!r}; "
+                "AcceptanceRule needs a bool property `lossless`"
+            )
+
+    def _check_drafter_needs(self) -> None:
+        """The drafter's declared needs agree with the declared capabilities."""
+        kind = type(self.drafter).__name__
+        needs = getattr(self.drafter, "needs", None)
+        if not isinstance(needs, DrafterNeeds):
+            raise InvalidStrategy(
+                f"drafter={kind}.needs is {needs!r}; DrafterFactory needs a `needs` property "
+                "returning specstrat.DrafterNeeds"
+            )
+        caps = self.capabilities
+        wanted = [(n, c) for n, c in _NEEDS_CAPABILITY if getattr(needs, n)]
+        if {"topk_p", "topk_index"} & needs.prefill_fields:
+            wanted.append(("prefill_fields topk", "need_topk"))
+        if "hidden_states" in needs.prefill_fields:
+            wanted.append(("prefill_fields hidden_states", "carries_draft_hidden_states"))
+        for need, capability in wanted:
+            if not getattr(caps, capability):
+                raise InvalidStrategy(
+                    f"{self.name}: drafter={kind} needs {need} but capabilities."
+                    f"{capability}=False; declare Capabilities({capability}=True) or use a "
+                    "drafter that does not need it"
+                )
 
     # -- engine-facing methods, by delegation -------------------------------------------------
 
@@ -240,6 +283,11 @@ class SpecAlgorithm(Generic[DraftT_co]):
         """Draft input for a received batch, from the ``disagg`` builder; ``None``: plain decode."""
         return self.disagg.build_disagg_draft_input(batch, last_tokens, future_map)
 
+    @property
+    def lossless(self) -> bool:
+        """Whether the acceptance rule preserves the target's output distribution."""
+        return bool(self.acceptance.lossless)
+
     def describe(self) -> dict[str, Any]:
         """Name, strategy class names and capabilities, for listings."""
         return {
@@ -247,3 +295,23 @@ class SpecAlgorithm(Generic[DraftT_co]):
             "strategies": {hook: type(getattr(self, hook)).__name__ for hook in HOOKS},
             "capabilities": self.capabilities.as_dict(),
         }
+
+
+_dataclass_init = SpecAlgorithm.__init__
+_MIGRATION = (
+    "SpecAlgorithm needs {missing} since 0.2.0 (how it drafts and how it accepts); compose from "
+    "a built-in with dataclasses.replace(EAGLE, name=..., ...), or pass e.g. "
+    "drafter=EagleHeadDrafterFactory(), acceptance=GreedyAcceptance()"
+)
+
+
+def _init_with_migration_hint(self: SpecAlgorithm[Any], *args: Any, **kwargs: Any) -> None:
+    """The dataclass __init__, with a migration hint when the 0.2.0 fields are missing."""
+    missing = [f for f in ("drafter", "acceptance") if f not in kwargs]
+    if missing and not args:
+        raise InvalidStrategy(_MIGRATION.format(missing=" and ".join(missing)))
+    _dataclass_init(self, *args, **kwargs)
+
+
+# The signature mypy checks stays the dataclass's; only the runtime message is friendlier.
+setattr(SpecAlgorithm, "__init__", _init_with_migration_hint)  # noqa: B010

@@ -35,7 +35,6 @@ class PrebuiltBatch:
     topk_index: torch.Tensor | None = None
     hidden_states: torch.Tensor | None = None
     device: torch.device = field(default_factory=lambda: torch.device("cpu"))
-    enable_overlap: bool = False
 
     def __post_init__(self) -> None:
         bs = len(self.rids)

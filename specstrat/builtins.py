@@ -1,14 +1,16 @@
 """The built-in algorithms, composed from built-in strategies (DESIGN.md §3's table).
 
-| name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV |
-|------------|------------------------|--------------------------|----------------|------|--------|----------|
-| NONE       | no                     | -                        | none           | no   | no     | no       |
-| EAGLE      | no                     | D, D                     | EAGLE          | yes  | yes    | yes      |
-| EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      |
-| STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      |
-| NGRAM      | no                     | D, D                     | none           | no   | no     | no       |
-| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      |
-| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      |
+| name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV | drafter       |
+|------------|------------------------|--------------------------|----------------|------|--------|----------|---------------|
+| NONE       | no                     | -                        | none           | no   | no     | no       | none          |
+| EAGLE      | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | EAGLE head    |
+| EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | EAGLE head    |
+| STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      | draft LM      |
+| NGRAM      | no                     | D, D                     | none           | no   | no     | no       | prompt lookup |
+| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | draft LM      |
+| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | draft LM      |
+
+Every built-in accepts greedily (``GreedyAcceptance``, lossless).
 
 NGRAM is the one built-in with ``supports_ragged_verify``: prompt lookup may find fewer than D
 tokens for a request.
@@ -19,6 +21,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from specstrat.algorithm import Capabilities, SpecAlgorithm
+from specstrat.strategies.acceptance import GreedyAcceptance
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -27,6 +30,12 @@ from specstrat.strategies.disagg import (
     EagleDisaggDraftBuilder,
     EagleDraftInput,
     NoDraftStateDisaggDraftBuilder,
+)
+from specstrat.strategies.drafters import (
+    DraftModelDrafterFactory,
+    EagleHeadDrafterFactory,
+    NgramDrafterFactory,
+    NoDrafterFactory,
 )
 from specstrat.strategies.future_map import SlotFutureMapFactory
 from specstrat.strategies.verify import FixedWidthVerifyPolicy
@@ -46,6 +55,8 @@ _TARGET_ONLY = FixedWidthVerifyPolicy()
 _SLOTS = SlotFutureMapFactory()
 _NO_STATE = NoDraftStateDisaggDraftBuilder()
 _EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True)
+_GREEDY = GreedyAcceptance()
+_DRAFT_LM = DraftModelDrafterFactory()
 
 NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="NONE",
@@ -53,6 +64,8 @@ NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=_NO_STATE,
+    drafter=NoDrafterFactory(),
+    acceptance=_GREEDY,
 )
 EAGLE: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     name="EAGLE",
@@ -60,6 +73,8 @@ EAGLE: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=EagleDisaggDraftBuilder(),
+    drafter=EagleHeadDrafterFactory(),
+    acceptance=_GREEDY,
 )
 EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     name="EAGLE3",
@@ -67,6 +82,8 @@ EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=EagleDisaggDraftBuilder(),
+    drafter=EagleHeadDrafterFactory(),
+    acceptance=_GREEDY,
 )
 STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="STANDALONE",
@@ -74,6 +91,8 @@ STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=_NO_STATE,
+    drafter=_DRAFT_LM,
+    acceptance=_GREEDY,
 )
 NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="NGRAM",
@@ -81,6 +100,8 @@ NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=_NO_STATE,
+    drafter=NgramDrafterFactory(),
+    acceptance=_GREEDY,
 )
 DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     name="DFLASH",
@@ -88,6 +109,8 @@ DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True),
     future_map=_SLOTS,
     disagg=DflashDisaggDraftBuilder(),
+    drafter=_DRAFT_LM,
+    acceptance=_GREEDY,
 )
 DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     name="DSPARK",
@@ -95,6 +118,8 @@ DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
     future_map=_SLOTS,
     disagg=DsparkDisaggDraftBuilder(),
+    drafter=_DRAFT_LM,
+    acceptance=_GREEDY,
 )
 
 #: Every built-in, in the table's order.

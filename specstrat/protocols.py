@@ -8,22 +8,41 @@ any implementation (``check_target_verify_policy`` and friends).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Protocol, TypeVar, runtime_checkable
 
 import torch
 
 from specstrat.batch import PrebuiltBatch
+from specstrat.drafting import (
+    Acceptance,
+    DraftAdmission,
+    DrafterContext,
+    DrafterNeeds,
+    DraftStep,
+    DraftTree,
+    StepOutcome,
+    VerifyInputs,
+)
+from specstrat.models import LoadedModels
 from specstrat.relay import RelayPayload
 
 __all__ = [
+    "AcceptanceRule",
     "DisaggDraftBuilder",
+    "DraftAdmitter",
+    "DraftProposer",
     "DraftT_co",
+    "DraftT_contra",
+    "Drafter",
+    "DrafterFactory",
     "FutureMap",
     "FutureMapFactory",
     "TargetVerifyPolicy",
 ]
 
 DraftT_co = TypeVar("DraftT_co", covariant=True)
+DraftT_contra = TypeVar("DraftT_contra", contravariant=True)
 
 
 @runtime_checkable
@@ -103,14 +122,16 @@ class FutureMapFactory(Protocol):
 class DisaggDraftBuilder(Protocol[DraftT_co]):
     """Rebuilds draft state on the decode side of prefill/decode disaggregation.
 
-    Called once per received batch, after PREBUILT admission and after ``last_tokens`` (the
-    first decode input of each request, ``[bs]`` int64) are built. With overlap on
-    (``batch.enable_overlap`` and a ``future_map``), the builder publishes ``batch.seq_lens`` and
-    stashes its payload at ``batch.slots`` so the first overlapped step resolves it.
+    Called once per received batch, after PREBUILT admission has installed its KV and built
+    ``last_tokens`` (the first decode input of each request, ``[bs]`` int64). The relay is on in
+    both modes (as SGLang 0.5.23's always-on FutureMap): given a ``future_map``, the builder
+    publishes ``batch.seq_lens`` and stashes ``last_tokens`` as ``bonus_tokens`` (plus its draft
+    state) at ``batch.slots``; the engine does not repeat those writes. What it returns is handed
+    to the algorithm's drafter (``DraftAdmission.draft_input``).
 
     Guarantees: works on any batch size including 0; never loops over requests to stack tensors
     (fields arrive batched); does not modify the batch's tensors; returns ``None`` only when the
-    algorithm has no draft state to carry (the scheduler then decodes plainly from
+    algorithm has no draft state to carry (the first step then decodes plainly from
     ``last_tokens``); raises :class:`~specstrat.errors.DisaggError` naming the request ids when a
     field the algorithm needs did not arrive.
     """
@@ -122,4 +143,103 @@ class DisaggDraftBuilder(Protocol[DraftT_co]):
         future_map: FutureMap | None,
     ) -> DraftT_co | None:
         """The draft input the first decode step starts from, or ``None`` for none."""
+        ...
+
+
+class DraftAdmitter(Protocol[DraftT_contra]):
+    """A drafter's request lifetime: requests come in, requests go.
+
+    ``admit`` is called on the engine's forward thread once per batch of new requests: after a
+    local prefill (``admission.hidden`` set, ``draft_input`` None) or after PREBUILT admission,
+    with the ``DraftT`` the disagg builder returned (``None``: no draft state; the first step
+    then proposes nothing for those requests). ``release`` is called once a request finished.
+
+    Guarantees: ``admit`` returns the relay fields to stash for the new slots (an empty
+    :class:`~specstrat.relay.RelayPayload` when it relays nothing); state is kept per target
+    slot and ``release`` forgets all of it, so a slot reused by a later request starts clean.
+    """
+
+    def admit(self, admission: DraftAdmission[DraftT_contra]) -> RelayPayload:
+        """Take on new requests; returns what to stash for them in the relay."""
+        ...
+
+    def release(self, slots: Sequence[int]) -> None:
+        """Forget finished requests and free what they held (draft KV)."""
+        ...
+
+
+class DraftProposer(Protocol):
+    """A drafter's step: propose a draft tree, then learn what the target accepted.
+
+    ``propose`` is called once per decode step for the running requests, before TARGET_VERIFY;
+    ``commit`` after the acceptance rule decided, before the relay is written.
+
+    Guarantees: ``propose`` returns a :class:`~specstrat.drafting.DraftTree` with one row per
+    request of ``step.slots``, at most ``step.max_nodes`` nodes, token ids in the target's
+    vocabulary; a deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every
+    node. ``commit`` returns the relay fields the next ``propose`` reads (as ``step.relay``).
+    """
+
+    def propose(self, step: DraftStep) -> DraftTree:
+        """Draft nodes for every running request."""
+        ...
+
+    def commit(self, outcome: StepOutcome) -> RelayPayload:
+        """Learn the accepted paths and bonus tokens; returns what to relay to the next step."""
+        ...
+
+
+class Drafter(DraftAdmitter[DraftT_contra], DraftProposer, Protocol[DraftT_contra]):
+    """A stateful drafter, created by a :class:`DrafterFactory` once per engine."""
+
+
+class DrafterFactory(Protocol[DraftT_contra]):
+    """The ``drafter`` field of an algorithm: a frozen, picklable factory of drafters.
+
+    Algorithms are shared and pickled for the prefill process, so they hold factories, not
+    state. ``create_drafter`` is called once per engine with what the engine loaded;
+    ``prefill_payload`` on the prefill side of disaggregation, after EXTEND, for what must travel.
+
+    Guarantees: ``needs`` is constant and agrees with the algorithm's capabilities (checked at
+    construction); ``prefill_payload`` returns exactly the fields of ``needs.prefill_fields``,
+    one row per request; the factory holds no per-request state.
+    """
+
+    @property
+    def needs(self) -> DrafterNeeds:
+        """What the drafter needs from the engine and the prefill side."""
+        ...
+
+    def create_drafter(self, context: DrafterContext) -> Drafter[DraftT_contra]:
+        """A fresh drafter for one engine."""
+        ...
+
+    def prefill_payload(
+        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> RelayPayload:
+        """Prefill side: the fields to send for requests whose first tokens and last hidden
+        states (``[bs, H]``) were just computed."""
+        ...
+
+
+@runtime_checkable
+class AcceptanceRule(Protocol):
+    """The ``acceptance`` field of an algorithm: which drafts the target accepts.
+
+    Called once per verify step on the forward thread, after TARGET_VERIFY, with the draft tree,
+    the target's logits at the root and every node, and each request's sampling parameters.
+
+    Guarantees: returns an :class:`~specstrat.drafting.Acceptance` whose path per request is a
+    root-to-node path of the draft tree within its real nodes (``lengths``), and a bonus token
+    in the vocabulary; ``lossless`` is True only when the output distribution equals the
+    target's (greedy: output identical to target-only greedy decoding).
+    """
+
+    @property
+    def lossless(self) -> bool:
+        """Whether the rule preserves the target's output distribution."""
+        ...
+
+    def accept(self, inputs: VerifyInputs) -> Acceptance:
+        """Accepted paths and bonus tokens."""
         ...

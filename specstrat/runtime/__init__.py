@@ -1,10 +1,11 @@
-"""The plain scheduler: runs any composed algorithm end to end on small embedded models."""
+"""The plain scheduler: runs any composed algorithm end to end, on the embedded models or yours."""
 
+from specstrat.runtime.admission import TransferBatch
 from specstrat.runtime.engine import Engine
 from specstrat.runtime.forward import ForwardBatch, ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.models import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime.requests import EngineConfig, Request, RunStats
-from specstrat.runtime.weights import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime.worker import ModelWorker
 
 __all__ = [
@@ -18,4 +19,5 @@ __all__ = [
     "ModelWorker",
     "Request",
     "RunStats",
+    "TransferBatch",
 ]

@@ -12,16 +12,17 @@ import sys
 import sysconfig
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
+from tqdm import tqdm
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.registry import get
 from specstrat.runtime.engine import Engine
 from specstrat.runtime.requests import EngineConfig, Request
-from specstrat.runtime.text import encode_indentation
-from specstrat.runtime.weights import EmbeddedModels
+from specstrat.runtime.models.text import encode_indentation
+from specstrat.runtime.models.weights import EmbeddedModels
 
 __all__ = ["DemoSummary", "ProgressBar", "run_demo", "workload"]
 
@@ -29,10 +30,16 @@ __all__ = ["DemoSummary", "ProgressBar", "run_demo", "workload"]
 PROMPT_FILES = ("json/__init__.py", "glob.py", "fnmatch.py", "keyword.py", "colorsys.py", "this.py")
 
 
-def workload(num_requests: int, *, seed: int = 0) -> list[Request]:
-    """``num_requests`` prompts of 24..160 bytes, each asking for 48..128 tokens."""
+#: Every ``STOP_EVERY``-th request asks to finish the line it is on: it stops at a newline.
+STOP_EVERY = 4
+NEWLINE = 10
+
+
+def workload(num_requests: int, *, seed: int = 0, stops: bool = True) -> list[Request]:
+    """``num_requests`` prompts of 24..160 bytes, each asking for 48..128 tokens; with ``stops``,
+    every fourth one stops at the first newline it generates."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    # Encoded like the training text (see specstrat.runtime.text.encode_indentation).
+    # Encoded like the training text (see specstrat.runtime.models.text.encode_indentation).
     texts = [
         encode_indentation((root / f).read_bytes()) for f in PROMPT_FILES if (root / f).is_file()
     ]
@@ -44,7 +51,8 @@ def workload(num_requests: int, *, seed: int = 0) -> list[Request]:
         start = rng.randrange(0, max(1, len(text) - length))
         start = text.rfind(b"\n", 0, start) + 1  # begin at a line start
         prompt = text[start : start + length] or b"def "
-        requests.append(Request(f"req-{i}", tuple(prompt), rng.randint(48, 128)))
+        stop = frozenset({NEWLINE}) if stops and i % STOP_EVERY == STOP_EVERY - 1 else frozenset()
+        requests.append(Request(f"req-{i}", tuple(prompt), rng.randint(48, 128), stop))
     return requests
 
 
@@ -63,6 +71,8 @@ class DemoSummary:
     target_tokens_per_s: float
     speed_ratio: float
     lossless: bool
+    acceptance_by_position: tuple[float, ...]
+    acceptance_rule_lossless: bool
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -77,10 +87,15 @@ class DemoSummary:
             ("requests", str(self.requests)),
             ("tokens", str(self.tokens)),
             ("mean acceptance length", f"{self.acceptance_length:.2f}"),
+            (
+                "accepted by position",
+                " ".join(f"{r:.2f}" for r in self.acceptance_by_position) or "-",
+            ),
             ("tokens/s with speculation", f"{self.spec_tokens_per_s:.1f}"),
             ("tokens/s target-only", f"{self.target_tokens_per_s:.1f}"),
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
             ("lossless", "yes" if self.lossless else "no"),
+            ("acceptance rule", "lossless" if self.acceptance_rule_lossless else "lossy"),
         ]
         return "\n".join(f"{k:<26} {v}" for k, v in rows)
 
@@ -90,23 +105,24 @@ class DemoSummary:
 
 
 class ProgressBar:
-    """A one-line progress bar on stderr."""
+    """A progress bar on stderr (tqdm), advanced to the number of finished requests."""
 
-    def __init__(self, label: str, *, width: int = 30, stream: Any = None) -> None:
-        self.label, self.width = label, width
-        self.stream = stream if stream is not None else sys.stderr
-        self._shown = -1
+    def __init__(self, label: str, *, stream: Any = None) -> None:
+        self.bar = tqdm(
+            desc=f"{label:<24}", unit="req", file=stream if stream is not None else sys.stderr,
+            leave=True, dynamic_ncols=True,
+        )  # fmt: skip
 
     def __call__(self, done: int, total: int) -> None:
-        """Redraw for ``done`` of ``total`` requests (only when the count changed)."""
-        if done == self._shown:
-            return
-        self._shown = done
-        filled = self.width * done // max(total, 1)
-        bar = "#" * filled + "-" * (self.width - filled)
-        end = "\n" if done >= total else ""
-        self.stream.write(f"\r{self.label:<24} [{bar}] {done}/{total}{end}")
-        self.stream.flush()
+        """Show ``done`` of ``total`` requests."""
+        if self.bar.total != total:
+            self.bar.total = total
+        if done != self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        """End the bar's line."""
+        self.bar.close()
 
 
 def run_demo(
@@ -118,32 +134,37 @@ def run_demo(
     progress: bool = True,
     models: EmbeddedModels | None = None,
     disagg: bool = False,
+    trace: TextIO | None = None,
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
     """Run the workload with ``algo`` and target-only; the summary and the spec outputs.
 
-    With ``disagg`` the speculative run prefills in a second process and decodes here
+    Both engines are built (and their configuration checked) before either runs. With
+    ``disagg`` the speculative run prefills in a second process and decodes here
     (:func:`~specstrat.runtime.disagg.run_disaggregated`); lossless then compares it with
-    single-process target-only output.
+    single-process target-only output. ``trace`` gets the speculative run's step trace.
     """
     spec_algo = get(algo) if isinstance(algo, str) else algo
     models = models or EmbeddedModels.load()
     requests = workload(num_requests)
     config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
+    baseline = Engine(get("NONE"), models, config)
+    spec = Engine(spec_algo, models, config)  # checks D against the context before any run
     torch.manual_seed(0)
-    runs = {}
-    for label, chosen in (("target-only", get("NONE")), (spec_algo.name, spec_algo)):
-        bar = ProgressBar(label) if progress else None
-        if disagg and chosen is spec_algo:
-            from specstrat.runtime.disagg import run_disaggregated  # spawns a process
+    base_out = _timed(baseline, requests, "target-only", progress)
+    if disagg:
+        from specstrat.runtime.disagg import run_disaggregated  # spawns a process
 
-            result = run_disaggregated(chosen, requests, config, models=models, progress=bar)
-            runs[label] = (result.stats, result.outputs)
-            continue
-        engine = Engine(chosen, models, config)
-        outputs = engine.run(requests, progress=bar)
-        runs[label] = (engine.stats, outputs)
-    base_stats, base_out = runs["target-only"]
-    spec_stats, spec_out = runs[spec_algo.name]
+        bar = ProgressBar(spec_algo.name) if progress else None
+        try:
+            result = run_disaggregated(spec_algo, requests, config, models=models, progress=bar)
+        finally:
+            if bar is not None:
+                bar.close()
+        spec_stats, spec_out = result.stats, result.outputs
+    else:
+        spec_out = _timed(spec, requests, spec_algo.name, progress, trace)
+        spec_stats = spec.stats
+    base_stats = baseline.stats
     summary = DemoSummary(
         algorithm=spec_algo.name,
         overlap=overlap,
@@ -156,5 +177,22 @@ def run_demo(
         target_tokens_per_s=base_stats.tokens_per_second,
         speed_ratio=spec_stats.tokens_per_second / max(base_stats.tokens_per_second, 1e-9),
         lossless=spec_out == base_out,
+        acceptance_by_position=tuple(spec_stats.acceptance_by_position),
+        acceptance_rule_lossless=spec_algo.lossless,
     )
     return summary, spec_out
+
+
+def _timed(
+    engine: Engine,
+    requests: list[Request],
+    label: str,
+    progress: bool,
+    trace: TextIO | None = None,
+) -> dict[str, list[int]]:
+    bar = ProgressBar(label) if progress else None
+    try:
+        return engine.run(requests, progress=bar, trace=trace)
+    finally:
+        if bar is not None:
+            bar.close()

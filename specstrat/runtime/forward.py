@@ -18,7 +18,7 @@ class ForwardMode(enum.Enum):
     EXTEND: prefill of prompts (ragged). DECODE: one token per request. TARGET_VERIFY: ``T``
     tokens per request (the last verified token plus ``T - 1`` drafts). DRAFT_EXTEND: the draft
     model catching up on verified tokens (ragged). PREBUILT: admission of requests whose KV was
-    computed elsewhere (disaggregation), no forward. IDLE: an empty batch.
+    computed elsewhere (disaggregation), no forward.
     """
 
     EXTEND = "extend"
@@ -26,7 +26,6 @@ class ForwardMode(enum.Enum):
     TARGET_VERIFY = "target_verify"
     DRAFT_EXTEND = "draft_extend"
     PREBUILT = "prebuilt"
-    IDLE = "idle"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

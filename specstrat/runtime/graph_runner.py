@@ -12,7 +12,7 @@ static-buffer path runs eagerly.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -20,7 +20,7 @@ import torch
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata_into
-from specstrat.runtime.forward import ForwardBatch, ForwardMode
+from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.worker import ModelWorker
 
 __all__ = ["GraphRunner"]
@@ -100,7 +100,7 @@ class GraphRunner:
         if not self.can_run(bs):
             raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
         bucket = self._buckets[min(b for b in self._buckets if b >= bs)]
-        prepared = self.worker.place(slots, [t] * bs)
+        prepared = self.worker.place(slots, tokens.tolist())
         n = bs * t
         dev = self.worker.device
         # Real rows first; padding rows: token 0 at position 0, KV slot 0, request row 0.
@@ -118,26 +118,31 @@ class GraphRunner:
             seq_lens_cpu=prepared.prefix,
         )
         max_k = self.worker.context_len if self.use_cuda_graph else (meta.max_seq_len_k or t)
-        batch = ForwardBatch(
-            mode=ForwardMode.TARGET_VERIFY,
-            input_ids=bucket.input_ids,
-            positions=bucket.positions,
-            out_cache_loc=bucket.out_cache_loc,
-            metadata=meta,
-            max_q=t,
-            max_k=max_k,
-        )
-        logits, hidden = self._run(bucket, batch)
+
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
+            return self.worker.execute(
+                ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE,
+                input_ids=bucket.input_ids,
+                positions=bucket.positions,
+                out_cache_loc=bucket.out_cache_loc,
+                metadata=meta,
+                max_q=t,
+                max_k=max_k,
+            )
+
+        logits, hidden = self._run(bucket, forward)
         return logits[:n], hidden[:n]
 
-    def _run(self, bucket: _Bucket, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
+    def _run(
+        self, bucket: _Bucket, forward: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.use_cuda_graph:
-            return self.worker.run(batch)
+            return forward()
         if bucket.graph is None:  # capture once per bucket, after a warm-up run
-            self.worker.run(batch)
+            forward()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                bucket.outputs = self.worker.run(batch)
+                bucket.outputs = forward()
             bucket.graph = graph
         bucket.graph.replay()
         if bucket.outputs is None:

@@ -1,4 +1,4 @@
-"""The request pool (a token table per request) and the KV cache indexed through it.
+"""The request pool (token ids and KV locations per request) and the KV cache indexed through it.
 
 Row 0 of the request pool and slot 0 of the KV cache are padding: padded graph rows point at them
 and may read and write them harmlessly; no request ever owns them.
@@ -9,17 +9,23 @@ from __future__ import annotations
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.runtime.model import ModelConfig
+from specstrat.models import ModelShape
 
 __all__ = ["KVPool", "RequestPool"]
 
 
 class RequestPool:
-    """``req_to_token[slot, position]`` is the KV slot holding that request's position."""
+    """Per request slot: ``req_to_token[slot, pos]`` (the KV slot of that position),
+    ``token_ids[slot, pos]`` (the token there) and ``lens[slot]`` (positions cached).
+
+    The one owner of sequence lengths and committed tokens; every other view is derived.
+    """
 
     def __init__(self, size: int, context_len: int, device: torch.device) -> None:
         self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
+        self.token_ids = torch.zeros(size + 1, context_len, dtype=torch.int64)  # host side
         self.lens = [0] * (size + 1)  # KV length per slot, host side
+        self.size = size
         self._free = list(range(size, 0, -1))
 
     @property
@@ -31,7 +37,7 @@ class RequestPool:
         """A free slot in ``1..size``."""
         if not self._free:
             raise InvalidConfig(
-                f"request pool is full ({len(self.lens) - 1} slots); raise max_running_requests"
+                f"request pool is full ({self.size} slots); raise max_running_requests"
             )
         return self._free.pop()
 
@@ -40,18 +46,23 @@ class RequestPool:
         self.lens[slot] = 0
         self._free.append(slot)
 
+    def reset(self) -> None:
+        """Every slot free (after a failed run; the KV pool is reset alongside)."""
+        self.lens = [0] * (self.size + 1)
+        self._free = list(range(self.size, 0, -1))
+
 
 class KVPool:
     """Per-layer K and V for ``num_tokens`` token slots plus padding slot 0."""
 
     def __init__(
-        self, num_tokens: int, cfg: ModelConfig, dtype: torch.dtype, device: torch.device
+        self, num_tokens: int, shape: ModelShape, dtype: torch.dtype, device: torch.device
     ) -> None:
-        shape = (cfg.layers, num_tokens + 1, cfg.heads, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
-        self._free = list(range(num_tokens, 0, -1))
+        dims = (shape.layers, num_tokens + 1, shape.heads, shape.head_dim)
+        self.k = torch.zeros(dims, dtype=dtype, device=device)
+        self.v = torch.zeros(dims, dtype=dtype, device=device)
         self.capacity = num_tokens
+        self._free = list(range(num_tokens, 0, -1))
 
     @property
     def available(self) -> int:
@@ -72,3 +83,7 @@ class KVPool:
     def free(self, slots: list[int]) -> None:
         """Return token slots to the pool."""
         self._free.extend(slots)
+
+    def reset(self) -> None:
+        """Every token slot free."""
+        self._free = list(range(self.capacity, 0, -1))

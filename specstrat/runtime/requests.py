@@ -2,55 +2,71 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 
 from specstrat.errors import InvalidConfig
-from specstrat.runtime.text import encode_indentation
+from specstrat.runtime.models.text import encode_indentation
 
 __all__ = ["EngineConfig", "Request", "RunStats"]
+
+_VOCAB_HINT = "token ids are ints >= 0 (the embedded models' vocabulary is bytes, 0..255)"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A generation request: a byte prompt and how many tokens to generate."""
+    """A generation request: a prompt of token ids, how many tokens to generate at most, and
+    the tokens that end it early (a generated stop token is kept as the output's last token)."""
 
     rid: str
     prompt: tuple[int, ...]
     max_new_tokens: int
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
 
     def __post_init__(self) -> None:
-        if not self.prompt:
+        if not isinstance(self.rid, str) or not self.rid:
+            raise InvalidConfig(f"rid={self.rid!r} must be a non-empty string")
+        if not isinstance(self.prompt, tuple) or not self.prompt:
             raise InvalidConfig(
-                f"request {self.rid!r} has an empty prompt; give at least one token"
+                f"request {self.rid!r}: prompt={self.prompt!r} must be a non-empty tuple of "
+                "token ids"
             )
-        if any(not isinstance(t, int) or not 0 <= t < 256 for t in self.prompt):
+        if any(not _is_int(t) or t < 0 for t in self.prompt):
+            raise InvalidConfig(f"request {self.rid!r}: prompt has a bad token; {_VOCAB_HINT}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens <= 0:
             raise InvalidConfig(
-                f"request {self.rid!r}: prompt tokens must be ints in 0..255 (bytes)"
+                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int >= 1"
             )
-        if isinstance(self.max_new_tokens, bool) or not isinstance(self.max_new_tokens, int):
+        stops = self.stop_token_ids
+        if not isinstance(stops, frozenset) or any(not _is_int(t) or t < 0 for t in stops):
             raise InvalidConfig(
-                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int"
-            )
-        if self.max_new_tokens <= 0:
-            raise InvalidConfig(
-                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens} must be >= 1"
+                f"request {self.rid!r}: stop_token_ids={stops!r} must be a frozenset of ints "
+                ">= 0 (e.g. frozenset({10}) to stop at a newline byte)"
             )
 
     @classmethod
-    def from_text(cls, rid: str, text: str, max_new_tokens: int) -> Request:
+    def from_text(
+        cls, rid: str, text: str, max_new_tokens: int, *, stop: str | None = None
+    ) -> Request:
         """A request whose prompt is ``text`` as the embedded models read it: UTF-8 bytes, each
-        line's indentation as one depth byte (:func:`~specstrat.runtime.text.encode_indentation`;
-        ``decode_indentation`` turns outputs back into text)."""
-        return cls(rid, tuple(encode_indentation(text.encode())), max_new_tokens)
+        line's indentation as one depth byte (``decode_indentation`` turns outputs back into
+        text); ``stop``: single-byte characters that end generation."""
+        stops = frozenset(stop.encode()) if stop else frozenset()
+        return cls(rid, tuple(encode_indentation(text.encode())), max_new_tokens, stops)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
     """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy.
 
+    ``max_total_tokens``: KV slots per model (``None``: ``max_running_requests * context_len``).
     ``ragged_verify``: for an algorithm with ``supports_ragged_verify``, a step where the drafter
-    found fewer than ``T - 1`` tokens for some request verifies only what was found (one eager
-    forward with ragged metadata; full-width steps still replay the graph runner).
+    proposed fewer than ``T - 1`` tokens for some request verifies only what was proposed (one
+    eager forward with ragged metadata; full-width steps replay the graph runner).
+    ``graph_buckets``: batch sizes of the verify graph runner (``use_graph_runner``).
     """
 
     num_draft_tokens: int = 4
@@ -64,26 +80,55 @@ class EngineConfig:
     ragged_verify: bool = True
 
     def __post_init__(self) -> None:
-        for name in (
-            "num_draft_tokens",
-            "max_running_requests",
-            "context_len",
-            "chunked_prefill_size",
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not _is_int(value) or value < 1):
+                raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be an int >= 1")
+            if f.type == "bool" and not isinstance(value, bool):
+                raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be True or False")
+        total = self.max_total_tokens
+        if total is not None and (not _is_int(total) or total < 1):
+            raise InvalidConfig(
+                f"EngineConfig.max_total_tokens={total!r} must be an int >= 1, or None for "
+                "max_running_requests * context_len"
+            )
+        buckets = self.graph_buckets
+        if (
+            not isinstance(buckets, tuple)
+            or not buckets
+            or any(not _is_int(b) or b < 1 for b in buckets)
         ):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise InvalidConfig(f"EngineConfig.{name}={value!r} must be an int >= 1")
+            raise InvalidConfig(
+                f"EngineConfig.graph_buckets={buckets!r} must be a non-empty tuple of ints >= 1"
+            )
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV slots per model."""
+        return self.max_total_tokens or self.max_running_requests * self.context_len
 
 
-@dataclass
+@dataclass(slots=True)
 class RunStats:
-    """What a run did: tokens generated, decode steps, verify steps and accepted tokens."""
+    """What a run did: tokens, steps, acceptance (overall and by draft position), stage times.
+
+    ``accepted_by_position[k]``: verify steps in which draft position ``k + 1`` (depth) was
+    accepted; ``proposed_by_position[k]``: those in which it was proposed. Stage seconds are
+    summed over decode steps: ``draft_seconds`` (drafter.propose), ``verify_seconds`` (the
+    target's forward), ``accept_seconds`` (acceptance rule), ``decode_seconds`` (whole steps).
+    """
 
     generated_tokens: int = 0
     decode_steps: int = 0
     verified_requests: int = 0
     verified_tokens: int = 0  # tokens produced by verification (accepted drafts + bonus)
     verify_forward_tokens: int = 0  # tokens the target ran in TARGET_VERIFY (drafts + 1 each)
+    accepted_by_position: list[int] = field(default_factory=list)
+    proposed_by_position: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    accept_seconds: float = 0.0
+    decode_seconds: float = 0.0
     seconds: float = 0.0
 
     @property
@@ -95,3 +140,23 @@ class RunStats:
     def tokens_per_second(self) -> float:
         """Generated tokens over wall time."""
         return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """How often draft position 1, 2, ... was accepted when proposed."""
+        return [a / p if p else 0.0 for a, p in zip(
+            self.accepted_by_position, self.proposed_by_position, strict=True
+        )]
+
+    def count_positions(self, proposed: list[int], accepted: list[int]) -> None:
+        """Add one step's per-request proposed depths and accepted lengths."""
+        depth = max(proposed, default=0)
+        grow = depth - len(self.proposed_by_position)
+        if grow > 0:
+            self.proposed_by_position.extend([0] * grow)
+            self.accepted_by_position.extend([0] * grow)
+        for p, a in zip(proposed, accepted, strict=True):
+            for k in range(p):
+                self.proposed_by_position[k] += 1
+            for k in range(a):
+                self.accepted_by_position[k] += 1

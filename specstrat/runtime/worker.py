@@ -1,41 +1,60 @@
 """A model worker: one model, its request pool and KV cache, and forwards in every mode.
 
-The worker turns per-request token lists into a :class:`~specstrat.runtime.forward.ForwardBatch`:
-it allocates KV slots for the new tokens, records them in the request's token table, and builds
-the attention metadata with the kernels (ragged form for EXTEND/DRAFT_EXTEND, uniform form with
-``T`` tokens for DECODE and TARGET_VERIFY). ``rewind`` frees the KV of rejected draft positions.
+The worker owns sequence lengths and committed tokens (its request pool). It turns per-request
+token lists into one :class:`~specstrat.runtime.forward.ForwardBatch`: it allocates KV slots for
+the new tokens, records them and their token ids in the request's rows, and builds the attention
+metadata with the kernels (ragged form for EXTEND/DRAFT_EXTEND and ragged verify, uniform form
+with ``T`` tokens for DECODE and TARGET_VERIFY). ``rewind`` frees the KV of rejected positions.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels import VerifyMetadata, build_ragged_verify_metadata, build_verify_metadata
+from specstrat.models import CausalLM
 from specstrat.runtime.attention import PagedAttention
 from specstrat.runtime.forward import ForwardBatch, ForwardMode
 from specstrat.runtime.memory import KVPool, RequestPool
-from specstrat.runtime.model import TinyLM
 
-__all__ = ["ModelWorker", "PreparedTokens"]
+__all__ = ["KVRunner", "ModelWorker", "PreparedTokens", "kv_bytes"]
 
-_RAGGED = (ForwardMode.EXTEND, ForwardMode.DRAFT_EXTEND)
 _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
 
+@dataclass(frozen=True, slots=True)
 class PreparedTokens:
-    """New tokens placed in the KV cache: positions, KV slots and each request's prefix length."""
+    """New tokens placed in the KV cache: per request its prefix length and count, and per
+    token its position and KV slot."""
 
-    def __init__(self, slots: list[int], prefix: list[int], counts: list[int]) -> None:
-        self.slots = slots
-        self.prefix = prefix
-        self.counts = counts
-        self.positions: list[int] = [
-            p + j for p, c in zip(prefix, counts, strict=True) for j in range(c)
-        ]
-        self.locations: list[int] = []
+    slots: list[int]
+    prefix: list[int]
+    counts: list[int]
+    positions: list[int]
+    locations: list[int]
+
+
+def kv_bytes(model: CausalLM, max_total_tokens: int, dtype: torch.dtype) -> int:
+    """Bytes the K and V caches of ``max_total_tokens`` slots take for ``model``."""
+    s = model.shape
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    return 2 * s.layers * (max_total_tokens + 1) * s.heads * s.head_dim * itemsize
+
+
+def _available_bytes(device: torch.device) -> int | None:
+    """Free memory on ``device`` (None when it cannot be told)."""
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free)
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None
 
 
 class ModelWorker:
@@ -43,24 +62,32 @@ class ModelWorker:
 
     def __init__(
         self,
-        model: TinyLM,
+        model: CausalLM,
         *,
         max_running_requests: int,
         context_len: int,
         max_total_tokens: int,
-        device: torch.device,
-        dtype: torch.dtype,
     ) -> None:
-        if context_len > model.cfg.max_positions:
+        shape = model.shape
+        if context_len > shape.max_positions:
             raise InvalidConfig(
                 f"context_len={context_len} exceeds the model's max_positions="
-                f"{model.cfg.max_positions}"
+                f"{shape.max_positions}; lower context_len"
             )
+        param = next(model.parameters())
         self.model = model
-        self.device = device
+        self.shape = shape
+        self.device, self.dtype = param.device, param.dtype
         self.context_len = context_len
-        self.requests = RequestPool(max_running_requests, context_len, device)
-        self.kv = KVPool(max_total_tokens, model.cfg, dtype, device)
+        need = kv_bytes(model, max_total_tokens, self.dtype)
+        free = _available_bytes(self.device)
+        if free is not None and need > free:
+            raise InvalidConfig(
+                f"max_total_tokens={max_total_tokens} needs {need / 2**30:.1f} GiB of KV cache "
+                f"but {free / 2**30:.1f} GiB is free on {self.device}; lower max_total_tokens"
+            )
+        self.requests = RequestPool(max_running_requests, context_len, self.device)
+        self.kv = KVPool(max_total_tokens, shape, self.dtype, self.device)
 
     # -- request lifetime ---------------------------------------------------------------------
 
@@ -73,9 +100,18 @@ class ModelWorker:
         self.rewind(slot, 0)
         self.requests.free(slot)
 
+    def reset(self) -> None:
+        """Release every request and all KV at once (after a failed run)."""
+        self.requests.reset()
+        self.kv.reset()
+
     def length(self, slot: int) -> int:
-        """Tokens of the request whose KV is cached."""
+        """Positions of the request whose KV is cached."""
         return self.requests.lens[slot]
+
+    def tokens(self, slot: int) -> list[int]:
+        """The request's committed tokens (those in its KV), in order."""
+        return self.requests.token_ids[slot, : self.requests.lens[slot]].tolist()
 
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their slots are reused."""
@@ -89,24 +125,26 @@ class ModelWorker:
 
     # -- forwards -----------------------------------------------------------------------------
 
-    def place(self, slots: Sequence[int], counts: Sequence[int]) -> PreparedTokens:
-        """Allocate KV slots for ``counts[i]`` new tokens of each request and record them."""
+    def place(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> PreparedTokens:
+        """Allocate KV slots for ``tokens[i]`` after request ``slots[i]`` and record them."""
+        counts = [len(t) for t in tokens]
         prefix = [self.requests.lens[s] for s in slots]
         for slot, start, count in zip(slots, prefix, counts, strict=True):
             if start + count > self.context_len:
                 raise InvalidConfig(
                     f"slot {slot}: {start} + {count} tokens exceed context_len={self.context_len}"
                 )
-        prepared = PreparedTokens(list(slots), prefix, list(counts))
-        prepared.locations = self.kv.alloc(sum(counts))
+        positions = [p + j for p, c in zip(prefix, counts, strict=True) for j in range(c)]
+        locations = self.kv.alloc(sum(counts))
         # One indexed write for the whole batch: row = request slot, column = position.
         rows = [slot for slot, count in zip(slots, counts, strict=True) for _ in range(count)]
-        self.requests.req_to_token[rows, prepared.positions] = torch.tensor(
-            prepared.locations, dtype=torch.int32
+        self.requests.req_to_token[rows, positions] = torch.tensor(locations, dtype=torch.int32)
+        self.requests.token_ids[rows, positions] = torch.tensor(
+            [t for seq in tokens for t in seq], dtype=torch.int64
         )
         for slot, start, count in zip(slots, prefix, counts, strict=True):
             self.requests.lens[slot] = start + count
-        return prepared
+        return PreparedTokens(list(slots), prefix, counts, positions, locations)
 
     def metadata(self, mode: ForwardMode, prepared: PreparedTokens) -> VerifyMetadata:
         """Attention metadata for tokens placed by :meth:`place` (page size 1)."""
@@ -134,40 +172,64 @@ class ModelWorker:
     def forward(
         self, mode: ForwardMode, slots: Sequence[int], tokens: Sequence[Sequence[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run ``tokens[i]`` for request ``slots[i]``; logits and hidden states, one row per token.
+        """Run ``tokens[i]`` after request ``slots[i]``; logits and hidden, one row per token.
 
-        DECODE needs the same number of tokens for every request; TARGET_VERIFY with unequal
-        counts builds ragged metadata.
+        DECODE needs one token per request; TARGET_VERIFY with unequal counts is ragged.
         """
-        if mode in (ForwardMode.PREBUILT, ForwardMode.IDLE) or not slots:
-            if slots and mode is not ForwardMode.IDLE:
-                raise InvalidConfig(f"mode={mode.name} runs no forward; use admit_prebuilt")
-            empty = torch.zeros(0, self.model.cfg.dim, device=self.device)
-            return self.model.logits(empty.to(self.kv.k.dtype)), empty
+        if mode is ForwardMode.PREBUILT:
+            raise InvalidConfig("mode=PREBUILT runs no forward; use admit_prebuilt")
+        if not slots:
+            return self._empty()
         counts = [len(t) for t in tokens]
-        if mode is ForwardMode.DECODE and len(set(counts)) != 1:
-            raise InvalidConfig(f"mode={mode.name} needs equal tokens per request, got {counts}")
-        prepared = self.place(slots, counts)
+        if mode is ForwardMode.DECODE and set(counts) != {1}:
+            raise InvalidConfig(f"mode=DECODE needs one token per request, got {counts}")
+        prepared = self.place(slots, tokens)
         meta = self.metadata(mode, prepared)
-        flat = [t for seq in tokens for t in seq]
-        batch = ForwardBatch(
-            mode=mode,
-            input_ids=torch.tensor(flat, dtype=torch.int64, device=self.device),
-            positions=torch.tensor(prepared.positions, dtype=torch.int64, device=self.device),
-            out_cache_loc=torch.tensor(prepared.locations, dtype=torch.int64, device=self.device),
+        dev = self.device
+        return self.execute(
+            mode,
+            input_ids=torch.tensor([t for seq in tokens for t in seq], device=dev),
+            positions=torch.tensor(prepared.positions, dtype=torch.int64, device=dev),
+            out_cache_loc=torch.tensor(prepared.locations, dtype=torch.int64, device=dev),
             metadata=meta,
             max_q=max(counts),
             max_k=max(p + c for p, c in zip(prepared.prefix, counts, strict=True)),
         )
-        return self.run(batch)
 
-    def run(self, batch: ForwardBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model over a prepared batch, attention reading ``batch.metadata``."""
+    def execute(
+        self,
+        mode: ForwardMode,
+        *,
+        input_ids: torch.Tensor,
+        positions: torch.Tensor,
+        out_cache_loc: torch.Tensor,
+        metadata: VerifyMetadata,
+        max_q: int,
+        max_k: int,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model over one batch, attention reading ``metadata``; the one place a
+        :class:`~specstrat.runtime.forward.ForwardBatch` is built (eager and graph paths)."""
+        batch = ForwardBatch(
+            mode=mode,
+            input_ids=input_ids,
+            positions=positions,
+            out_cache_loc=out_cache_loc,
+            metadata=metadata,
+            max_q=max_q,
+            max_k=max_k,
+        )
         with torch.inference_mode():
             logits, hidden = self.model(
                 batch.input_ids, batch.positions, PagedAttention(self.kv, batch)
             )
         return logits, hidden
+
+    def _empty(self) -> tuple[torch.Tensor, torch.Tensor]:
+        s, dev = self.shape, self.device
+        return (
+            torch.zeros(0, s.vocab_size, dtype=self.dtype, device=dev),
+            torch.zeros(0, s.hidden_size, dtype=self.dtype, device=dev),
+        )
 
     # -- disaggregation -----------------------------------------------------------------------
 
@@ -176,9 +238,12 @@ class ModelWorker:
         locs = self.requests.req_to_token[slot, : self.requests.lens[slot]].long()
         return self.kv.k[:, locs].clone(), self.kv.v[:, locs].clone()
 
-    def admit_prebuilt(self, slot: int, k: torch.Tensor, v: torch.Tensor) -> None:
-        """PREBUILT admission: the empty request ``slot`` gets ``k``/``v`` computed elsewhere."""
-        want = (self.kv.k.shape[0], k.shape[1], *self.kv.k.shape[2:])
+    def admit_prebuilt(
+        self, slot: int, tokens: Sequence[int], k: torch.Tensor, v: torch.Tensor
+    ) -> None:
+        """PREBUILT admission: the empty request ``slot`` gets ``tokens`` whose ``k``/``v``
+        were computed elsewhere."""
+        want = (self.kv.k.shape[0], len(tokens), *self.kv.k.shape[2:])
         if tuple(k.shape) != want or k.shape != v.shape:
             raise InvalidConfig(
                 f"prebuilt KV shapes k={tuple(k.shape)} v={tuple(v.shape)}; expected "
@@ -186,7 +251,44 @@ class ModelWorker:
             )
         if self.requests.lens[slot]:
             raise InvalidConfig(f"slot {slot} already holds {self.requests.lens[slot]} tokens")
-        prepared = self.place([slot], [k.shape[1]])
+        prepared = self.place([slot], [tokens])
         locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
+
+
+class KVRunner:
+    """A :class:`~specstrat.models.DraftKV` over a worker: what a drafter's draft LM runs on."""
+
+    def __init__(self, worker: ModelWorker) -> None:
+        self.worker = worker
+
+    def alloc(self, count: int) -> list[int]:
+        """``count`` fresh slots, all or none."""
+        if count > self.worker.requests.available:
+            raise InvalidConfig(
+                f"draft request pool has {self.worker.requests.available} free slots, "
+                f"{count} needed; raise max_running_requests"
+            )
+        return [self.worker.alloc_request() for _ in range(count)]
+
+    def free(self, slots: Sequence[int]) -> None:
+        """Release the slots and their KV."""
+        for slot in slots:
+            self.worker.free_request(slot)
+
+    def rewind(self, slot: int, new_len: int) -> None:
+        """Drop the KV of positions ``new_len..``."""
+        self.worker.rewind(slot, new_len)
+
+    def extend(
+        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """DECODE when every request adds one token, DRAFT_EXTEND otherwise."""
+        single = all(len(t) == 1 for t in tokens)
+        mode = ForwardMode.DECODE if single else ForwardMode.DRAFT_EXTEND
+        return self.worker.forward(mode, slots, tokens)
+
+    def lengths(self, slots: Sequence[int]) -> list[int]:
+        """Cached positions per request."""
+        return [self.worker.length(s) for s in slots]

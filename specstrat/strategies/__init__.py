@@ -1,5 +1,6 @@
 """Built-in strategies, one module per hook family."""
 
+from specstrat.strategies.acceptance import GreedyAcceptance
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -8,6 +9,16 @@ from specstrat.strategies.disagg import (
     EagleDisaggDraftBuilder,
     EagleDraftInput,
     NoDraftStateDisaggDraftBuilder,
+)
+from specstrat.strategies.drafters import (
+    DraftModelDrafter,
+    DraftModelDrafterFactory,
+    EagleHeadDrafter,
+    EagleHeadDrafterFactory,
+    NgramDrafter,
+    NgramDrafterFactory,
+    NoDrafter,
+    NoDrafterFactory,
 )
 from specstrat.strategies.future_map import (
     RingFutureMap,
@@ -20,6 +31,15 @@ from specstrat.strategies.verify import FixedWidthVerifyPolicy
 
 __all__ = [
     "DflashDisaggDraftBuilder",
+    "DraftModelDrafter",
+    "DraftModelDrafterFactory",
+    "EagleHeadDrafter",
+    "EagleHeadDrafterFactory",
+    "GreedyAcceptance",
+    "NgramDrafter",
+    "NgramDrafterFactory",
+    "NoDrafter",
+    "NoDrafterFactory",
     "DflashDraftInput",
     "DsparkDisaggDraftBuilder",
     "DsparkDraftInput",

@@ -2,8 +2,8 @@
 
 Every builder works on batched tensors (the transfer was batched once, at receive), so its cost
 is a constant number of tensor ops whatever the batch size, and an empty batch is just a batch of
-zero rows. With overlap on, each builder publishes the batch's sequence lengths and stashes its
-payload at the requests' pool slots, so the first overlapped decode step resolves it.
+zero rows. Given the engine's relay, each builder publishes the batch's sequence lengths and
+stashes its payload at the requests' pool slots, so the first decode step resolves it.
 """
 
 from __future__ import annotations
@@ -83,14 +83,9 @@ def _checked_last_tokens(batch: PrebuiltBatch, last_tokens: torch.Tensor) -> tor
 
 
 def _relay(batch: PrebuiltBatch, future_map: FutureMap | None, payload: RelayPayload) -> None:
-    """With overlap on, publish the batch's seq lens and stash ``payload`` at its slots."""
-    if not batch.enable_overlap:
-        return
+    """Publish the batch's seq lens and stash ``payload`` at its slots (no relay: nothing)."""
     if future_map is None:
-        raise InvalidConfig(
-            "batch.enable_overlap=True but future_map=None; pass the scheduler's future map "
-            "(algo.create_future_map(...)) or build the batch with enable_overlap=False"
-        )
+        return
     future_map.publish(batch.slots, batch.seq_lens)
     future_map.stash(batch.slots, payload)
 
@@ -159,8 +154,7 @@ class DflashDisaggDraftBuilder:
 class NoDraftStateDisaggDraftBuilder:
     """For algorithms with no draft state to carry: returns ``None`` (plain decode).
 
-    With overlap on it still relays the bonus tokens and seq lens, so an overlapped first step
-    resolves the same inputs it would have read from ``last_tokens``.
+    It still relays the bonus tokens and seq lens, so the first step resolves ``last_tokens``.
     """
 
     def build_disagg_draft_input(

@@ -179,7 +179,7 @@ def check_future_map_factory(factory: object, *, device: torch.device | str = "c
 
 
 def _batch(
-    caps: Capabilities, bs: int, *, overlap: bool, hidden: bool = True
+    caps: Capabilities, bs: int, *, hidden: bool = True
 ) -> tuple[PrebuiltBatch, torch.Tensor]:
     k, width = 2, 3
     rows = torch.arange(bs, dtype=torch.int64)
@@ -195,7 +195,6 @@ def _batch(
             if caps.carries_draft_hidden_states and hidden
             else None
         ),
-        enable_overlap=overlap,
     )
     return batch, rows + 100
 
@@ -211,7 +210,7 @@ def check_disagg_draft_builder(
     capabilities: Capabilities | None = None,
     future_maps: FutureMapFactory | None = None,
 ) -> None:
-    """``builder`` handles any batch size, keeps its inputs intact, relays under overlap, and
+    """``builder`` handles any batch size, keeps its inputs intact, relays when given a map, and
     raises DisaggError naming the requests when hidden states the algorithm carries are missing.
 
     ``capabilities`` says which fields travel (default: EAGLE's, the widest);
@@ -225,9 +224,9 @@ def check_disagg_draft_builder(
     builder = cast("DisaggDraftBuilder[object]", builder)
     factory = future_maps or SlotFutureMapFactory()
     for bs in (0, 1, 3):
-        batch, last = _batch(caps, bs, overlap=False)
+        batch, last = _batch(caps, bs)
         before = _snapshot(batch, last)
-        with _obligation(hook, f"builds a draft input for bs={bs} without overlap"):
+        with _obligation(hook, f"builds a draft input for bs={bs} without a relay"):
             result = builder.build_disagg_draft_input(batch, last, None)
         after = _snapshot(batch, last)
         for old, new in zip(before, after, strict=True):
@@ -240,20 +239,20 @@ def check_disagg_draft_builder(
                 f"returned None for bs={bs} though carries_draft_hidden_states=True",
             )
 
-    text = "with overlap on, publishes batch.seq_lens and stashes at batch.slots"
-    batch, last = _batch(caps, 3, overlap=True)
+    text = "given a relay, publishes batch.seq_lens and stashes last_tokens at batch.slots"
+    batch, last = _batch(caps, 3)
     with _obligation(hook, text):
         relay = factory.create_future_map(8, 8, 64, batch.device)
         builder.build_disagg_draft_input(batch, last, relay)
         got = relay.resolve(batch.slots)
     if got.seq_lens is None or not torch.equal(got.seq_lens, batch.seq_lens):
         raise _fail(hook, text, f"resolved seq_lens={got.seq_lens!r}, batch has {batch.seq_lens!r}")
-    if got.bonus_tokens is not None and not torch.equal(got.bonus_tokens, last):
+    if got.bonus_tokens is None or not torch.equal(got.bonus_tokens, last):
         raise _fail(hook, text, f"resolved bonus_tokens={got.bonus_tokens!r}, sent {last!r}")
 
     if caps.carries_draft_hidden_states:
         text = "a batch missing hidden states raises DisaggError naming the request ids"
-        batch, last = _batch(caps, 2, overlap=False, hidden=False)
+        batch, last = _batch(caps, 2, hidden=False)
         try:
             builder.build_disagg_draft_input(batch, last, None)
         except DisaggError as exc:

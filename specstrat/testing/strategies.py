@@ -80,7 +80,6 @@ def prebuilt_batches(
     max_bs: int = 8,
     topk: int = 2,
     hidden: int = 4,
-    enable_overlap: bool | None = None,
 ) -> PrebuiltBatch:
     """A received decode batch carrying the fields ``capabilities`` say travel (default: all)."""
     caps = capabilities or Capabilities(
@@ -91,7 +90,6 @@ def prebuilt_batches(
     seq_lens = torch.tensor(draw(st.lists(st.integers(1, 4096), min_size=bs, max_size=bs)))
     payload = draw(relay_payloads(bs, topk=topk, hidden=hidden, fields=("topk_p",)))
     travel_topk = caps.need_topk or caps.carries_draft_hidden_states
-    overlap = draw(st.booleans()) if enable_overlap is None else enable_overlap
     return PrebuiltBatch(
         rids=tuple(f"r{i}" for i in range(bs)),
         slots=slots,
@@ -99,7 +97,6 @@ def prebuilt_batches(
         topk_p=payload.topk_p if travel_topk else None,
         topk_index=torch.zeros(bs, topk, dtype=torch.int64) if travel_topk else None,
         hidden_states=torch.ones(bs, hidden) if caps.carries_draft_hidden_states else None,
-        enable_overlap=overlap,
     )
 
 

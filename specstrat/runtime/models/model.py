@@ -1,7 +1,7 @@
 """The embedded byte-level models: a small target LM, a smaller draft LM and an EAGLE-style head.
 
 The models never own a KV cache or a mask: each attention layer calls an
-:class:`AttentionBackend`, so one model definition serves training (dense causal attention over
+:class:`~specstrat.models.AttentionBackend`, so one model definition serves training (dense causal attention over
 ``[B, L]`` sequences) and the engine (paged attention that reads the TARGET_VERIFY/EXTEND/DECODE
 metadata the kernels build, so wrong metadata produces wrong tokens).
 """
@@ -9,14 +9,15 @@ metadata the kernels build, so wrong metadata produces wrong tokens).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Protocol
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specstrat.models import AttentionBackend, ModelShape
+
 __all__ = [
-    "AttentionBackend",
+    "BoundEagleHead",
     "CausalAttention",
     "EagleHead",
     "ModelConfig",
@@ -44,16 +45,6 @@ class ModelConfig:
     def as_dict(self) -> dict[str, int]:
         """The config as plain ints (how it is stored beside the weights)."""
         return asdict(self)
-
-
-class AttentionBackend(Protocol):
-    """Computes one layer's attention output for flat ``[n, heads, head_dim]`` q, k, v."""
-
-    def __call__(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
-    ) -> torch.Tensor:
-        """Attention output ``[n, heads, head_dim]``; may store k and v for later tokens."""
-        ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,6 +104,19 @@ class TinyLM(nn.Module):
         nn.init.normal_(self.embed.weight, std=0.02)
         nn.init.normal_(self.pos.weight, std=0.02)
 
+    @property
+    def shape(self) -> ModelShape:
+        """Vocabulary, widths and depth, as the engine's :class:`~specstrat.models.CausalLM`."""
+        cfg = self.cfg
+        return ModelShape(
+            vocab_size=VOCAB,
+            hidden_size=cfg.dim,
+            layers=cfg.layers,
+            heads=cfg.heads,
+            head_dim=cfg.head_dim,
+            max_positions=cfg.max_positions,
+        )
+
     def forward(
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -153,3 +157,18 @@ class EagleHead(nn.Module):
         x = x + self.down(F.gelu(self.up(self.norm(x))))
         new_hidden = self.out_norm(x)
         return target.logits(new_hidden), new_hidden
+
+
+@dataclass(frozen=True, slots=True)
+class BoundEagleHead:
+    """An :class:`EagleHead` bound to its target, as a :class:`~specstrat.models.DraftHead`."""
+
+    head: EagleHead
+    target: TinyLM
+
+    def __call__(
+        self, hidden: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits for the token after ``tokens``, and the predicted hidden state."""
+        out: tuple[torch.Tensor, torch.Tensor] = self.head(hidden, tokens, self.target)
+        return out

@@ -8,21 +8,29 @@ from pathlib import Path
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.runtime.model import EagleHead, ModelConfig, TinyLM
+from specstrat.runtime.models.model import BoundEagleHead, EagleHead, ModelConfig, TinyLM
 
 __all__ = ["EMBEDDED_WEIGHTS", "EmbeddedModels"]
 
-#: The weights `python -m specstrat.runtime.train` wrote (float16, under 5 MB).
+#: The weights `python -m specstrat.runtime.models.train` wrote (float16, under 5 MB).
 EMBEDDED_WEIGHTS = Path(__file__).parent / "weights" / "embedded.pt"
 
 
 @dataclass(frozen=True, slots=True)
 class EmbeddedModels:
-    """The target LM, the draft LM and the EAGLE-style head, in eval mode."""
+    """The target LM, the draft LM and the EAGLE-style head, in eval mode.
+
+    A :class:`~specstrat.models.LoadedModels`: ``head`` is ``eagle`` bound to ``target``.
+    """
 
     target: TinyLM
     draft: TinyLM
     eagle: EagleHead
+
+    @property
+    def head(self) -> BoundEagleHead:
+        """The EAGLE-style head bound to the target (it reuses the target's embeddings)."""
+        return BoundEagleHead(self.eagle, self.target)
 
     @classmethod
     def load(
@@ -40,7 +48,7 @@ class EmbeddedModels:
         """
         if not path.is_file():
             raise InvalidConfig(
-                f"weights file {path} is missing; run `python -m specstrat.runtime.train`"
+                f"weights file {path} is missing; run `python -m specstrat.runtime.models.train`"
             )
         blob = torch.load(path, map_location="cpu", weights_only=True)
         target = TinyLM(ModelConfig(**blob["target"]["config"]))

@@ -1,6 +1,6 @@
 """Train the embedded models on the Python standard library's own source (deterministic).
 
-``python -m specstrat.runtime.train [--out PATH] [--steps N]`` trains, in order: the target LM on
+``python -m specstrat.runtime.models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
 the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
 speculation must match). Seeds, file list and the math library's settings are fixed (one thread;
 MKL on one code path, see ``REPRODUCIBLE_ENV``), so the same Python, torch and CPU reproduce the
@@ -21,8 +21,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specstrat.runtime.model import CausalAttention, EagleHead, ModelConfig, TinyLM
-from specstrat.runtime.text import encode_indentation
+from specstrat.runtime.models.model import CausalAttention, EagleHead, ModelConfig, TinyLM
+from specstrat.runtime.models.text import encode_indentation
 
 __all__ = [
     "DRAFT_CONFIG",
@@ -228,6 +228,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if any(os.environ.get(key) != value for key, value in REPRODUCIBLE_ENV.items()):
         # MKL reads these once, when torch loads it, so start again with them set.
-        argv = [sys.executable, "-m", "specstrat.runtime.train", *sys.argv[1:]]
+        argv = [sys.executable, "-m", "specstrat.runtime.models.train", *sys.argv[1:]]
         os.execve(sys.executable, argv, {**os.environ, **REPRODUCIBLE_ENV})
     raise SystemExit(main())

@@ -1,0 +1,276 @@
+"""What drafters and acceptance rules exchange with the engine: draft trees, verify inputs,
+accepted paths, and the context a drafter is created with.
+
+A draft is always a **tree** per request: node ``j`` holds a token and the index of its parent
+(``-1``: the root, i.e. the last verified token that is not yet in the target's KV). A chain is
+the tree whose parents are ``j - 1``. Rows may be ragged: ``lengths[i]`` nodes of row ``i`` are
+real, the rest is filler that no acceptance rule may accept.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+import torch
+
+from specstrat.errors import InvalidConfig
+from specstrat.models import CausalLM, DraftKV, LoadedModels
+from specstrat.relay import RelayField, RelayPayload
+
+__all__ = [
+    "GREEDY",
+    "Acceptance",
+    "DraftAdmission",
+    "DraftStep",
+    "DraftTree",
+    "DrafterContext",
+    "DrafterNeeds",
+    "SamplingParams",
+    "StepOutcome",
+    "VerifyInputs",
+]
+
+DraftT_co = TypeVar("DraftT_co", covariant=True)
+
+
+def _int_tensor(name: str, value: object, shape: tuple[int, ...] | None, rank: int) -> None:
+    if not isinstance(value, torch.Tensor):
+        raise InvalidConfig(f"{name}={type(value).__name__}; pass an int64 torch.Tensor")
+    if value.dtype != torch.int64 or value.dim() != rank:
+        raise InvalidConfig(
+            f"{name} is {value.dtype} of shape {tuple(value.shape)}; it must be a rank-{rank} "
+            "torch.int64 tensor"
+        )
+    if shape is not None and tuple(value.shape) != shape:
+        raise InvalidConfig(f"{name}.shape={tuple(value.shape)}; expected {shape}")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SamplingParams:
+    """How a request samples: ``temperature`` 0 is greedy; ``top_k`` 0 is off.
+
+    Acceptance rules receive one per request; :class:`~specstrat.strategies.GreedyAcceptance`
+    decodes greedily whatever they say, so it is lossless for ``temperature=0`` only.
+    """
+
+    temperature: float = 0.0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        t = self.temperature
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            raise InvalidConfig(f"temperature={t!r} must be a finite number >= 0 (0 = greedy)")
+        p = self.top_p
+        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
+            raise InvalidConfig(f"top_p={p!r} must be in (0, 1]")
+        for name in ("top_k", "seed"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise InvalidConfig(f"{name}={value!r} must be an int >= 0")
+
+    @property
+    def greedy(self) -> bool:
+        """Whether this request decodes greedily."""
+        return self.temperature == 0
+
+
+#: Greedy decoding, the engine's default for every request.
+GREEDY = SamplingParams()
+
+
+@dataclass(frozen=True, slots=True)
+class DraftTree:
+    """A drafter's proposal: ``n`` nodes per request, as a tree under the last verified token.
+
+    ``tokens`` ``[bs, n]`` int64 token ids; ``parents`` ``[bs, n]`` int64 with
+    ``-1 <= parents[i, j] < j`` (parents come before children; -1 is the root); ``lengths``
+    ``[bs]`` int64 real nodes per row (the rest is filler). ``q`` ``[bs, n, V]``: the draft
+    distribution each node's token was drawn from, where the drafter has one (``None``: a
+    deterministic drafter). ``confidence`` ``[bs, n]``: the drafter's per-node confidence, if any.
+    """
+
+    tokens: torch.Tensor
+    parents: torch.Tensor
+    lengths: torch.Tensor
+    q: torch.Tensor | None = None
+    confidence: torch.Tensor | None = None
+
+    def __post_init__(self) -> None:
+        _int_tensor("DraftTree.tokens", self.tokens, None, 2)
+        bs, n = self.tokens.shape
+        _int_tensor("DraftTree.parents", self.parents, (bs, n), 2)
+        _int_tensor("DraftTree.lengths", self.lengths, (bs,), 1)
+        if self.q is not None and (
+            not isinstance(self.q, torch.Tensor)
+            or self.q.dim() != 3
+            or tuple(self.q.shape[:2]) != (bs, n)
+            or not self.q.dtype.is_floating_point
+        ):
+            raise InvalidConfig(f"DraftTree.q must be a float tensor [bs={bs}, n={n}, vocab]")
+        if self.confidence is not None and (
+            not isinstance(self.confidence, torch.Tensor)
+            or tuple(self.confidence.shape) != (bs, n)
+            or not self.confidence.dtype.is_floating_point
+        ):
+            raise InvalidConfig(f"DraftTree.confidence must be a float tensor [bs={bs}, n={n}]")
+        if self.tokens.device.type != "cpu" or not bs or not n:
+            return  # on a GPU these would be host syncs; the engine checks CPU trees
+        if bool((self.lengths < 0).any()) or bool((self.lengths > n).any()):
+            raise InvalidConfig(f"DraftTree.lengths={self.lengths.tolist()} must lie in 0..{n}")
+        column = torch.arange(n)
+        if bool((self.parents < -1).any()) or bool((self.parents >= column).any()):
+            raise InvalidConfig(
+                f"DraftTree.parents={self.parents.tolist()}: node j's parent must lie in "
+                "-1..j-1 (parents before children, -1 = the root)"
+            )
+
+    @classmethod
+    def chain(
+        cls,
+        tokens: torch.Tensor,
+        *,
+        lengths: torch.Tensor | None = None,
+        q: torch.Tensor | None = None,
+        confidence: torch.Tensor | None = None,
+    ) -> DraftTree:
+        """A chain per request: node ``j``'s parent is ``j - 1``; every row full by default."""
+        _int_tensor("tokens", tokens, None, 2)
+        bs, n = tokens.shape
+        parents = (torch.arange(n, device=tokens.device) - 1).expand(bs, n).contiguous()
+        if lengths is None:
+            lengths = torch.full((bs,), n, dtype=torch.int64, device=tokens.device)
+        return cls(tokens, parents, lengths, q, confidence)
+
+    @property
+    def bs(self) -> int:
+        """Requests in the tree."""
+        return int(self.tokens.shape[0])
+
+    @property
+    def num_nodes(self) -> int:
+        """Nodes per request, filler included."""
+        return int(self.tokens.shape[1])
+
+    def is_chain(self) -> bool:
+        """Whether every row is a chain (node ``j``'s parent is ``j - 1``)."""
+        chain = torch.arange(self.num_nodes, device=self.parents.device) - 1
+        return bool((self.parents == chain).all())
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class VerifyInputs:
+    """What an acceptance rule decides from, for one verify step.
+
+    ``logits`` ``[bs, n + 1, V]``: the target's logits at the root (index 0, predicting the
+    token after the last verified one) and at each draft node ``j`` (index ``j + 1``, predicting
+    the token after node ``j``). Entries of nodes past ``drafts.lengths`` were not computed
+    (unspecified). ``positions`` ``[bs]``: absolute position of each root token.
+    ``sampling``: one :class:`SamplingParams` per request.
+    """
+
+    drafts: DraftTree
+    logits: torch.Tensor
+    positions: torch.Tensor
+    sampling: tuple[SamplingParams, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Acceptance:
+    """An acceptance rule's answer: per request, the accepted path and the bonus token.
+
+    ``accept_index`` ``[bs, n]`` int64: node indices of the accepted path from the root down,
+    ``-1`` after the path ends; ``accept_lengths`` ``[bs]``: accepted drafts per request;
+    ``bonus_tokens`` ``[bs]``: the token chosen after the path (from the target).
+    """
+
+    accept_index: torch.Tensor
+    accept_lengths: torch.Tensor
+    bonus_tokens: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftStep:
+    """What a drafter proposes from, for the running requests of one step.
+
+    ``slots`` are the requests' target request-pool slots; ``last_tokens`` the verified tokens
+    not yet in the target's KV (resolved from the relay); ``seq_lens`` the target's KV lengths
+    (from the request pool, their one owner); ``relay`` whatever the drafter's last ``commit``
+    or ``admit`` stashed; ``max_nodes`` the most nodes per request the target verifies.
+    """
+
+    slots: tuple[int, ...]
+    last_tokens: torch.Tensor
+    seq_lens: torch.Tensor
+    relay: RelayPayload
+    max_nodes: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepOutcome:
+    """What verification decided, for the drafter to learn from (``Drafter.commit``).
+
+    ``hidden`` ``[bs, H]``: the target's hidden state where each bonus token was chosen.
+    """
+
+    step: DraftStep
+    drafts: DraftTree
+    acceptance: Acceptance
+    hidden: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DraftAdmission(Generic[DraftT_co]):
+    """New requests for a drafter, after a local prefill or a PREBUILT admission.
+
+    ``first_tokens`` ``[bs]``: each request's first generated token (not yet in the KV);
+    ``seq_lens``: prompt lengths; ``hidden`` ``[bs, H]``: the target's hidden state at each
+    prompt's last position (``None`` on PREBUILT admission); ``draft_input``: what the
+    algorithm's disagg builder returned for a PREBUILT batch (``None`` after a local prefill, or
+    when the builder had nothing: the first step then decodes plainly from ``first_tokens``).
+    """
+
+    slots: tuple[int, ...]
+    first_tokens: torch.Tensor
+    seq_lens: torch.Tensor
+    hidden: torch.Tensor | None
+    draft_input: DraftT_co | None
+    prebuilt: bool
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrafterNeeds:
+    """What a drafter needs from the engine and the algorithm, declared, checked at construction.
+
+    ``target_hidden_states``: reads the target's hidden states (the algorithm must carry them);
+    ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``draft_head``: runs
+    the draft head; ``prefill_fields``: the relay fields the prefill side of disaggregation must
+    send for it (``topk_*`` need ``need_topk``, ``hidden_states`` need the hidden capability).
+    """
+
+    target_hidden_states: bool = False
+    draft_model: bool = False
+    draft_head: bool = False
+    prefill_fields: frozenset[RelayField] = frozenset()
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DrafterContext:
+    """What the engine hands a drafter factory: the models it loaded and the services it runs.
+
+    ``new_kv_runner(model)`` gives a model its own request pool and KV cache (a draft LM);
+    ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
+    pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run.
+    """
+
+    models: LoadedModels
+    new_kv_runner: Callable[[CausalLM], DraftKV]
+    target_tokens: Callable[[int], Sequence[int]]
+    num_draft_tokens: int
+    max_running_requests: int
+    context_len: int
+    device: torch.device

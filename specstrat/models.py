@@ -1,0 +1,176 @@
+"""Models behind Protocols: what the engine and drafters need of a model, not which model it is.
+
+The engine runs any :class:`CausalLM` (the embedded byte models, or a user's own torch module)
+through paged attention; drafters reach the draft LM through a :class:`DraftKV` runner the engine
+creates, and an EAGLE-style head through :class:`DraftHead`. So built-in drafters live in
+:mod:`specstrat.strategies` without importing the runtime.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+import torch
+
+from specstrat.errors import InvalidConfig
+
+__all__ = [
+    "AttentionBackend",
+    "CausalLM",
+    "DraftHead",
+    "DraftKV",
+    "KVForward",
+    "KVRequests",
+    "LoadedModels",
+    "ModelSet",
+    "ModelShape",
+]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelShape:
+    """What the engine needs to know of a model to size its KV cache and check its outputs."""
+
+    vocab_size: int
+    hidden_size: int
+    layers: int
+    heads: int
+    head_dim: int
+    max_positions: int
+
+    def __post_init__(self) -> None:
+        for name in ("vocab_size", "hidden_size", "layers", "heads", "head_dim", "max_positions"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidConfig(f"ModelShape.{name}={value!r} must be an int >= 1")
+
+
+class AttentionBackend(Protocol):
+    """Computes one layer's attention for flat ``[n, heads, head_dim]`` q, k, v.
+
+    The engine passes one per forward; it stores ``k``/``v`` in the KV cache and attends through
+    the TARGET_VERIFY/EXTEND/DECODE metadata the kernels built.
+    """
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        """Attention output ``[n, heads, head_dim]``."""
+        ...
+
+
+@runtime_checkable
+class CausalLM(Protocol):
+    """A causal LM the engine can run: flat tokens and positions in, logits and hidden out.
+
+    Called by the engine's model workers in every forward mode. Guarantees: ``__call__`` returns
+    ``(logits [n, shape.vocab_size], hidden [n, shape.hidden_size])`` for ``n`` tokens and calls
+    ``attention(layer, q, k, v)`` once per layer in order ``0..shape.layers - 1`` with
+    ``[n, shape.heads, shape.head_dim]`` tensors; it keeps no state between calls.
+    """
+
+    @property
+    def shape(self) -> ModelShape:
+        """Vocabulary, widths and depth (sizes the KV cache)."""
+        ...
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and hidden states, one row per token."""
+        ...
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        """The model's parameters (their dtype and device are the KV cache's)."""
+        ...
+
+
+class DraftHead(Protocol):
+    """An EAGLE-style head: the next token's logits from a hidden state and the current token.
+
+    Guarantees: ``(logits [n, V], new_hidden [n, H])`` for ``hidden [n, H]`` and ``tokens [n]``;
+    ``new_hidden`` stands in for the target's hidden state one position later, so the head chains.
+    """
+
+    def __call__(
+        self, hidden: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits for the token after ``tokens``, and the predicted hidden state."""
+        ...
+
+
+class LoadedModels(Protocol):
+    """The models an engine runs: a target, and whatever drafters use (draft LM, draft head)."""
+
+    @property
+    def target(self) -> CausalLM:
+        """The model whose output speculation must reproduce."""
+        ...
+
+    @property
+    def draft(self) -> CausalLM | None:
+        """A small draft LM, if loaded."""
+        ...
+
+    @property
+    def head(self) -> DraftHead | None:
+        """An EAGLE-style head bound to the target, if loaded."""
+        ...
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelSet:
+    """Your own models for the engine: ``ModelSet(target=MyLM())`` (see the README)."""
+
+    target: CausalLM
+    draft: CausalLM | None = None
+    head: DraftHead | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("target", "draft"):
+            model = getattr(self, name)
+            if model is not None and not isinstance(model, CausalLM):
+                raise InvalidConfig(
+                    f"ModelSet.{name}={type(model).__name__} is not a CausalLM; it needs a "
+                    "`shape` (ModelShape), `parameters()` and "
+                    "`__call__(tokens, positions, attention) -> (logits, hidden)`"
+                )
+        if self.head is not None and not callable(self.head):
+            raise InvalidConfig(f"ModelSet.head={type(self.head).__name__} is not callable")
+
+
+class KVRequests(Protocol):
+    """Request slots of a :class:`DraftKV` runner (its own pool, not the target's)."""
+
+    def alloc(self, count: int) -> list[int]:
+        """``count`` fresh request slots with empty KV."""
+        ...
+
+    def free(self, slots: Sequence[int]) -> None:
+        """Release the slots and their KV."""
+        ...
+
+    def rewind(self, slot: int, new_len: int) -> None:
+        """Drop the KV of positions ``new_len..`` of ``slot``."""
+        ...
+
+
+class KVForward(Protocol):
+    """Forwards of a :class:`DraftKV` runner: append tokens to requests, read their lengths."""
+
+    def extend(
+        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Run ``tokens[i]`` after request ``slots[i]``'s cached ones; logits and hidden, one
+        row per token."""
+        ...
+
+    def lengths(self, slots: Sequence[int]) -> list[int]:
+        """Cached positions per request."""
+        ...
+
+
+class DraftKV(KVRequests, KVForward, Protocol):
+    """A model with its own request pool and KV cache, created for a drafter by the engine."""

@@ -1,0 +1,99 @@
+"""What the engine checks of a hook's answer before using it: the contract, not the values.
+
+Each check raises :class:`~specstrat.errors.StrategyError` naming the algorithm, the hook and
+what was wrong; the checks are vectorised over the batch (CPU tensors on this engine).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specstrat.drafting import Acceptance, DraftTree
+from specstrat.relay import RelayPayload
+from specstrat.runtime.guard import hook_error
+
+__all__ = ["check_acceptance", "check_drafts", "check_payload"]
+
+
+def check_payload(algorithm: str, hook: str, payload: object, bs: int) -> None:
+    """``payload`` is a RelayPayload with one row per request (or no field at all)."""
+    if not isinstance(payload, RelayPayload):
+        raise hook_error(
+            algorithm, hook, f"returned {type(payload).__name__}, not a RelayPayload "
+            "(return RelayPayload() to relay nothing)"
+        )
+    if payload.present() and payload.num_rows != bs:
+        raise hook_error(
+            algorithm, hook, f"returned a payload of {payload.num_rows} rows for {bs} requests"
+        )
+
+
+def _out_of_vocab(tokens: torch.Tensor, vocab: int) -> list[int]:
+    bad = (tokens < 0) | (tokens >= vocab)
+    return tokens[bad].tolist()[:5]
+
+
+def check_drafts(algorithm: str, drafts: object, bs: int, max_nodes: int, vocab: int) -> None:
+    """``drafts`` is a DraftTree of ``bs`` rows, at most ``max_nodes`` nodes, tokens in vocab."""
+    hook = "drafter.propose"
+    if not isinstance(drafts, DraftTree):
+        raise hook_error(algorithm, hook, f"returned {type(drafts).__name__}, not a DraftTree")
+    if drafts.bs != bs:
+        raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
+    if drafts.num_nodes > max_nodes:
+        raise hook_error(
+            algorithm, hook, f"proposed {drafts.num_nodes} nodes per request; the target "
+            f"verifies at most max_nodes={max_nodes} (T - 1)"
+        )
+    bad = _out_of_vocab(drafts.tokens, vocab)
+    if bad:
+        raise hook_error(
+            algorithm, hook, f"proposed token ids {bad} outside the vocabulary 0..{vocab - 1}"
+        )
+
+
+def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, vocab: int) -> None:
+    """``acceptance`` holds, per request, a root-to-node path within the real nodes of
+    ``drafts`` and a bonus token in the vocabulary."""
+    hook = "acceptance.accept"
+    if not isinstance(acceptance, Acceptance):
+        raise hook_error(algorithm, hook, f"returned {type(acceptance).__name__}, not an Acceptance")
+    bs, n = drafts.bs, drafts.num_nodes
+    shapes = {
+        "accept_index": (acceptance.accept_index, (bs, n)),
+        "accept_lengths": (acceptance.accept_lengths, (bs,)),
+        "bonus_tokens": (acceptance.bonus_tokens, (bs,)),
+    }
+    for name, (tensor, shape) in shapes.items():
+        if (
+            not isinstance(tensor, torch.Tensor)
+            or tensor.dtype != torch.int64
+            or tuple(tensor.shape) != shape
+        ):
+            got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            raise hook_error(algorithm, hook, f"{name} is {got}; expected torch.int64 {shape}")
+    lengths, index = acceptance.accept_lengths.cpu(), acceptance.accept_index.cpu()
+    real = drafts.lengths.cpu()
+    too_long = (lengths < 0) | (lengths > real)
+    if bool(too_long.any()):
+        row = int(too_long.nonzero()[0])
+        raise hook_error(
+            algorithm, hook, f"request {row} accepted {int(lengths[row])} drafts but "
+            f"{int(real[row])} were proposed"
+        )
+    on_path = torch.arange(n)[None, :] < lengths[:, None]
+    parents = drafts.parents.cpu().gather(1, index.clamp(min=0))
+    previous = torch.cat([torch.full((bs, 1), -1, dtype=torch.int64), index[:, :-1]], dim=1)
+    off_tree = on_path & ((index < 0) | (index >= real[:, None]) | (parents != previous))
+    padded = ~on_path & (index != -1)
+    if bool((off_tree | padded).any()):
+        row = int((off_tree | padded).any(dim=1).nonzero()[0])
+        raise hook_error(
+            algorithm, hook, f"request {row}: accept_index={index[row].tolist()} with "
+            f"accept_lengths={int(lengths[row])} is not a root-to-node path of the draft tree "
+            f"(parents={drafts.parents[row].tolist()}, real nodes={int(real[row])}; -1 after "
+            "the path)"
+        )
+    bad = _out_of_vocab(acceptance.bonus_tokens, vocab)
+    if bad:
+        raise hook_error(algorithm, hook, f"bonus tokens {bad} outside the vocabulary 0..{vocab - 1}")

@@ -1,0 +1,218 @@
+"""Continuous batching: admission by request slots and KV budget, and the sync and overlap
+loops. The only module with threads.
+
+Each step runs on the forward thread: release finished requests, one decode step for the running
+ones, prefill newly admitted ones, admit PREBUILT batches. Synchronous mode waits for each step
+before planning the next. Overlap mode plans step N+1 while step N's forward runs: N+1 reads N's
+results only through the relay, and a request that finishes at step N may run one extra step
+whose tokens are dropped (as in the engines).
+"""
+
+from __future__ import annotations
+
+import json
+from collections import deque
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import TextIO
+
+from specstrat.errors import InvalidConfig
+from specstrat.runtime.admission import TransferBatch, admit_prebuilt
+from specstrat.runtime.requests import Request, RunStats
+from specstrat.runtime.step import Produced, StepRunner
+from specstrat.runtime.worker import ModelWorker
+
+__all__ = ["Scheduler"]
+
+Progress = Callable[[int, int], None]
+Source = Callable[[bool], bool]
+
+
+@dataclass(frozen=False, slots=True)
+class _Live:
+    request: Request
+    slot: int
+    reserved: int
+    output: list[int] = field(default_factory=list)
+    finished: bool = False
+    released: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class _Plan:
+    release: list[int]
+    admit: list[tuple[Request, int]]
+    running: list[int]
+    prebuilt: list[tuple[TransferBatch, list[int]]]
+
+    def has_work(self) -> bool:
+        return bool(self.release or self.admit or self.running or self.prebuilt)
+
+
+class Scheduler:
+    """Queues, admission and the step loops for one engine.
+
+    A request reserves its worst case of KV (``reserve(request)`` token slots: prompt, output and
+    one overlapped step) when admitted and returns it when released, so no step ever runs out of
+    KV; requests wait while the pool cannot hold them.
+    """
+
+    def __init__(
+        self,
+        worker: ModelWorker,
+        steps: StepRunner,
+        stats: RunStats,
+        reserve: Callable[[Request], int],
+    ) -> None:
+        self.worker, self.steps, self.stats, self.reserve = worker, steps, stats, reserve
+        self.waiting: deque[Request] = deque()
+        self.prebuilt: deque[TransferBatch] = deque()
+        self.live: dict[str, _Live] = {}
+        self.reserved = 0
+        self.trace: TextIO | None = None
+        self._step_index = 0
+
+    # -- the forward thread -------------------------------------------------------------------
+
+    def execute(self, plan: _Plan) -> dict[int, Produced]:
+        """One step: release, decode the running requests, prefill, admit PREBUILT batches."""
+        if plan.release:
+            self.steps.release(plan.release)
+        produced = self.steps.decode(plan.running) if plan.running else {}
+        if plan.admit:
+            produced.update(self.steps.prefill(plan.admit))
+        for batch, slots in plan.prebuilt:
+            produced.update(admit_prebuilt(batch, slots, self.worker, self.steps))
+        return produced
+
+    # -- the scheduler thread -----------------------------------------------------------------
+
+    def _fits(self, need: int) -> bool:
+        return self.reserved + need <= self.worker.kv.capacity
+
+    def plan(self, release: list[int]) -> _Plan:
+        """Slots to release, requests to admit (slots allocated, KV reserved), running ones."""
+        for live in self.live.values():
+            if live.finished and not live.released and live.slot in release:
+                live.released = True
+                self.reserved -= live.reserved
+        running = [live.slot for live in self.live.values() if not live.finished]
+        admit: list[tuple[Request, int]] = []
+        free = self.worker.requests.available
+        while self.waiting and free > len(admit) and self._fits(need := self.reserve(self.waiting[0])):
+            request = self.waiting.popleft()
+            slot = self.worker.requests.alloc()
+            self.live[request.rid] = _Live(request, slot, need)
+            self.reserved += need
+            admit.append((request, slot))
+        prebuilt: list[tuple[TransferBatch, list[int]]] = []
+        while self.prebuilt:
+            batch = self.prebuilt[0]
+            requests = batch.requests()
+            needs = [self.reserve(r) for r in requests]
+            if self.worker.requests.available < len(requests) or not self._fits(sum(needs)):
+                break
+            self.prebuilt.popleft()
+            slots = [self.worker.requests.alloc() for _ in requests]
+            for request, slot, need in zip(requests, slots, needs, strict=True):
+                self.live[request.rid] = _Live(request, slot, need)
+                self.reserved += need
+            prebuilt.append((batch, slots))
+        return _Plan(release, admit, running, prebuilt)
+
+    def _take(self, live: _Live, tokens: list[int]) -> None:
+        """Append what a step produced, up to the budget and the first stop token."""
+        request = live.request
+        room = request.max_new_tokens - len(live.output)
+        kept = tokens[: max(room, 0)]
+        for i, token in enumerate(kept):
+            if token in request.stop_token_ids:
+                kept = kept[: i + 1]
+                live.finished = True
+                break
+        live.output.extend(kept)
+        self.stats.generated_tokens += len(kept)
+        if len(live.output) >= request.max_new_tokens:
+            live.finished = True
+
+    def absorb(self, produced: dict[int, Produced]) -> list[int]:
+        """Append step outputs (stop tokens and budgets applied); the slots that finished."""
+        by_slot = {live.slot: live for live in self.live.values() if not live.finished}
+        done: list[int] = []
+        step = self._step_index
+        self._step_index += 1
+        for slot, result in produced.items():
+            live = by_slot.get(slot)
+            if live is None:
+                continue  # an overlapped extra step of a finished request: dropped
+            self._take(live, result.tokens)
+            if live.finished:
+                done.append(slot)
+            if self.trace is not None:
+                record = {
+                    "step": step,
+                    "rid": live.request.rid,
+                    "drafts": result.drafts,
+                    "parents": result.parents,
+                    "accepted": result.accepted,
+                    "tokens": result.tokens,
+                    "stop": live.finished and bool(live.output)
+                    and live.output[-1] in live.request.stop_token_ids,
+                }
+                self.trace.write(json.dumps(record) + "\n")
+        return done
+
+    def busy(self) -> bool:
+        """Whether any request waits or runs."""
+        return bool(self.waiting or self.prebuilt) or any(
+            not live.finished for live in self.live.values()
+        )
+
+    def finished(self) -> int:
+        """Requests that finished."""
+        return sum(live.finished for live in self.live.values())
+
+    def enqueue(self, request: Request) -> None:
+        """Queue a checked request (the engine checks it fits the KV pool at all)."""
+        if self.reserve(request) > self.worker.kv.capacity:
+            raise InvalidConfig(f"request {request.rid!r} can never fit the KV pool")
+        self.waiting.append(request)
+
+    # -- loops --------------------------------------------------------------------------------
+
+    def run_sync(self, source: Source, progress: Progress | None) -> None:
+        """Plan, execute, absorb, until nothing waits, runs, or may still come."""
+        more = source(not self.busy())
+        release: list[int] = []
+        while self.busy() or more:
+            plan = self.plan(release)
+            release = self.absorb(self.execute(plan)) if plan.has_work() else []
+            self._report(progress)
+            if more:
+                more = source(not self.busy())
+        self.execute(self.plan(release))
+
+    def run_overlap(self, source: Source, progress: Progress | None) -> None:
+        """As :meth:`run_sync`, with step N+1 planned and started before N is absorbed."""
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstrat-forward") as pool:
+            release: list[int] = []
+            pending: Future[dict[int, Produced]] | None = None
+            more = source(not self.busy())
+            while pending is not None or self.busy() or more:
+                plan = self.plan(release)
+                release = []
+                if pending is not None:
+                    produced = pending.result()  # step N done
+                    pending = pool.submit(self.execute, plan) if plan.has_work() else None
+                    release = self.absorb(produced)  # ... while N's results are absorbed
+                elif plan.has_work():
+                    pending = pool.submit(self.execute, plan)
+                self._report(progress)
+                if more:
+                    more = source(pending is None and not self.busy())
+            self.execute(self.plan(release))
+
+    def _report(self, progress: Progress | None) -> None:
+        if progress is not None:
+            progress(self.finished(), len(self.live) + len(self.waiting))

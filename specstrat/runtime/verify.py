@@ -1,0 +1,78 @@
+"""One verify entry: the target's logits at the root and every draft node of a step.
+
+The verify row of a request is the last verified token followed by its draft nodes, ``T`` tokens
+wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
+batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
+each request's real nodes (ragged metadata). Draft trees other than chains are refused here:
+tree attention masks are what a tree verify needs, and the attention does not take them yet.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specstrat.drafting import DraftTree
+from specstrat.errors import InvalidConfig
+from specstrat.runtime.forward import ForwardMode
+from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.worker import ModelWorker
+
+__all__ = ["VerifyResult", "Verifier"]
+
+VerifyResult = tuple[torch.Tensor, torch.Tensor, int]
+
+
+class Verifier:
+    """TARGET_VERIFY (or DECODE when ``T = 1``) for a batch of draft trees."""
+
+    def __init__(
+        self,
+        worker: ModelWorker,
+        tokens_per_req: int,
+        *,
+        graph_runner: GraphRunner | None,
+        ragged: bool,
+    ) -> None:
+        self.worker = worker
+        self.tokens_per_req = tokens_per_req
+        self.graph_runner = graph_runner
+        self.ragged = ragged
+
+    def verify(
+        self, slots: list[int], last: torch.Tensor, drafts: DraftTree
+    ) -> VerifyResult:
+        """Logits ``[bs, T, V]`` and hidden ``[bs, T, H]`` at the root and each node, and how
+        many tokens the target ran. Positions a ragged verify did not run are zeros."""
+        bs, t = len(slots), self.tokens_per_req
+        if not drafts.is_chain():
+            raise InvalidConfig(
+                "the drafter proposed a tree that is not a chain; this engine verifies chains "
+                "(tree attention masks are not built yet): propose parents j - 1"
+            )
+        rows = torch.cat([last[:, None], drafts.tokens], dim=1)
+        if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
+            rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)
+        counts = (drafts.lengths + 1).tolist()
+        if self.ragged and min(counts, default=t) < t:
+            return self._ragged(slots, rows, counts)
+        if self.graph_runner is not None and self.graph_runner.can_run(bs):
+            logits, hidden = self.graph_runner.replay(slots, rows)
+        else:
+            mode = ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE
+            logits, hidden = self.worker.forward(mode, slots, rows.tolist())
+        return logits.view(bs, t, -1), hidden.view(bs, t, -1), bs * t
+
+    def _ragged(self, slots: list[int], rows: torch.Tensor, counts: list[int]) -> VerifyResult:
+        bs, t = rows.shape
+        tokens = [row[:count] for row, count in zip(rows.tolist(), counts, strict=True)]
+        flat_logits, flat_hidden = self.worker.forward(ForwardMode.TARGET_VERIFY, slots, tokens)
+        per_row = torch.tensor(counts)
+        row_index = torch.repeat_interleave(torch.arange(bs), per_row)
+        col_index = torch.arange(len(row_index)) - torch.repeat_interleave(
+            per_row.cumsum(0) - per_row, per_row
+        )
+        logits = flat_logits.new_zeros(bs, t, flat_logits.shape[-1])
+        logits[row_index, col_index] = flat_logits
+        hidden = flat_hidden.new_zeros(bs, t, flat_hidden.shape[-1])
+        hidden[row_index, col_index] = flat_hidden
+        return logits, hidden, len(row_index)
