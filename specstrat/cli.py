@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -58,23 +59,26 @@ def _load(spec: str, command: str = "check") -> tuple[Any, Path | None]:
 
 
 def _mypy(path: Path) -> tuple[bool, str]:
-    """mypy --strict on the user's module, able to see this specstrat even from a source tree."""
-    from mypy import api  # imported here: only `check` needs it
-
+    """mypy --strict on the user's module, seeing this specstrat as an installed package."""
     root = Path(__file__).resolve().parent.parent
-    saved = os.environ.get("MYPYPATH")
-    # An editable install or a checkout is invisible to mypy's import search (site-packages is
-    # found on its own and must not be put on MYPYPATH).
+    env = dict(os.environ)
+    # mypy finds installed packages on the interpreter's sys.path and silences errors inside them
+    # (PEP 561; specstrat ships py.typed), so only the user's module is judged, under the user's
+    # config. An editable install (a meta-path finder) or a checkout is not on sys.path: found any
+    # other way, specstrat's own modules are checked too, and without this repository's mypy.ini
+    # Triton's missing stubs fail them. site-packages is on sys.path already and must not move
+    # ahead of the standard library.
     if not {"site-packages", "dist-packages"} & set(root.parts):
-        os.environ["MYPYPATH"] = os.pathsep.join(p for p in (str(root), saved) if p)
-    try:
-        stdout, stderr, status = api.run(["--strict", "--no-error-summary", str(path)])
-    finally:
-        if saved is None:
-            os.environ.pop("MYPYPATH", None)
-        else:
-            os.environ["MYPYPATH"] = saved
-    return status == 0, (stdout + stderr).strip()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    # A fresh process: mypy reads the interpreter's search path once per process and caches it.
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
 def _check(args: argparse.Namespace) -> int:

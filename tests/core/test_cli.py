@@ -1,6 +1,9 @@
 """The specstrat command: list, check (conformance + mypy) and demo."""
 
 import json
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -135,3 +138,58 @@ def test_demo_refuses_what_is_not_an_algorithm() -> None:
         SystemExit, match=r"specstrat demo: module 'specstrat' has no attribute 'NOPE'"
     ):
         main(["demo", "--algo", "specstrat:NOPE", "--requests", "1"])
+
+
+USER_ALGO = """
+import dataclasses
+
+import specstrat
+from specstrat import EagleDraftInput, SpecAlgorithm
+
+ALGO: SpecAlgorithm[EagleDraftInput] = dataclasses.replace(specstrat.EAGLE, name="TMP_ALGO")
+"""
+
+# Runs `specstrat check` the way an editable install imports specstrat: setuptools' editable
+# finder sits on sys.meta_path and maps the package to its source tree, which is not on sys.path.
+EDITABLE_CHECK = """
+import sys
+from importlib.machinery import PathFinder
+
+
+class EditableFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        return PathFinder.find_spec(name, [{root!r}]) if name == "specstrat" else None
+
+
+sys.meta_path.insert(0, EditableFinder)
+from specstrat.cli import main
+
+sys.exit(main(["check", "user_algo:ALGO"]))
+"""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# How the subprocess finds specstrat: its arguments, and PYTHONPATH (None: unset).
+LAYOUTS = {
+    "editable": (["-c", EDITABLE_CHECK.format(root=str(REPO_ROOT))], None),
+    "pythonpath": (["-m", "specstrat.cli", "check", "user_algo:ALGO"], str(REPO_ROOT)),
+}
+
+
+@pytest.mark.parametrize(("args", "pythonpath"), LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_check_passes_outside_the_repository(
+    tmp_path: Path, args: list[str], pythonpath: str | None
+) -> None:
+    """From a directory without specstrat's mypy.ini, a correct algorithm passes mypy in any layout."""
+    (tmp_path / "user_algo.py").write_text(USER_ALGO)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    done = subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    report = done.stdout + done.stderr
+    assert f"PASS mypy --strict {tmp_path / 'user_algo.py'}" in done.stdout, report
+    assert done.returncode == 0, report
