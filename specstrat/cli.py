@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import HOOKS, SpecAlgorithm
-from specstrat.errors import SpecstratError
+from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
 from specstrat.testing.conformance import run_conformance
 
@@ -23,8 +23,13 @@ __all__ = ["main"]
 
 
 def _list(_: argparse.Namespace) -> int:
+    """Print every registered algorithm; a broken plugin is one stderr line after them, status 1."""
     registry = default_registry()
-    registry.ensure_plugins()
+    broken: PluginLoadError | None = None
+    try:
+        registry.ensure_plugins()
+    except PluginLoadError as exc:
+        broken = exc  # what did load (built-ins, registered algorithms) is still listed
     for name in registry.names():
         info = registry.get(name).describe()
         print(name)
@@ -32,6 +37,10 @@ def _list(_: argparse.Namespace) -> int:
             print(f"  {hook:<14} {info['strategies'][hook]}")
         caps = ", ".join(k for k, v in info["capabilities"].items() if v) or "-"
         print(f"  {'capabilities':<14} {caps}")
+    if broken is not None:
+        message = " ".join(str(broken).split())  # one line, whatever the plugin's message held
+        print(f"specstrat list: {type(broken).__name__}: {message}", file=sys.stderr)
+        return 1
     return 0
 
 
