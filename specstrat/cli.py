@@ -6,6 +6,7 @@ import argparse
 import importlib
 import json
 import os
+import subprocess
 import sys
 from collections.abc import Sequence
 from pathlib import Path
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import HOOKS, SpecAlgorithm
-from specstrat.errors import SpecstratError
+from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
 from specstrat.testing.conformance import run_conformance
 
@@ -22,8 +23,13 @@ __all__ = ["main"]
 
 
 def _list(_: argparse.Namespace) -> int:
+    """Print every registered algorithm; a broken plugin is one stderr line after them, status 1."""
     registry = default_registry()
-    registry.ensure_plugins()
+    broken: PluginLoadError | None = None
+    try:
+        registry.ensure_plugins()
+    except PluginLoadError as exc:
+        broken = exc  # what did load (built-ins, registered algorithms) is still listed
     for name in registry.names():
         info = registry.get(name).describe()
         print(name)
@@ -31,6 +37,10 @@ def _list(_: argparse.Namespace) -> int:
             print(f"  {hook:<14} {info['strategies'][hook]}")
         caps = ", ".join(k for k, v in info["capabilities"].items() if v) or "-"
         print(f"  {'capabilities':<14} {caps}")
+    if broken is not None:
+        message = " ".join(str(broken).split())  # one line, whatever the plugin's message held
+        print(f"specstrat list: {type(broken).__name__}: {message}", file=sys.stderr)
+        return 1
     return 0
 
 
@@ -58,23 +68,26 @@ def _load(spec: str, command: str = "check") -> tuple[Any, Path | None]:
 
 
 def _mypy(path: Path) -> tuple[bool, str]:
-    """mypy --strict on the user's module, able to see this specstrat even from a source tree."""
-    from mypy import api  # imported here: only `check` needs it
-
+    """mypy --strict on the user's module, seeing this specstrat as an installed package."""
     root = Path(__file__).resolve().parent.parent
-    saved = os.environ.get("MYPYPATH")
-    # An editable install or a checkout is invisible to mypy's import search (site-packages is
-    # found on its own and must not be put on MYPYPATH).
+    env = dict(os.environ)
+    # mypy finds installed packages on the interpreter's sys.path and silences errors inside them
+    # (PEP 561; specstrat ships py.typed), so only the user's module is judged, under the user's
+    # config. An editable install (a meta-path finder) or a checkout is not on sys.path: found any
+    # other way, specstrat's own modules are checked too, and without this repository's mypy.ini
+    # Triton's missing stubs fail them. site-packages is on sys.path already and must not move
+    # ahead of the standard library.
     if not {"site-packages", "dist-packages"} & set(root.parts):
-        os.environ["MYPYPATH"] = os.pathsep.join(p for p in (str(root), saved) if p)
-    try:
-        stdout, stderr, status = api.run(["--strict", "--no-error-summary", str(path)])
-    finally:
-        if saved is None:
-            os.environ.pop("MYPYPATH", None)
-        else:
-            os.environ["MYPYPATH"] = saved
-    return status == 0, (stdout + stderr).strip()
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
+    # A fresh process: mypy reads the interpreter's search path once per process and caches it.
+    done = subprocess.run(
+        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(path)],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -3,9 +3,12 @@
 ``specstrat.register``/``get``/``names`` act on the default registry, which holds the built-ins
 and, on first lookup, every plugin in the ``specstrat.algorithms`` entry-point group. A plugin's
 entry point names a :class:`~specstrat.algorithm.SpecAlgorithm` (or a zero-argument callable
-returning one). A plugin that fails to load is reported as :class:`~specstrat.errors.PluginLoadError`
-with its name and the exception, and no plugin of that discovery is registered; it is never
-swallowed. :class:`Registry` instances are independent, for tests and embedding engines.
+returning one). A plugin that fails to load, with any exception but ``KeyboardInterrupt``
+(``SystemExit`` included), is reported as :class:`~specstrat.errors.PluginLoadError` with its name
+and the exception, and no plugin of that discovery is registered; it is never swallowed. Built-in
+names never involve plugins (no plugin may take them), so ``get('EAGLE')`` works while a plugin is
+broken; other names and ``names()`` report the broken plugin. :class:`Registry` instances are
+independent, for tests and embedding engines.
 """
 
 from __future__ import annotations
@@ -95,6 +98,8 @@ class Registry:
 
         All or nothing: every plugin is loaded and checked before any is registered, so a broken
         one raises :class:`~specstrat.errors.PluginLoadError` and leaves the registry unchanged.
+        Any exception a plugin raises counts, ``SystemExit`` and other ``BaseException``s
+        included; only ``KeyboardInterrupt`` propagates as it is.
         """
         candidates = list(entry_points(group=ENTRY_POINT_GROUP) if found is None else found)
         loaded: list[SpecAlgorithm[Any]] = []
@@ -104,10 +109,12 @@ class Registry:
                 if callable(obj) and not isinstance(obj, SpecAlgorithm):
                     obj = obj()
                 algo = self._admit(obj, reserved_ok=False, pending=[a.name.upper() for a in loaded])
-            except Exception as exc:
+            except KeyboardInterrupt:
+                raise
+            except BaseException as exc:  # a plugin's sys.exit() must not end the caller
                 raise PluginLoadError(
                     f"plugin {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r} failed to "
-                    f"load: {type(exc).__name__}: {exc}"
+                    f"load: {_describe(exc)}; fix or uninstall it (no plugin was registered)"
                 ) from exc
             loaded.append(algo)
         for algo in loaded:
@@ -119,6 +126,12 @@ class Registry:
         if not self._plugins_loaded:
             self.load_entry_points()
             self._plugins_loaded = True
+
+
+def _describe(exc: BaseException) -> str:
+    """``SystemExit: 3``; the bare type name when the exception has no message."""
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
 _DEFAULT = Registry(BUILTINS)
@@ -136,12 +149,18 @@ def register(algo: _AlgoT) -> _AlgoT:
 
 
 def get(name: str) -> SpecAlgorithm[Any]:
-    """Look ``name`` up, case-insensitively, in the default registry."""
-    _DEFAULT.ensure_plugins()
+    """Look ``name`` up, case-insensitively, in the default registry.
+
+    A built-in name is answered without loading plugins (none may take it), so it works while an
+    installed plugin is broken; any other name raises that plugin's
+    :class:`~specstrat.errors.PluginLoadError`.
+    """
+    if isinstance(name, str) and name.upper() not in RESERVED_NAMES:
+        _DEFAULT.ensure_plugins()
     return _DEFAULT.get(name)
 
 
 def names() -> tuple[str, ...]:
-    """Every name in the default registry, built-ins first."""
+    """Every name in the default registry, built-ins first (a broken plugin raises)."""
     _DEFAULT.ensure_plugins()
     return _DEFAULT.names()

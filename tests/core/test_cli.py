@@ -1,10 +1,17 @@
 """The specstrat command: list, check (conformance + mypy) and demo."""
 
+import dataclasses
 import json
+import os
+import re
+import subprocess
+import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
+from specstrat import NGRAM, Registry
 from specstrat.cli import main
 
 BROKEN = """
@@ -37,6 +44,92 @@ def test_list_prints_every_builtin_with_strategies(capsys: pytest.CaptureFixture
         assert f"\n{name}\n" in f"\n{out}"
     assert "EagleDisaggDraftBuilder" in out
     assert "carries_draft_hidden_states" in out
+
+
+GOOD_PLUGIN = "import dataclasses\nimport specstrat\nALGO = dataclasses.replace(specstrat.NGRAM, name='PLUGGED')"
+BUILTIN_NAMES = ("NONE", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
+
+# Installed plugins: (id, {module: source}, {entry point: value}, listed after the built-ins,
+# exit status, stderr pattern). A broken plugin keeps the good one out too (all or nothing).
+LIST_CASES = [
+    (
+        "good_plugin",
+        {"good_plugin": GOOD_PLUGIN},
+        {"good": "good_plugin:ALGO"},
+        ["PLUGGED"],
+        0,
+        r"^$",
+    ),
+    (
+        "plugin_exits",
+        {"good_plugin": GOOD_PLUGIN, "exits_plugin": "raise SystemExit(3)"},
+        {"good": "good_plugin:ALGO", "broken": "exits_plugin:ALGO"},
+        [],
+        1,
+        r"^specstrat list: PluginLoadError: plugin 'broken' \(exits_plugin:ALGO\) in group "
+        r"'specstrat.algorithms' failed to load: SystemExit: 3; fix or uninstall it "
+        r"\(no plugin was registered\)\n$",
+    ),
+    (
+        "multiline_message",
+        {"loud_plugin": "raise RuntimeError('line one\\n  line two')"},
+        {"loud": "loud_plugin:ALGO"},
+        [],
+        1,
+        r"^specstrat list: PluginLoadError: plugin 'loud' .* RuntimeError: line one line two; .*\n$",
+    ),
+    (
+        "custom_base_exception",
+        {"odd_plugin": "class Odd(BaseException):\n    pass\nraise Odd('odd')"},
+        {"odd": "odd_plugin:ALGO"},
+        [],
+        1,
+        r"^specstrat list: PluginLoadError: plugin 'odd' .* Odd: odd; .*\n$",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("modules", "plugins", "extra", "status", "stderr"),
+    [row[1:] for row in LIST_CASES],
+    ids=[row[0] for row in LIST_CASES],
+)
+def test_list_with_installed_plugins(
+    plugin_files: Callable[[str, str], None],
+    installed_plugins: Callable[..., Registry],
+    capsys: pytest.CaptureFixture[str],
+    modules: dict[str, str],
+    plugins: dict[str, str],
+    extra: list[str],
+    status: int,
+    stderr: str,
+) -> None:
+    """`specstrat list` prints what loaded; a broken plugin adds one stderr line and status 1."""
+    for name, source in modules.items():
+        plugin_files(name, source)
+    installed_plugins(**plugins)
+    assert main(["list"]) == status
+    captured = capsys.readouterr()
+    assert re.match(stderr, captured.err), captured.err
+    listed = [line for line in captured.out.splitlines() if not line.startswith(" ")]
+    assert listed == [*BUILTIN_NAMES, *extra]
+
+
+def test_list_shows_registered_algorithms_while_a_plugin_is_broken(
+    plugin_files: Callable[[str, str], None],
+    installed_plugins: Callable[..., Registry],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """An algorithm registered in-process is listed before the broken plugin's stderr line."""
+    plugin_files("exits_plugin", "import sys\nsys.exit('no CUDA device')")
+    registry = installed_plugins(broken="exits_plugin:ALGO")
+    registry.register(dataclasses.replace(NGRAM, name="MINE"))
+    assert main(["list"]) == 1
+    captured = capsys.readouterr()
+    assert "\nMINE\n" in captured.out
+    assert captured.err.count("\n") == 1
+    assert "plugin 'broken' (exits_plugin:ALGO)" in captured.err
+    assert "SystemExit: no CUDA device" in captured.err
 
 
 def test_check_passes_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
@@ -135,3 +228,58 @@ def test_demo_refuses_what_is_not_an_algorithm() -> None:
         SystemExit, match=r"specstrat demo: module 'specstrat' has no attribute 'NOPE'"
     ):
         main(["demo", "--algo", "specstrat:NOPE", "--requests", "1"])
+
+
+USER_ALGO = """
+import dataclasses
+
+import specstrat
+from specstrat import EagleDraftInput, SpecAlgorithm
+
+ALGO: SpecAlgorithm[EagleDraftInput] = dataclasses.replace(specstrat.EAGLE, name="TMP_ALGO")
+"""
+
+# Runs `specstrat check` the way an editable install imports specstrat: setuptools' editable
+# finder sits on sys.meta_path and maps the package to its source tree, which is not on sys.path.
+EDITABLE_CHECK = """
+import sys
+from importlib.machinery import PathFinder
+
+
+class EditableFinder:
+    @staticmethod
+    def find_spec(name, path=None, target=None):
+        return PathFinder.find_spec(name, [{root!r}]) if name == "specstrat" else None
+
+
+sys.meta_path.insert(0, EditableFinder)
+from specstrat.cli import main
+
+sys.exit(main(["check", "user_algo:ALGO"]))
+"""
+
+REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+# How the subprocess finds specstrat: its arguments, and PYTHONPATH (None: unset).
+LAYOUTS = {
+    "editable": (["-c", EDITABLE_CHECK.format(root=str(REPO_ROOT))], None),
+    "pythonpath": (["-m", "specstrat.cli", "check", "user_algo:ALGO"], str(REPO_ROOT)),
+}
+
+
+@pytest.mark.parametrize(("args", "pythonpath"), LAYOUTS.values(), ids=LAYOUTS.keys())
+def test_check_passes_outside_the_repository(
+    tmp_path: Path, args: list[str], pythonpath: str | None
+) -> None:
+    """From a directory without specstrat's mypy.ini, a correct algorithm passes mypy in any layout."""
+    (tmp_path / "user_algo.py").write_text(USER_ALGO)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    if pythonpath is not None:
+        env["PYTHONPATH"] = pythonpath
+    done = subprocess.run(
+        [sys.executable, *args], cwd=tmp_path, env=env, capture_output=True, text=True, check=False
+    )
+    report = done.stdout + done.stderr
+    assert f"PASS mypy --strict {tmp_path / 'user_algo.py'}" in done.stdout, report
+    assert done.returncode == 0, report

@@ -2,7 +2,7 @@
 
 import sys
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from importlib.metadata import EntryPoint
 from typing import Any
 
@@ -14,6 +14,7 @@ from specstrat import (
     ENTRY_POINT_GROUP,
     Capabilities,
     FixedWidthVerifyPolicy,
+    InvalidConfig,
     NoDraftStateDisaggDraftBuilder,
     PluginLoadError,
     RegistrationError,
@@ -152,3 +153,126 @@ def test_ensure_plugins_retries_after_failure(monkeypatch: pytest.MonkeyPatch) -
         with pytest.raises(PluginLoadError, match="plugin 'x' failed"):
             registry.ensure_plugins()
     assert len(calls) == 2
+
+
+# A broken plugin module: (id, source, entry-point attribute, what the message says it raised).
+BROKEN_PLUGINS = [
+    ("sys_exit_code", "import sys\nsys.exit(3)", "ALGO", "SystemExit: 3"),
+    (
+        "sys_exit_message",
+        "import sys\nsys.exit('no CUDA device')",
+        "ALGO",
+        "SystemExit: no CUDA device",
+    ),
+    ("bare_system_exit", "raise SystemExit", "ALGO", "SystemExit"),
+    ("generator_exit", "raise GeneratorExit('closed')", "ALGO", "GeneratorExit: closed"),
+    (
+        "custom_base_exception",
+        "class LicenseExpired(BaseException):\n    pass\nraise LicenseExpired('seat limit')",
+        "ALGO",
+        "LicenseExpired: seat limit",
+    ),
+    ("exception", "raise RuntimeError('bad config')", "ALGO", "RuntimeError: bad config"),
+    ("missing_attribute", "X = 1", "ALGO", "AttributeError: .*'ALGO'"),
+    (
+        "factory_exits",
+        "def make():\n    raise SystemExit('factory refused')",
+        "make",
+        "SystemExit: factory refused",
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "attr", "raised"), BROKEN_PLUGINS, ids=[row[0] for row in BROKEN_PLUGINS]
+)
+def test_any_plugin_exception_is_a_plugin_load_error(
+    plugin_module: types.ModuleType,
+    plugin_files: Callable[[str, str], None],
+    module: str,
+    source: str,
+    attr: str,
+    raised: str,
+) -> None:
+    """SystemExit, GeneratorExit and custom BaseExceptions are reported like Exceptions, atomically."""
+    plugin_files(module, source)
+    registry = Registry(BUILTINS)
+    with pytest.raises(
+        PluginLoadError,
+        match=rf"^plugin 'broken' \({module}:{attr}\) in group 'specstrat.algorithms' failed to "
+        rf"load: {raised}; fix or uninstall it \(no plugin was registered\)$",
+    ) as info:
+        registry.load_entry_points([ep("good", "GOOD"), ep("broken", attr, module)])
+    assert isinstance(info.value.__cause__, BaseException)
+    assert registry.names() == tuple(a.name for a in BUILTINS)  # all or nothing
+
+
+def test_keyboard_interrupt_in_a_plugin_propagates(
+    plugin_module: types.ModuleType, plugin_files: Callable[[str, str], None]
+) -> None:
+    """Ctrl-C during plugin import is not a plugin failure: it propagates and registers nothing."""
+    plugin_files("interrupted_plugin", "raise KeyboardInterrupt('simulated Ctrl-C')")
+    registry = Registry()
+    with pytest.raises(KeyboardInterrupt, match="simulated Ctrl-C"):
+        registry.load_entry_points([ep("good", "GOOD"), ep("ctrl_c", "ALGO", "interrupted_plugin")])
+    assert registry.names() == ()
+
+
+def test_builtin_names_work_while_a_plugin_is_broken(
+    plugin_files: Callable[[str, str], None], installed_plugins: Callable[..., Registry]
+) -> None:
+    """specstrat.get('EAGLE') answers from the built-ins without loading the broken plugin."""
+    plugin_files("exits_plugin", "raise SystemExit(3)")
+    installed_plugins(broken="exits_plugin:ALGO")
+    assert specstrat.get("EAGLE") is specstrat.EAGLE
+    assert specstrat.get("dspark") is specstrat.DSPARK
+
+
+@pytest.mark.parametrize(
+    "lookup",
+    [
+        lambda: specstrat.get("MINE"),
+        specstrat.names,
+        lambda: specstrat.register(make("MINE")),
+    ],
+    ids=["get_other_name", "names", "register"],
+)
+def test_lookups_that_need_plugins_name_the_broken_one(
+    plugin_files: Callable[[str, str], None],
+    installed_plugins: Callable[..., Registry],
+    lookup: Callable[[], object],
+) -> None:
+    """A non-built-in name, names() and register() raise the broken plugin's PluginLoadError."""
+    plugin_files("exits_plugin", "raise SystemExit(3)")
+    installed_plugins(broken="exits_plugin:ALGO")
+    with pytest.raises(
+        PluginLoadError, match=r"plugin 'broken' \(exits_plugin:ALGO\) .* SystemExit: 3;"
+    ) as info:
+        lookup()
+    assert isinstance(info.value.__cause__, SystemExit)
+
+
+def test_non_string_name_is_refused_before_plugins(
+    plugin_files: Callable[[str, str], None], installed_plugins: Callable[..., Registry]
+) -> None:
+    """get(42) raises InvalidConfig naming the value, not the broken plugin's error."""
+    plugin_files("exits_plugin", "raise SystemExit(3)")
+    installed_plugins(broken="exits_plugin:ALGO")
+    with pytest.raises(InvalidConfig, match=r"name=42 must be a str such as 'EAGLE'"):
+        specstrat.get(42)  # type: ignore[arg-type]
+
+
+def test_fixed_plugin_loads_on_the_next_lookup(
+    plugin_module: types.ModuleType,
+    plugin_files: Callable[[str, str], None],
+    installed_plugins: Callable[..., Registry],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Once the broken plugin is fixed, the next lookup registers every plugin."""
+    plugin_files("exits_plugin", "raise SystemExit(3)")
+    registry = installed_plugins(good="fake_specstrat_plugin:GOOD", broken="exits_plugin:ALGO")
+    with pytest.raises(PluginLoadError, match=r"plugin 'broken'"):
+        specstrat.get("PLUGGED")
+    plugin_files("exits_plugin", "from fake_specstrat_plugin import OTHER as ALGO")
+    assert specstrat.get("PLUGGED") is plugin_module.GOOD
+    assert registry.names()[-2:] == ("PLUGGED", "PLUGGED_TOO")
