@@ -9,6 +9,18 @@ TARGET_VERIFY metadata kernels in :mod:`specstrat.kernels`, the test kit in
 from specstrat.algorithm import Capabilities, SpecAlgorithm
 from specstrat.batch import PrebuiltBatch
 from specstrat.builtins import BUILTINS, DFLASH, DSPARK, EAGLE, EAGLE3, NGRAM, NONE, STANDALONE
+from specstrat.drafting import (
+    GREEDY,
+    Acceptance,
+    DraftAdmission,
+    DrafterContext,
+    DrafterNeeds,
+    DraftStep,
+    DraftTree,
+    SamplingParams,
+    StepOutcome,
+    VerifyInputs,
+)
 from specstrat.errors import (
     ConformanceError,
     DisaggError,
@@ -22,18 +34,6 @@ from specstrat.errors import (
     SpecstratError,
     StrategyError,
     UnknownAlgorithm,
-)
-from specstrat.drafting import (
-    GREEDY,
-    Acceptance,
-    DraftAdmission,
-    DrafterContext,
-    DrafterNeeds,
-    DraftStep,
-    DraftTree,
-    SamplingParams,
-    StepOutcome,
-    VerifyInputs,
 )
 from specstrat.models import (
     AttentionBackend,
@@ -60,17 +60,17 @@ from specstrat.relay import RelayPayload
 from specstrat.strategies import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
+    DraftModelDrafterFactory,
     DsparkDisaggDraftBuilder,
     DsparkDraftInput,
     EagleDisaggDraftBuilder,
     EagleDraftInput,
-    DraftModelDrafterFactory,
     EagleHeadDrafterFactory,
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
-    NoDraftStateDisaggDraftBuilder,
     NoDrafterFactory,
+    NoDraftStateDisaggDraftBuilder,
     RingFutureMapFactory,
     SlotFutureMapFactory,
 )

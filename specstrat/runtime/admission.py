@@ -10,7 +10,7 @@ field batched, requests in order, the drafter's prefill payload as a
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -43,7 +43,7 @@ class TransferBatch:
     first_tokens: torch.Tensor
     k: torch.Tensor
     v: torch.Tensor
-    payload: RelayPayload = RelayPayload()
+    payload: RelayPayload = field(default_factory=RelayPayload)
     stop_token_ids: tuple[frozenset[int], ...] = ()
 
     @property
@@ -62,8 +62,16 @@ class TransferBatch:
 
 
 def _int_field(name: str, tensor: object, bs: int, fail: Any) -> torch.Tensor:
-    if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tuple(tensor.shape) != (bs,):
-        got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+    if (
+        not isinstance(tensor, torch.Tensor)
+        or tensor.dtype != torch.int64
+        or tuple(tensor.shape) != (bs,)
+    ):
+        got = (
+            f"{tensor.dtype} {tuple(tensor.shape)}"
+            if isinstance(tensor, torch.Tensor)
+            else type(tensor).__name__
+        )
         raise fail(f"{name} is {got}; expected torch.int64 [{bs}]")
     return tensor
 
@@ -105,7 +113,8 @@ def check_transfer(
     if bool(((first < 0) | (first >= vocab)).any()):
         raise fail(f"first_tokens={first.tolist()} outside the vocabulary 0..{vocab - 1}")
     too_big = [
-        r for r, p, n in zip(rids, batch.prompts, budgets.tolist(), strict=True)
+        r
+        for r, p, n in zip(rids, batch.prompts, budgets.tolist(), strict=True)
         if n < 1 or len(p) + n > room
     ]
     if too_big:
@@ -120,7 +129,11 @@ def check_transfer(
             or tuple(tensor.shape) != want
             or not tensor.dtype.is_floating_point
         ):
-            got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            got = (
+                f"{tensor.dtype} {tuple(tensor.shape)}"
+                if isinstance(tensor, torch.Tensor)
+                else type(tensor).__name__
+            )
             raise fail(f"{name} is {got}, expected floating point {want}")
         if not bool(torch.isfinite(tensor).all()):
             raise fail(f"{name} holds NaN or infinite values")

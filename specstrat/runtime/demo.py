@@ -20,9 +20,9 @@ from tqdm import tqdm
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.registry import get
 from specstrat.runtime.engine import Engine
-from specstrat.runtime.requests import EngineConfig, Request
 from specstrat.runtime.models.text import encode_indentation
 from specstrat.runtime.models.weights import EmbeddedModels
+from specstrat.runtime.requests import EngineConfig, Request
 
 __all__ = ["DemoSummary", "ProgressBar", "run_demo", "workload"]
 

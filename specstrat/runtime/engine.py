@@ -22,6 +22,7 @@ from typing import Any, TextIO
 import torch
 
 from specstrat.algorithm import SpecAlgorithm, check_strategy
+from specstrat.contracts import hook_error
 from specstrat.drafting import DrafterContext
 from specstrat.errors import DisaggError, EngineStateError, InvalidConfig, SpecstratError
 from specstrat.models import CausalLM, DraftKV, LoadedModels
@@ -29,7 +30,6 @@ from specstrat.protocols import Drafter, FutureMap
 from specstrat.registry import get
 from specstrat.runtime.admission import TransferBatch, check_transfer
 from specstrat.runtime.graph_runner import GraphRunner
-from specstrat.runtime.guard import hook_error
 from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.scheduler import Progress, Scheduler, Source
 from specstrat.runtime.step import StepRunner
@@ -52,7 +52,11 @@ def _algorithm(algo: object) -> SpecAlgorithm[Any]:
 
 def _models(models: object) -> LoadedModels:
     target = getattr(models, "target", None)
-    if not isinstance(target, CausalLM) or not hasattr(models, "draft") or not hasattr(models, "head"):
+    if (
+        not isinstance(target, CausalLM)
+        or not hasattr(models, "draft")
+        or not hasattr(models, "head")
+    ):
         raise InvalidConfig(
             f"models={type(models).__name__}; pass EmbeddedModels.load() or "
             "specstrat.ModelSet(target=..., draft=..., head=...) whose target is a CausalLM"
@@ -103,7 +107,9 @@ class Engine:
         )
         self.future_map: FutureMap = self.init_overlap(self.target.device)
         self.stats = RunStats()
-        self.steps = StepRunner(algo, self.target, self.drafter, verifier, self.future_map, self.stats)
+        self.steps = StepRunner(
+            algo, self.target, self.drafter, verifier, self.future_map, self.stats
+        )
         self.scheduler = Scheduler(self.target, self.steps, self.stats, self._reserve)
         self._rids: set[str] = set()
         self._this_run: list[str] = []

@@ -5,17 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import ParamSpec, TypeVar
 
+from specstrat.contracts import hook_error
 from specstrat.errors import StrategyError
 
-__all__ = ["call_hook", "hook_error"]
+__all__ = ["call_hook"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
-
-
-def hook_error(algorithm: str, hook: str, problem: str) -> StrategyError:
-    """A StrategyError for ``algorithm.hook`` (e.g. ``EAGLE.drafter.propose``)."""
-    return StrategyError(f"{algorithm}.{hook}: {problem}")
 
 
 def call_hook(

@@ -144,9 +144,10 @@ class RunStats:
     @property
     def acceptance_by_position(self) -> list[float]:
         """How often draft position 1, 2, ... was accepted when proposed."""
-        return [a / p if p else 0.0 for a, p in zip(
-            self.accepted_by_position, self.proposed_by_position, strict=True
-        )]
+        return [
+            a / p if p else 0.0
+            for a, p in zip(self.accepted_by_position, self.proposed_by_position, strict=True)
+        ]
 
     def count_positions(self, proposed: list[int], accepted: list[int]) -> None:
         """Add one step's per-request proposed depths and accepted lengths."""

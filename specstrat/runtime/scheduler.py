@@ -100,7 +100,9 @@ class Scheduler:
         running = [live.slot for live in self.live.values() if not live.finished]
         admit: list[tuple[Request, int]] = []
         free = self.worker.requests.available
-        while self.waiting and free > len(admit) and self._fits(need := self.reserve(self.waiting[0])):
+        while (
+            self.waiting and free > len(admit) and self._fits(need := self.reserve(self.waiting[0]))
+        ):
             request = self.waiting.popleft()
             slot = self.worker.requests.alloc()
             self.live[request.rid] = _Live(request, slot, need)
@@ -157,7 +159,8 @@ class Scheduler:
                     "parents": result.parents,
                     "accepted": result.accepted,
                     "tokens": result.tokens,
-                    "stop": live.finished and bool(live.output)
+                    "stop": live.finished
+                    and bool(live.output)
                     and live.output[-1] in live.request.stop_token_ids,
                 }
                 self.trace.write(json.dumps(record) + "\n")

@@ -18,12 +18,20 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.drafting import GREEDY, Acceptance, DraftAdmission, DraftStep, DraftTree, StepOutcome, VerifyInputs
+from specstrat.contracts import check_acceptance, check_drafts, check_payload, hook_error
+from specstrat.drafting import (
+    GREEDY,
+    Acceptance,
+    DraftAdmission,
+    DraftStep,
+    DraftTree,
+    StepOutcome,
+    VerifyInputs,
+)
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
-from specstrat.runtime.checks import check_acceptance, check_drafts, check_payload
 from specstrat.runtime.forward import ForwardMode
-from specstrat.runtime.guard import call_hook, hook_error
+from specstrat.runtime.guard import call_hook
 from specstrat.runtime.requests import Request, RunStats
 from specstrat.runtime.verify import Verifier
 from specstrat.runtime.worker import ModelWorker
@@ -105,7 +113,9 @@ class StepRunner:
         )
         payload = self.admit_drafter(admission)
         self.relay_write(self._slots(slots), lens, payload.merged(RelayPayload(bonus_tokens=first)))
-        return {s: Produced([int(t)], [], [], []) for s, t in zip(slots, first.tolist(), strict=True)}
+        return {
+            s: Produced([int(t)], [], [], []) for s, t in zip(slots, first.tolist(), strict=True)
+        }
 
     # -- decode -------------------------------------------------------------------------------
 
@@ -126,9 +136,7 @@ class StepRunner:
             stats.verified_requests += len(slots)
             stats.verified_tokens += sum(len(p.tokens) for p in produced.values())
             stats.verify_forward_tokens += ran
-            stats.count_positions(
-                drafts.lengths.tolist(), acceptance.accept_lengths.tolist()
-            )
+            stats.count_positions(drafts.lengths.tolist(), acceptance.accept_lengths.tolist())
         stats.draft_seconds += drafted - start
         stats.verify_seconds += verified - drafted
         stats.accept_seconds += accepted - verified
@@ -141,14 +149,18 @@ class StepRunner:
         seq_lens = torch.tensor([self.worker.length(s) for s in slots], dtype=torch.int64)
         if relay.bonus_tokens is None:
             raise hook_error(
-                self.algo.name, "future_map.resolve", "returned no bonus_tokens for the running "
-                f"requests (slots {slots}); the relay must keep the last stash of each slot"
+                self.algo.name,
+                "future_map.resolve",
+                "returned no bonus_tokens for the running "
+                f"requests (slots {slots}); the relay must keep the last stash of each slot",
             )
         if relay.seq_lens is not None and not torch.equal(relay.seq_lens.cpu(), seq_lens):
             raise hook_error(
-                self.algo.name, "future_map.resolve", f"returned seq_lens="
+                self.algo.name,
+                "future_map.resolve",
+                f"returned seq_lens="
                 f"{relay.seq_lens.tolist()} but the request pool holds {seq_lens.tolist()} for "
-                f"slots {slots}: a stale or aliased relay entry"
+                f"slots {slots}: a stale or aliased relay entry",
             )
         return DraftStep(
             slots=tuple(slots),
@@ -183,16 +195,25 @@ class StepRunner:
             self.worker.rewind(slot, length + a + 1)  # keep the root and the accepted path
         index = acceptance.accept_index
         bs = len(step.slots)
-        last_node = index.gather(1, (accepted - 1).clamp(min=0)[:, None]).squeeze(1) if drafts.num_nodes else accepted
+        last_node = (
+            index.gather(1, (accepted - 1).clamp(min=0)[:, None]).squeeze(1)
+            if drafts.num_nodes
+            else accepted
+        )
         at_bonus = torch.where(accepted > 0, last_node + 1, 0)
         outcome = StepOutcome(
-            step=step, drafts=drafts, acceptance=acceptance, hidden=hidden[torch.arange(bs), at_bonus]
+            step=step,
+            drafts=drafts,
+            acceptance=acceptance,
+            hidden=hidden[torch.arange(bs), at_bonus],
         )
         payload = self.hook("drafter.commit", self.drafter.commit, outcome)
         check_payload(self.algo.name, "drafter.commit", payload, bs)
         bonus = acceptance.bonus_tokens
         new_lens = (step.seq_lens + accepted.cpu() + 1).to(self.worker.device)
-        self.relay_write(self._slots(step.slots), new_lens, payload.merged(RelayPayload(bonus_tokens=bonus)))
+        self.relay_write(
+            self._slots(step.slots), new_lens, payload.merged(RelayPayload(bonus_tokens=bonus))
+        )
         path = drafts.tokens.gather(1, index.clamp(min=0)).tolist()
         real = drafts.lengths.tolist()
         tokens, parents, nodes = drafts.tokens.tolist(), drafts.parents.tolist(), index.tolist()

@@ -38,9 +38,7 @@ class Verifier:
         self.graph_runner = graph_runner
         self.ragged = ragged
 
-    def verify(
-        self, slots: list[int], last: torch.Tensor, drafts: DraftTree
-    ) -> VerifyResult:
+    def verify(self, slots: list[int], last: torch.Tensor, drafts: DraftTree) -> VerifyResult:
         """Logits ``[bs, T, V]`` and hidden ``[bs, T, H]`` at the root and each node, and how
         many tokens the target ran. Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req

@@ -268,7 +268,9 @@ class DraftModelDrafterFactory:
 # -- an EAGLE-style head -----------------------------------------------------------------------
 
 
-def _first_token(head: DraftHead, hidden: torch.Tensor, tokens: torch.Tensor, topk: int) -> RelayPayload:
+def _first_token(
+    head: DraftHead, hidden: torch.Tensor, tokens: torch.Tensor, topk: int
+) -> RelayPayload:
     """The head's top-k for the token after ``tokens``, and its predicted hidden state."""
     with torch.inference_mode():
         logits, new_hidden = head(hidden, tokens)
@@ -310,9 +312,13 @@ class EagleHeadDrafter:
         relay = step.relay
         if not steps or not bs or relay.topk_index is None or relay.hidden_states is None:
             tree = _empty_tree(bs, dev)
-            return tree if not steps else DraftTree.chain(
-                step.last_tokens[:, None].expand(bs, steps).contiguous(),
-                lengths=torch.zeros(bs, dtype=torch.int64, device=dev),
+            return (
+                tree
+                if not steps
+                else DraftTree.chain(
+                    step.last_tokens[:, None].expand(bs, steps).contiguous(),
+                    lengths=torch.zeros(bs, dtype=torch.int64, device=dev),
+                )
             )
         token, hidden = relay.topk_index[:, 0], relay.hidden_states
         out = [token]

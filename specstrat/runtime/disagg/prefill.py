@@ -8,11 +8,12 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
+from specstrat.contracts import hook_error
 from specstrat.models import LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.runtime.admission import TransferBatch
 from specstrat.runtime.forward import ForwardMode
-from specstrat.runtime.guard import call_hook, hook_error
+from specstrat.runtime.guard import call_hook
 from specstrat.runtime.requests import Request
 from specstrat.runtime.worker import ModelWorker
 

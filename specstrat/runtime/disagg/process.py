@@ -159,8 +159,14 @@ def run_disaggregated(
     child = mp.get_context("spawn").Process(
         target=prefill_main,
         args=(
-            store.port, algo, list(requests), batch_size, config.context_len, str(weights),
-            timeout, str(engine.target.device),
+            store.port,
+            algo,
+            list(requests),
+            batch_size,
+            config.context_len,
+            str(weights),
+            timeout,
+            str(engine.target.device),
         ),  # fmt: skip
         daemon=True,
     )
@@ -210,7 +216,9 @@ def _decode(
                 item = arrived.get(timeout=timeout) if idle else arrived.get_nowait()
             except queue.Empty:
                 if idle:
-                    raise DisaggError(f"no transfer from the prefill process within {timeout}s") from None
+                    raise DisaggError(
+                        f"no transfer from the prefill process within {timeout}s"
+                    ) from None
                 return True
             if item is None:
                 done = True

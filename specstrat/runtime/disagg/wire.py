@@ -128,9 +128,7 @@ def recv_transfer(
         max_new, first = take(bs), take(bs)
         stop_counts, stop_flat = take(bs).tolist(), take(n_stop).tolist()
         stop_starts = [sum(stop_counts[:i]) for i in range(bs + 1)]
-        stops = tuple(
-            frozenset(stop_flat[stop_starts[i] : stop_starts[i + 1]]) for i in range(bs)
-        )
+        stops = tuple(frozenset(stop_flat[stop_starts[i] : stop_starts[i + 1]]) for i in range(bs))
         k = take(layers, total, heads, dim, dtype=dtype)
         v = take(layers, total, heads, dim, dtype=dtype)
         fields: dict[str, torch.Tensor] = {}

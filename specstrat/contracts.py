@@ -1,7 +1,9 @@
-"""What the engine checks of a hook's answer before using it: the contract, not the values.
+"""What a hook's answer must satisfy before anything uses it: the contract, not the values.
 
-Each check raises :class:`~specstrat.errors.StrategyError` naming the algorithm, the hook and
-what was wrong; the checks are vectorised over the batch (CPU tensors on this engine).
+The engine runs these on every answer of a drafter, an acceptance rule and a relay, and the
+conformance kit (:mod:`specstrat.testing`) runs them on a user's strategy. Each check raises
+:class:`~specstrat.errors.StrategyError` naming the algorithm, the hook and what was wrong; the
+checks are vectorised over the batch.
 """
 
 from __future__ import annotations
@@ -9,18 +11,25 @@ from __future__ import annotations
 import torch
 
 from specstrat.drafting import Acceptance, DraftTree
+from specstrat.errors import StrategyError
 from specstrat.relay import RelayPayload
-from specstrat.runtime.guard import hook_error
 
-__all__ = ["check_acceptance", "check_drafts", "check_payload"]
+__all__ = ["check_acceptance", "check_drafts", "check_payload", "hook_error"]
+
+
+def hook_error(algorithm: str, hook: str, problem: str) -> StrategyError:
+    """A StrategyError for ``algorithm.hook`` (e.g. ``EAGLE.drafter.propose``)."""
+    return StrategyError(f"{algorithm}.{hook}: {problem}")
 
 
 def check_payload(algorithm: str, hook: str, payload: object, bs: int) -> None:
     """``payload`` is a RelayPayload with one row per request (or no field at all)."""
     if not isinstance(payload, RelayPayload):
         raise hook_error(
-            algorithm, hook, f"returned {type(payload).__name__}, not a RelayPayload "
-            "(return RelayPayload() to relay nothing)"
+            algorithm,
+            hook,
+            f"returned {type(payload).__name__}, not a RelayPayload "
+            "(return RelayPayload() to relay nothing)",
         )
     if payload.present() and payload.num_rows != bs:
         raise hook_error(
@@ -42,8 +51,10 @@ def check_drafts(algorithm: str, drafts: object, bs: int, max_nodes: int, vocab:
         raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
     if drafts.num_nodes > max_nodes:
         raise hook_error(
-            algorithm, hook, f"proposed {drafts.num_nodes} nodes per request; the target "
-            f"verifies at most max_nodes={max_nodes} (T - 1)"
+            algorithm,
+            hook,
+            f"proposed {drafts.num_nodes} nodes per request; the target "
+            f"verifies at most max_nodes={max_nodes} (T - 1)",
         )
     bad = _out_of_vocab(drafts.tokens, vocab)
     if bad:
@@ -57,7 +68,9 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
     ``drafts`` and a bonus token in the vocabulary."""
     hook = "acceptance.accept"
     if not isinstance(acceptance, Acceptance):
-        raise hook_error(algorithm, hook, f"returned {type(acceptance).__name__}, not an Acceptance")
+        raise hook_error(
+            algorithm, hook, f"returned {type(acceptance).__name__}, not an Acceptance"
+        )
     bs, n = drafts.bs, drafts.num_nodes
     shapes = {
         "accept_index": (acceptance.accept_index, (bs, n)),
@@ -70,7 +83,11 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
             or tensor.dtype != torch.int64
             or tuple(tensor.shape) != shape
         ):
-            got = f"{tensor.dtype} {tuple(tensor.shape)}" if isinstance(tensor, torch.Tensor) else type(tensor).__name__
+            got = (
+                f"{tensor.dtype} {tuple(tensor.shape)}"
+                if isinstance(tensor, torch.Tensor)
+                else type(tensor).__name__
+            )
             raise hook_error(algorithm, hook, f"{name} is {got}; expected torch.int64 {shape}")
     lengths, index = acceptance.accept_lengths.cpu(), acceptance.accept_index.cpu()
     real = drafts.lengths.cpu()
@@ -78,8 +95,9 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
     if bool(too_long.any()):
         row = int(too_long.nonzero()[0])
         raise hook_error(
-            algorithm, hook, f"request {row} accepted {int(lengths[row])} drafts but "
-            f"{int(real[row])} were proposed"
+            algorithm,
+            hook,
+            f"request {row} accepted {int(lengths[row])} drafts but {int(real[row])} were proposed",
         )
     on_path = torch.arange(n)[None, :] < lengths[:, None]
     parents = drafts.parents.cpu().gather(1, index.clamp(min=0))
@@ -89,11 +107,15 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
     if bool((off_tree | padded).any()):
         row = int((off_tree | padded).any(dim=1).nonzero()[0])
         raise hook_error(
-            algorithm, hook, f"request {row}: accept_index={index[row].tolist()} with "
+            algorithm,
+            hook,
+            f"request {row}: accept_index={index[row].tolist()} with "
             f"accept_lengths={int(lengths[row])} is not a root-to-node path of the draft tree "
             f"(parents={drafts.parents[row].tolist()}, real nodes={int(real[row])}; -1 after "
-            "the path)"
+            "the path)",
         )
     bad = _out_of_vocab(acceptance.bonus_tokens, vocab)
     if bad:
-        raise hook_error(algorithm, hook, f"bonus tokens {bad} outside the vocabulary 0..{vocab - 1}")
+        raise hook_error(
+            algorithm, hook, f"bonus tokens {bad} outside the vocabulary 0..{vocab - 1}"
+        )
