@@ -24,6 +24,12 @@ backend strode ``cu_seqlens_q`` by ``D`` while offsetting keys by ``T``. Nothing
 device data on the host: ``max_seq_len_k`` comes from a CPU mirror of ``seq_lens`` when the caller
 has one and is ``None`` otherwise.
 
+Input values are checked where reading them is free: on CPU tensors every launcher refuses
+negative lengths, outputs past int32, a ``req_to_token`` (or graph page table) too narrow for a
+row, pool indices out of range and a CPU mirror that disagrees with the device lengths, each an
+:class:`~specstrat.errors.InvalidConfig`. On CUDA those reads would be host syncs, so the fused
+path skips them unless the caller passes ``validate=True``.
+
 This module holds the launchers; the types live in ``_verify_buffers``, the kernel and its twin in
 ``_verify_kernel`` and the input checks in ``_verify_checks``, all re-exported here.
 """
@@ -35,7 +41,7 @@ from collections.abc import Sequence
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels._checks import host_int, index_tensor
+from specstrat.kernels._checks import host_int, index_tensor, reads_values
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
 from specstrat.kernels._verify_buffers import (
     PAD_PAGE,
@@ -45,9 +51,10 @@ from specstrat.kernels._verify_buffers import (
 )
 from specstrat.kernels._verify_checks import (
     Paging,
-    as_list,
     check_paging,
-    mirror_max,
+    check_total,
+    check_values,
+    host_mirror,
     uniform_tokens,
 )
 from specstrat.kernels._verify_kernel import (
@@ -112,6 +119,24 @@ def _run(
     )
 
 
+def _check_values(
+    seq_lens: torch.Tensor,
+    tokens: int | torch.Tensor,
+    padded_bs: int,
+    paging: Paging | None,
+    page_cols: int | None,
+    validate: bool,
+) -> bool:
+    """Run the value checks when they may read the tensors (see :func:`reads_values`); say if so."""
+    tensors = [seq_lens, *(paging.tensors if paging is not None else ())]
+    if isinstance(tokens, torch.Tensor):
+        tensors.append(tokens)
+    if not reads_values(validate, *tensors):
+        return False
+    check_values(seq_lens, tokens, padded_bs=padded_bs, paging=paging, page_cols=page_cols)
+    return True
+
+
 def build_verify_metadata(
     seq_lens: torch.Tensor,
     num_tokens: int,
@@ -121,21 +146,31 @@ def build_verify_metadata(
     page_size: int = 1,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
+    validate: bool = False,
 ) -> VerifyMetadata:
     """Uniform TARGET_VERIFY metadata for ``bs = len(seq_lens)`` requests of ``num_tokens // bs``.
 
     ``num_tokens % bs != 0`` is an :class:`~specstrat.errors.InvalidConfig` (never a silent
     floor); ``bs == 0`` needs ``num_tokens == 0`` and gives empty, well-formed metadata. With
     ``req_pool_indices`` and ``req_to_token`` the page table for ``page_size`` is built too.
+    Values (negative lengths, int32 overflow, a too-narrow ``req_to_token``, pool indices out of
+    range, a disagreeing ``seq_lens_cpu``) are checked on CPU tensors, and on CUDA tensors only
+    with ``validate=True`` (there the checks are host syncs).
     """
     seq_lens = index_tensor("seq_lens", seq_lens, ndim=1)
     bs = seq_lens.shape[0]
     tokens = uniform_tokens(num_tokens, bs)
     paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
     max_pages = paging.max_pages if paging is not None else None
+    check_total("cu_seqlens_q", bs * tokens, "query tokens of the batch")
+    read = _check_values(seq_lens, tokens, bs, paging, max_pages, validate)
+    max_k = None
+    if seq_lens_cpu is not None:
+        twin = seq_lens if read else None
+        mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
+        max_k = (int(mirror.max()) if bs else 0) + tokens
     out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, tokens, out, paging, backend)
-    max_k = None if seq_lens_cpu is None else mirror_max("seq_lens_cpu", seq_lens_cpu, bs) + tokens
     return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
 
 
@@ -149,12 +184,16 @@ def build_verify_metadata_into(
     page_size: int = 1,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
+    validate: bool = False,
 ) -> VerifyMetadata:
     """Graph form: write uniform metadata for ``len(seq_lens) <= buffers.padded_bs`` in place.
 
     ``tokens_per_req`` is ``T`` from the algorithm's
     :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch are padding (see
-    the module docstring). On the Triton path this is one launch, no allocation, no host sync.
+    the module docstring). On the Triton path this is one launch, no allocation, no host sync;
+    ``validate=True`` adds the value checks of :func:`build_verify_metadata` (host syncs) and
+    checks that ``buffers.page_table`` has a column for every page a row uses. On CPU tensors
+    those checks always run. Nothing is written when a check fails.
     """
     if not isinstance(buffers, VerifyMetadataBuffers):
         raise InvalidConfig(
@@ -179,8 +218,16 @@ def build_verify_metadata_into(
             )
             + "; allocate the buffers with max_pages exactly when a page table is built"
         )
+    padded_bs = buffers.padded_bs
+    page_cols = buffers.page_table.shape[1] if buffers.page_table is not None else None
+    check_total("cu_seqlens_q", padded_bs * tokens, "query tokens of the padded batch")
+    read = _check_values(seq_lens, tokens, padded_bs, paging, page_cols, validate)
+    max_k = None
+    if seq_lens_cpu is not None:
+        twin = seq_lens if read else None
+        mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
+        max_k = (int(mirror.max()) if bs else 0) + tokens
     _run(seq_lens, tokens, buffers, paging, backend)
-    max_k = None if seq_lens_cpu is None else mirror_max("seq_lens_cpu", seq_lens_cpu, bs) + tokens
     return VerifyMetadata(buffers, bs, page_size, tokens, tokens, max_k)
 
 
@@ -194,32 +241,36 @@ def build_ragged_verify_metadata(
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     num_tokens_per_req_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
+    validate: bool = False,
 ) -> VerifyMetadata:
     """Ragged form: request ``i`` verifies ``num_tokens_per_req[i] >= 1`` tokens.
 
     ``cu_seqlens_q`` is the exclusive prefix sum of ``num_tokens_per_req`` (on the device, in the
-    same single launch). Counts are checked ``>= 1`` when they are on the CPU; on a GPU that check
-    would be a host sync, so it is the caller's contract there. Host bounds need both mirrors.
+    same single launch). The counts and the value checks of :func:`build_verify_metadata` are
+    checked on CPU tensors; on CUDA they are host syncs, so they run only with ``validate=True``
+    and are otherwise the caller's contract. Host bounds need both mirrors.
     """
     seq_lens = index_tensor("seq_lens", seq_lens, ndim=1)
     bs = seq_lens.shape[0]
     ntok = index_tensor(
         "num_tokens_per_req", num_tokens_per_req, ndim=1, device=seq_lens.device, rows=bs
     )
-    if ntok.device.type == "cpu" and bs and int(ntok.min()) < 1:
-        raise InvalidConfig(
-            f"num_tokens_per_req={ntok.tolist()} has an entry < 1; every request verifies "
-            ">= 1 token"
-        )
     paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
     max_pages = paging.max_pages if paging is not None else None
+    read = _check_values(seq_lens, ntok, bs, paging, max_pages, validate)
+    seq_mirror = tok_mirror = None
+    if seq_lens_cpu is not None:
+        twin = seq_lens if read else None
+        seq_mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
+    if num_tokens_per_req_cpu is not None:
+        twin = ntok if read else None
+        name = "num_tokens_per_req_cpu"
+        tok_mirror = host_mirror(name, num_tokens_per_req_cpu, bs, minimum=1, device_twin=twin)
+    max_q = max_k = None
+    if tok_mirror is not None:
+        max_q = int(tok_mirror.max()) if bs else 0
+        if seq_mirror is not None:
+            max_k = int((seq_mirror + tok_mirror).max()) if bs else 0
     out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, ntok, out, paging, backend)
-    max_q = max_k = None
-    if num_tokens_per_req_cpu is not None:
-        max_q = mirror_max("num_tokens_per_req_cpu", num_tokens_per_req_cpu, bs)
-        if seq_lens_cpu is not None:
-            mirror_max("seq_lens_cpu", seq_lens_cpu, bs)  # validates the mirror's length
-            pairs = zip(as_list(seq_lens_cpu), as_list(num_tokens_per_req_cpu), strict=True)
-            max_k = max((s + t for s, t in pairs), default=0)
     return VerifyMetadata(out, bs, page_size, None, max_q, max_k)
