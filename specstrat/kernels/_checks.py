@@ -58,3 +58,14 @@ def static_buffer(
     if tensor.device != device:
         raise InvalidConfig(f"{name}.device={tensor.device} differs from the inputs' {device}")
     return tensor
+
+
+def reads_values(validate: bool, *tensors: torch.Tensor) -> bool:
+    """Whether the value checks may read ``tensors``: always on the CPU, elsewhere on opt-in.
+
+    On the CPU the checks read the tensors directly at no sync cost. On CUDA each read would be a
+    host sync, so there they run only with ``validate=True`` (meta tensors have no values at all).
+    """
+    if not isinstance(validate, bool):
+        raise InvalidConfig(f"validate={validate!r} must be True or False")
+    return validate or all(t.device.type == "cpu" for t in tensors)

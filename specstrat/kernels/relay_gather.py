@@ -7,8 +7,9 @@ subset of bonus tokens, seq lens, topk_p, topk_index and hidden states is presen
 duplicate indices are fine.
 
 Indices are checked against the buffers' rows when they are on the CPU. On a GPU that check
-would be a host sync, so the kernel instead reads an out-of-range index as row 0, the padding row
-every relay keeps, rather than reading past the buffer.
+would be a host sync, so it runs only with ``validate=True``; otherwise the kernel reads an
+out-of-range index as row 0, the padding row every relay keeps, rather than reading past the
+buffer.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any, Final
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels._checks import index_tensor
+from specstrat.kernels._checks import index_tensor, reads_values
 from specstrat.kernels._triton import Backend, cdiv, jit, launch, resolve_backend, tl
 from specstrat.relay import RELAY_FIELDS, RelayPayload
 
@@ -112,11 +113,14 @@ def gather_relay(
     *,
     out: RelayPayload | None = None,
     backend: Backend = "auto",
+    validate: bool = False,
 ) -> RelayPayload:
     """Rows ``index`` of every present field of ``source``, into fresh tensors or ``out``.
 
     ``index`` is a 1-D int32/int64 tensor on the source's device. Returns ``out`` when given
     (its fields must match the source's: same set, dtypes, widths, ``len(index)`` rows).
+    An index outside the source's rows is an ``InvalidConfig`` on the CPU, and on CUDA with
+    ``validate=True`` (a host sync, so the default reads it as padding row 0 instead).
     """
     if not isinstance(source, RelayPayload):
         raise InvalidConfig(f"source={type(source).__name__}; pass a RelayPayload")
@@ -127,7 +131,8 @@ def gather_relay(
     for name, tensor in fields.items():
         if not tensor.is_contiguous():
             raise InvalidConfig(f"source.{name} is not contiguous; relay buffers must be")
-    if index.device.type == "cpu" and n and fields:
+    # Reading the index is free on the CPU; on CUDA it is a host sync, so only on opt-in.
+    if reads_values(validate, index) and n and fields:
         lo, hi = int(index.min()), int(index.max())
         if lo < 0 or hi >= source_rows:
             raise InvalidConfig(

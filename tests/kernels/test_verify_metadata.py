@@ -429,7 +429,7 @@ ERRORS: list[tuple[str, Any, str]] = [
     (
         "ragged-zero",
         lambda: build_ragged_verify_metadata(SEQ, torch.tensor([1, 0])),
-        r"num_tokens_per_req=\[1, 0\] has an entry < 1",
+        r"num_tokens_per_req\[1\]=0 is < 1; every request verifies >= 1 token",
     ),
     (
         "ragged-rows",

@@ -1,0 +1,226 @@
+"""Launcher-side checks of the TARGET_VERIFY metadata inputs; each message names the value and the fix.
+
+Two kinds. Shape, dtype and host-int checks never read tensor data and always run. Value checks
+(negative lengths, int32 overflow of every output, a ``req_to_token`` or page table too narrow for
+a row, indices outside the pool, a CPU mirror that disagrees with the device lengths) read the
+tensors: on the CPU that is free, so they always run; on CUDA every read is a host sync that the
+fused path exists to avoid, so they run there only when the caller passes ``validate=True``.
+Every value check is a vectorised torch reduction; only its verdict (and, on failure, the first
+offending entry) comes back to the host.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import torch
+
+from specstrat.errors import InvalidConfig
+from specstrat.kernels._checks import host_int, index_tensor
+from specstrat.kernels._triton import cdiv
+
+__all__ = [
+    "INT32_MAX",
+    "Paging",
+    "check_paging",
+    "check_total",
+    "check_values",
+    "host_mirror",
+    "uniform_tokens",
+]
+
+#: Largest value an int32 output holds; past it the kernel's store would wrap.
+INT32_MAX: Final = 2**31 - 1
+
+
+@dataclass(frozen=True, slots=True)
+class Paging:
+    """Validated page-table inputs: token table, the batch's rows of it, and the page size."""
+
+    req_pool_indices: torch.Tensor
+    req_to_token: torch.Tensor
+    page_size: int
+
+    @property
+    def max_pages(self) -> int:
+        return cdiv(self.req_to_token.shape[1], self.page_size)
+
+    @property
+    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.req_pool_indices, self.req_to_token
+
+
+def check_paging(
+    req_pool_indices: torch.Tensor | None,
+    req_to_token: torch.Tensor | None,
+    page_size: int,
+    seq_lens: torch.Tensor,
+) -> Paging | None:
+    """Shapes, dtypes and devices of the page-table inputs (their values: :func:`check_values`)."""
+    page_size = host_int("page_size", page_size, minimum=1)
+    if req_pool_indices is None and req_to_token is None:
+        return None
+    if req_pool_indices is None or req_to_token is None:
+        missing = "req_pool_indices" if req_pool_indices is None else "req_to_token"
+        raise InvalidConfig(f"{missing}=None; pass req_pool_indices and req_to_token together")
+    bs, dev = seq_lens.shape[0], seq_lens.device
+    rpi = index_tensor("req_pool_indices", req_pool_indices, ndim=1, device=dev, rows=bs)
+    rtt = index_tensor("req_to_token", req_to_token, ndim=2, device=dev)
+    if rtt.shape[1] == 0 or rtt.shape[0] == 0:
+        raise InvalidConfig(f"req_to_token.shape={tuple(rtt.shape)} is empty; size it [pool, ctx]")
+    return Paging(rpi, rtt, page_size)
+
+
+def uniform_tokens(num_tokens: int, bs: int) -> int:
+    """``T = num_tokens // bs``, refusing a remainder, 0 tokens for a real batch, or bs=0 tokens."""
+    num_tokens = host_int("num_tokens", num_tokens, minimum=0)
+    if bs == 0:
+        if num_tokens != 0:
+            raise InvalidConfig(f"num_tokens={num_tokens} with bs=0; an empty batch has 0 tokens")
+        return 0
+    if num_tokens % bs != 0:
+        raise InvalidConfig(
+            f"num_tokens={num_tokens} is not a multiple of bs={bs}; "
+            "pass bs * tokens_per_req tokens (use the ragged form for per-request widths)"
+        )
+    if num_tokens == 0:
+        raise InvalidConfig(
+            f"num_tokens=0 with bs={bs}; TARGET_VERIFY needs >= 1 token per request"
+        )
+    return num_tokens // bs
+
+
+def _first(mask: torch.Tensor) -> int | None:
+    """Flat index of the first ``True`` in ``mask``, or ``None`` (one host read, two on failure)."""
+    if not bool(mask.any()):
+        return None
+    return int(mask.reshape(-1).to(torch.int32).argmax())
+
+
+def check_total(name: str, total: int, what: str) -> None:
+    """The last entry of an int32 prefix sum must fit int32 (all its terms are >= 0)."""
+    if total > INT32_MAX:
+        raise InvalidConfig(
+            f"{name}[-1]={total} ({what}) exceeds the int32 max {INT32_MAX}; "
+            "split the batch so the sum fits int32"
+        )
+
+
+def check_values(
+    seq_lens: torch.Tensor,
+    tokens: int | torch.Tensor,
+    *,
+    padded_bs: int,
+    paging: Paging | None,
+    page_cols: int | None,
+) -> None:
+    """Value checks of one build; the caller has settled (with ``reads_values``) that they may run.
+
+    ``tokens`` is ``T`` (uniform/graph) or per-request counts (ragged); ``padded_bs - bs`` padding
+    rows each add ``T`` tokens. ``page_cols`` is the width of the page table being written.
+    """
+    bs = seq_lens.shape[0]
+    seq = seq_lens.to(torch.int64)
+    if (i := _first(seq < 0)) is not None:
+        raise InvalidConfig(f"seq_lens[{i}]={int(seq[i])} is negative; sequence lengths are >= 0")
+    if isinstance(tokens, torch.Tensor):
+        tok = tokens.to(torch.int64)
+        if (i := _first(tok < 1)) is not None:
+            raise InvalidConfig(
+                f"num_tokens_per_req[{i}]={int(tok[i])} is < 1; every request verifies >= 1 token"
+            )
+        pad_tokens = 0
+    else:
+        tok = torch.full_like(seq, tokens)
+        pad_tokens = (padded_bs - bs) * tokens
+    # seq >= 0 and tok >= 1 here, so INT32_MAX - tok cannot wrap even for int64 inputs.
+    if (i := _first(seq > INT32_MAX - tok)) is not None:
+        raise InvalidConfig(
+            f"cache_seqlens[{i}]=seq_lens[{i}] + tokens={int(seq[i]) + int(tok[i])} exceeds the "
+            f"int32 max {INT32_MAX}; sequences that long do not fit int32 metadata"
+        )
+    cache = seq + tok
+    total_q = int(tok.sum()) + pad_tokens
+    check_total("cu_seqlens_q", total_q, "query tokens of the batch")
+    check_total("cu_seqlens_k", int(seq.sum()) + total_q, "sum of cache_seqlens")
+    if paging is not None and bs:
+        _check_pages(cache, paging, page_cols)
+
+
+def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> None:
+    """Pool indices in range, every row's tokens inside req_to_token and the page table, ids int32."""
+    rpi, rtt, size = paging.req_pool_indices, paging.req_to_token, paging.page_size
+    pool, width = rtt.shape
+    if _first((rpi < 0) | (rpi >= pool)) is not None:
+        lo, hi = int(rpi.min()), int(rpi.max())
+        raise InvalidConfig(
+            f"req_pool_indices range {lo}..{hi} is outside req_to_token's {pool} rows; "
+            f"every index must lie in 0..{pool - 1}"
+        )
+    # A row past req_to_token's width (or the page table's) would get PAD_PAGE for its tail.
+    if (i := _first(cache > width)) is not None:
+        c = int(cache[i])
+        raise InvalidConfig(
+            f"cache_seqlens[{i}]={c} (seq_lens + tokens) needs {c} token slots "
+            f"({cdiv(c, size)} pages of page_size={size}) but req_to_token.shape[1]={width}; "
+            f"widen req_to_token to >= {int(cache.max())} columns"
+        )
+    num_pages = (cache + size - 1) // size
+    if page_cols is not None and (i := _first(num_pages > page_cols)) is not None:
+        raise InvalidConfig(
+            f"row {i} needs {int(num_pages[i])} pages (cache_seqlens[{i}]={int(cache[i])}, "
+            f"page_size={size}) but buffers.page_table has {page_cols} columns; allocate the "
+            f"buffers with max_pages >= {int(num_pages.max())}"
+        )
+    if rtt.dtype != torch.int64:
+        return  # an int32 token slot // page_size always fits int32
+    # Reads the first token slot of each page a row uses, as the kernel does.
+    pages = torch.arange(int(num_pages.max()), device=rtt.device)
+    used = pages[None, :] < num_pages[:, None]
+    slots = rtt[rpi.long()[:, None], (pages * size)[None, :]]
+    if (flat := _first(used & (slots // size > INT32_MAX))) is not None:
+        row, page = divmod(flat, pages.shape[0])
+        slot = int(slots[row, page])
+        raise InvalidConfig(
+            f"req_to_token[{int(rpi[row])}, {page * size}]={slot} gives page id {slot // size}, "
+            f"past the int32 max {INT32_MAX}; token slots must be < {(INT32_MAX + 1) * size}"
+        )
+
+
+def host_mirror(
+    name: str,
+    mirror: Sequence[int] | torch.Tensor,
+    bs: int,
+    *,
+    minimum: int,
+    device_twin: torch.Tensor | None,
+) -> torch.Tensor:
+    """A host mirror as an int64 CPU tensor, checked: ``bs`` entries, each ``>= minimum``.
+
+    The mirror is host data, so those checks always run. ``device_twin`` is the tensor it mirrors,
+    passed only when ``reads_values`` allows reading it; the two must then agree entry by entry.
+    """
+    if isinstance(mirror, torch.Tensor):
+        if mirror.device.type != "cpu":
+            raise InvalidConfig(
+                f"{name}.device={mirror.device}; the mirror must live on the CPU (reading a "
+                "device tensor here would be a host sync)"
+            )
+        values = mirror.reshape(-1).to(torch.int64)
+    else:
+        values = torch.as_tensor(mirror, dtype=torch.int64).reshape(-1)
+    if values.shape[0] != bs:
+        raise InvalidConfig(f"{name} has {values.shape[0]} entries; expected bs={bs}")
+    if (i := _first(values < minimum)) is not None:
+        raise InvalidConfig(f"{name}[{i}]={int(values[i])} must be >= {minimum}")
+    if device_twin is not None:
+        twin = device_twin.to(torch.int64)
+        if (i := _first(values.to(twin.device) != twin)) is not None:
+            source = name.removesuffix("_cpu")
+            raise InvalidConfig(
+                f"{name}[{i}]={int(values[i])} but {source}[{i}]={int(twin[i])}; the CPU mirror "
+                f"must be a copy of {source} taken at this step"
+            )
+    return values

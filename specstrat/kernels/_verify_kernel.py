@@ -1,0 +1,142 @@
+"""The fused TARGET_VERIFY metadata kernel and its torch twin, which compute the same outputs.
+
+The launchers in :mod:`specstrat.kernels.verify_metadata` validate the inputs and pick the path;
+these two only compute.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+import torch
+import torch.nn.functional as F
+
+from specstrat.kernels._triton import jit, tl
+from specstrat.kernels._verify_buffers import PAD_PAGE, PAD_SEQ_LEN, VerifyMetadataBuffers
+
+__all__ = ["verify_metadata_ref"]
+
+# One program covers 128 rows: decode batches of <=128 need a single program and no prefix loop.
+# Not yet swept on a GPU (no device was lent to the session that wrote this).
+_BLOCK_ROWS: Final = 128
+_BLOCK_PAGES: Final = 64
+
+
+@jit
+def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
+    seq_lens_ptr,
+    tokens_ptr,
+    req_pool_ptr,
+    req_to_token_ptr,
+    cu_q_ptr,
+    cache_ptr,
+    cu_k_ptr,
+    page_ptr,
+    bs,
+    padded_bs,
+    tokens_per_req,
+    req_to_token_width,
+    max_pages,
+    page_size,
+    RAGGED: tl.constexpr,
+    HAS_PAGES: tl.constexpr,
+    BLOCK_ROWS: tl.constexpr,
+    BLOCK_PAGES: tl.constexpr,
+):
+    pid = tl.program_id(0).to(tl.int64)
+    row0 = pid * BLOCK_ROWS
+    # Rows before this program's block: their token and key totals are this block's carries.
+    # O(bs) per program, and bs / BLOCK_ROWS programs: cheaper than a second launch.
+    carry_q = tl.zeros((), dtype=tl.int64)
+    carry_k = tl.zeros((), dtype=tl.int64)
+    for start in range(0, row0, BLOCK_ROWS):
+        prev = start + tl.arange(0, BLOCK_ROWS)
+        prev_real = prev < bs
+        prev_seq = tl.load(seq_lens_ptr + prev, mask=prev_real, other=0).to(tl.int64)
+        if RAGGED:
+            prev_tok = tl.load(tokens_ptr + prev, mask=prev_real, other=0).to(tl.int64)
+        else:
+            prev_tok = tl.where(prev < padded_bs, tokens_per_req, 0).to(tl.int64)
+        carry_q += tl.sum(prev_tok, axis=0)
+        carry_k += tl.sum(prev_seq + prev_tok, axis=0)
+
+    rows = row0 + tl.arange(0, BLOCK_ROWS)
+    real = rows < bs
+    in_bucket = rows < padded_bs
+    seq = tl.load(seq_lens_ptr + rows, mask=real, other=0).to(tl.int64)  # padding: PAD_SEQ_LEN
+    if RAGGED:
+        tok = tl.load(tokens_ptr + rows, mask=real, other=0).to(tl.int64)
+    else:
+        tok = tl.where(in_bucket, tokens_per_req, 0).to(tl.int64)
+    cache = seq + tok
+    cu_q = carry_q + tl.cumsum(tok, axis=0)
+    cu_k = carry_k + tl.cumsum(cache, axis=0)
+    tl.store(cache_ptr + rows, cache.to(tl.int32), mask=in_bucket)
+    tl.store(cu_q_ptr + rows + 1, cu_q.to(tl.int32), mask=in_bucket)
+    tl.store(cu_k_ptr + rows + 1, cu_k.to(tl.int32), mask=in_bucket)
+    first = rows == 0
+    tl.store(cu_q_ptr + rows, tl.zeros_like(rows).to(tl.int32), mask=first)
+    tl.store(cu_k_ptr + rows, tl.zeros_like(rows).to(tl.int32), mask=first)
+
+    if HAS_PAGES:
+        slot = tl.load(req_pool_ptr + rows, mask=real, other=0).to(tl.int64)
+        num_pages = tl.where(real, (cache + page_size - 1) // page_size, 0)
+        for p0 in range(0, max_pages, BLOCK_PAGES):
+            pages = p0 + tl.arange(0, BLOCK_PAGES)
+            token_pos = pages.to(tl.int64) * page_size
+            used = (
+                real[:, None]
+                & (pages[None, :] < num_pages[:, None])
+                & (token_pos[None, :] < req_to_token_width)
+            )
+            src = req_to_token_ptr + slot[:, None] * req_to_token_width + token_pos[None, :]
+            first_token = tl.load(src, mask=used, other=0).to(tl.int64)
+            page_id = tl.where(used, first_token // page_size, 0)  # 0 == PAD_PAGE
+            dst = page_ptr + rows[:, None] * max_pages + pages[None, :]
+            tl.store(
+                dst, page_id.to(tl.int32), mask=in_bucket[:, None] & (pages[None, :] < max_pages)
+            )
+
+
+def verify_metadata_ref(
+    seq_lens: torch.Tensor,
+    tokens: int | torch.Tensor,
+    out: VerifyMetadataBuffers,
+    req_pool_indices: torch.Tensor | None = None,
+    req_to_token: torch.Tensor | None = None,
+    page_size: int = 1,
+) -> None:
+    """Torch twin of the kernel: writes the metadata for ``seq_lens`` into ``out``.
+
+    ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor:
+    ragged form, where ``out.padded_bs == bs``). The launchers validate; this only computes.
+    """
+    bs, padded_bs = seq_lens.shape[0], out.padded_bs
+    dev = seq_lens.device
+    # Per-row query tokens: the real rows' counts, then T for each padding row.
+    if isinstance(tokens, int):
+        tok = torch.full((padded_bs,), tokens, dtype=torch.int64, device=dev)
+    else:
+        tok = tokens.to(torch.int64)
+    # Per-row prefix length: seq_lens, then PAD_SEQ_LEN for each padding row.
+    seq = seq_lens.to(torch.int64)
+    if padded_bs > bs:
+        seq = F.pad(seq, (0, padded_bs - bs), value=PAD_SEQ_LEN)
+    cache = seq + tok
+    # Both exclusive prefix sums in one cumsum: row 0 is tokens, row 1 is cache_seqlens.
+    prefix = F.pad(torch.cumsum(torch.stack([tok, cache]), dim=1), (1, 0))
+    out.cache_seqlens.copy_(cache)
+    out.cu_seqlens_q.copy_(prefix[0])
+    out.cu_seqlens_k.copy_(prefix[1])
+    if out.page_table is None or req_pool_indices is None or req_to_token is None:
+        return
+    # Reads the first token slot of each used page from the request's row of req_to_token.
+    width = req_to_token.shape[1]
+    pages = torch.arange(out.page_table.shape[1], device=dev)
+    token_pos = pages * page_size
+    num_pages = (cache[:bs] + page_size - 1) // page_size
+    used = (pages[None, :] < num_pages[:, None]) & (token_pos[None, :] < width)
+    rows = req_to_token[req_pool_indices.long()[:, None], token_pos.clamp(max=width - 1)[None, :]]
+    page_ids = rows if page_size == 1 else rows // page_size
+    out.page_table[:bs].copy_(torch.where(used, page_ids, PAD_PAGE))
+    out.page_table[bs:].fill_(PAD_PAGE)
