@@ -34,7 +34,10 @@ def _list(_: argparse.Namespace) -> int:
         info = registry.get(name).describe()
         print(name)
         for hook in HOOKS:
-            print(f"  {hook:<14} {info['strategies'][hook]}")
+            note = ""
+            if hook == "acceptance":
+                note = " (lossless)" if registry.get(name).lossless else " (lossy)"
+            print(f"  {hook:<14} {info['strategies'][hook]}{note}")
         caps = ", ".join(k for k, v in info["capabilities"].items() if v) or "-"
         print(f"  {'capabilities':<14} {caps}")
     if broken is not None:
@@ -123,19 +126,28 @@ def _demo(args: argparse.Namespace) -> int:
             raise SystemExit(
                 f"specstrat demo: {args.algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
-    summary, _ = run_demo(
-        algo,
-        overlap=args.overlap,
-        num_requests=args.requests,
-        num_draft_tokens=args.draft_tokens,
-        progress=not args.json,
-        disagg=args.disagg,
-    )
+    if args.trace is not None and args.disagg:
+        raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
+    trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
+    try:
+        summary, _ = run_demo(
+            algo,
+            overlap=args.overlap,
+            num_requests=args.requests,
+            num_draft_tokens=args.draft_tokens,
+            progress=not args.json,
+            disagg=args.disagg,
+            trace=trace,
+        )
+    finally:
+        if trace is not None:
+            trace.close()
     if args.json:
         print(json.dumps(summary.as_dict(), indent=2))
     else:
         print(summary.table())
-    return 0 if summary.lossless else 1
+    # A lossless rule whose output differs from target-only is a failure; a lossy rule says so.
+    return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
 
 
 def _positive(text: str) -> int:
@@ -167,6 +179,11 @@ def _parser() -> argparse.ArgumentParser:
         "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument(
+        "--trace",
+        metavar="FILE",
+        help="write one JSON line per step and request (drafts, accepted path, tokens, stop)",
+    )
     return parser
 
 

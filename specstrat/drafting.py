@@ -33,7 +33,7 @@ __all__ = [
     "VerifyInputs",
 ]
 
-DraftT_co = TypeVar("DraftT_co", covariant=True)
+_DraftT_co = TypeVar("_DraftT_co", covariant=True)
 
 
 def _int_tensor(name: str, value: object, shape: tuple[int, ...] | None, rank: int) -> None:
@@ -224,7 +224,7 @@ class StepOutcome:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DraftAdmission(Generic[DraftT_co]):
+class DraftAdmission(Generic[_DraftT_co]):
     """New requests for a drafter, after a local prefill or a PREBUILT admission.
 
     ``first_tokens`` ``[bs]``: each request's first generated token (not yet in the KV);
@@ -238,7 +238,7 @@ class DraftAdmission(Generic[DraftT_co]):
     first_tokens: torch.Tensor
     seq_lens: torch.Tensor
     hidden: torch.Tensor | None
-    draft_input: DraftT_co | None
+    draft_input: _DraftT_co | None
     prebuilt: bool
 
 

@@ -10,13 +10,13 @@ from specstrat.errors import StrategyError
 
 __all__ = ["call_hook"]
 
-P = ParamSpec("P")
-R = TypeVar("R")
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 def call_hook(
-    algorithm: str, hook: str, fn: Callable[P, R], *args: P.args, **kwargs: P.kwargs
-) -> R:
+    algorithm: str, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+) -> _R:
     """``fn(*args, **kwargs)``; an ``Exception`` from it is re-raised as a StrategyError that
     names ``algorithm.hook`` with the original chained (KeyboardInterrupt and other
     ``BaseException``s pass through unchanged)."""

@@ -1,6 +1,7 @@
 """The test kit specstrat ships: conformance runners, invariant checkers, hypothesis strategies.
 
-Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy) in your own tests;
+Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy: ``check_drafter``,
+``check_acceptance_rule``, ...) in your own tests;
 property-test metadata with ``verify_batches`` and ``check_verify_metadata``.
 """
 
@@ -12,6 +13,7 @@ from specstrat.testing.conformance import (
     check_target_verify_policy,
     run_conformance,
 )
+from specstrat.testing.drafting import check_acceptance_rule, check_drafter
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 from specstrat.testing.strategies import (
     num_draft_tokens,
@@ -24,8 +26,10 @@ from specstrat.testing.strategies import (
 __all__ = [
     "CheckResult",
     "VerifyBatch",
+    "check_acceptance_rule",
     "check_algorithm",
     "check_disagg_draft_builder",
+    "check_drafter",
     "check_future_map_factory",
     "check_target_verify_policy",
     "check_verify_metadata",

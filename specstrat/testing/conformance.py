@@ -301,10 +301,14 @@ def run_conformance(algo: object) -> list[CheckResult]:
                 "algorithm", False, f"{algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
         ]
+    from specstrat.testing.drafting import check_acceptance_rule, check_drafter
+
     checks: dict[str, Callable[[], None]] = {
         "target_verify": lambda: check_target_verify_policy(algo.target_verify),
         "future_map": lambda: check_future_map_factory(algo.future_map),
         "disagg": lambda: check_disagg_draft_builder(algo.disagg, capabilities=algo.capabilities),
+        "drafter": lambda: check_drafter(algo.drafter, capabilities=algo.capabilities),
+        "acceptance": lambda: check_acceptance_rule(algo.acceptance),
         "engine methods": lambda: _check_engine_methods(algo),
     }
     results: list[CheckResult] = []

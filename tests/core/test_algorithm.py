@@ -10,8 +10,10 @@ from specstrat import (
     EAGLE,
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
     InvalidConfig,
     InvalidStrategy,
+    NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     SlotFutureMapFactory,
     SpecAlgorithm,
@@ -27,6 +29,8 @@ def compose(**overrides: Any) -> SpecAlgorithm[Any]:
         "target_verify": FixedWidthVerifyPolicy(),
         "future_map": SlotFutureMapFactory(),
         "disagg": NoDraftStateDisaggDraftBuilder(),
+        "drafter": NgramDrafterFactory(),
+        "acceptance": GreedyAcceptance(),
     }
     fields.update(overrides)
     return SpecAlgorithm(**fields)
@@ -178,6 +182,8 @@ def test_describe_lists_strategies_and_capabilities() -> None:
         "target_verify": "FixedWidthVerifyPolicy",
         "future_map": "SlotFutureMapFactory",
         "disagg": "EagleDisaggDraftBuilder",
+        "drafter": "EagleHeadDrafterFactory",
+        "acceptance": "GreedyAcceptance",
     }
     assert info["capabilities"]["carries_draft_hidden_states"] is True
 

@@ -12,6 +12,8 @@ from specstrat import (
     Capabilities,
     EagleDisaggDraftBuilder,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     PrebuiltBatch,
     RelayPayload,
@@ -38,6 +40,8 @@ def algo(**kw: Any) -> SpecAlgorithm[Any]:
         "target_verify": FixedWidthVerifyPolicy(),
         "future_map": SlotFutureMapFactory(),
         "disagg": NoDraftStateDisaggDraftBuilder(),
+        "drafter": NgramDrafterFactory(),
+        "acceptance": GreedyAcceptance(),
     }
     return SpecAlgorithm(**{**fields, **kw})
 
@@ -193,13 +197,6 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
             None,
         ),
         r"last_tokens is torch.int64 \(1,\); .* \(bs=2\)",
-    ),
-    (
-        "builder-overlap-no-map",
-        lambda: NoDraftStateDisaggDraftBuilder().build_disagg_draft_input(
-            batch(enable_overlap=True), torch.tensor([1, 2]), None
-        ),
-        r"enable_overlap=True but future_map=None",
     ),
     (
         "metadata-not-multiple",

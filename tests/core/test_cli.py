@@ -16,6 +16,7 @@ from specstrat.cli import main
 
 BROKEN = """
 from specstrat import Capabilities, SlotFutureMapFactory, SpecAlgorithm, NoDraftStateDisaggDraftBuilder
+from specstrat import GreedyAcceptance, NgramDrafterFactory
 
 
 class WidePolicy:
@@ -32,6 +33,8 @@ ALGO = SpecAlgorithm(
     target_verify=WidePolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=NoDraftStateDisaggDraftBuilder(),
+    drafter=NgramDrafterFactory(),
+    acceptance=GreedyAcceptance(),
 )
 """
 
@@ -192,7 +195,8 @@ def test_demo_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
     captured = capsys.readouterr()
     assert "NGRAM (D=4, overlap off)" in captured.out
     assert "lossless                   yes" in captured.out
-    assert "[##############################] 3/3" in captured.err
+    assert "3/3" in captured.err  # the tqdm bar reached every request
+    assert "accepted by position" in captured.out
 
 
 def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -202,6 +206,8 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["algorithm"] == "EAGLE"
     assert summary["lossless"] is True
     assert summary["requests"] == 2
+    assert len(summary["acceptance_by_position"]) == 3  # D = 4: positions 1..3
+    assert summary["acceptance_rule_lossless"] is True
 
 
 def test_demo_unknown_algorithm(capsys: pytest.CaptureFixture[str]) -> None:

@@ -218,7 +218,14 @@ def test_stacking_builder_fails_on_empty_batch() -> None:
 def test_run_conformance_reports_every_check() -> None:
     """run_conformance returns one result per check and keeps going after a failure."""
     results = run_conformance(specstrat.EAGLE)
-    assert [r.name for r in results] == ["target_verify", "future_map", "disagg", "engine methods"]
+    assert [r.name for r in results] == [
+        "target_verify",
+        "future_map",
+        "disagg",
+        "drafter",
+        "acceptance",
+        "engine methods",
+    ]
     assert all(r.passed for r in results)
     bad = run_conformance("EAGLE")
     assert len(bad) == 1

@@ -1,4 +1,4 @@
-"""Disaggregation builders: batched draft inputs, overlap relay, and missing-field errors."""
+"""Disaggregation builders: batched draft inputs, the relay, and missing-field errors."""
 
 from typing import Any
 
@@ -21,7 +21,7 @@ from specstrat.testing import prebuilt_batches
 EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True)
 
 
-def eagle_batch(bs: int, *, hidden: bool = True, overlap: bool = False) -> PrebuiltBatch:
+def eagle_batch(bs: int, *, hidden: bool = True) -> PrebuiltBatch:
     return PrebuiltBatch(
         rids=tuple(f"r{i}" for i in range(bs)),
         slots=torch.arange(1, bs + 1),
@@ -29,7 +29,6 @@ def eagle_batch(bs: int, *, hidden: bool = True, overlap: bool = False) -> Prebu
         topk_p=torch.rand(bs, 4),
         topk_index=torch.randint(0, 100, (bs, 4)),
         hidden_states=torch.randn(bs, 8) if hidden else None,
-        enable_overlap=overlap,
     )
 
 
@@ -84,9 +83,9 @@ def test_dflash_starts_draft_kv_from_zero() -> None:
     assert out.seq_lens.tolist() == [10, 4]
 
 
-def test_overlap_relays_eagle_state_at_slots() -> None:
-    """With overlap on, the builder publishes seq lens and stashes every field at the slots."""
-    batch, last = eagle_batch(3, overlap=True), torch.tensor([7, 8, 9])
+def test_builder_relays_eagle_state_at_slots() -> None:
+    """Given a relay, the builder publishes seq lens and stashes every field at the slots."""
+    batch, last = eagle_batch(3), torch.tensor([7, 8, 9])
     relay = SlotFutureMapFactory().create_future_map(8, 8, 64, torch.device("cpu"))
     EagleDisaggDraftBuilder().build_disagg_draft_input(batch, last, relay)
     got = relay.resolve(torch.tensor([3, 1]))
@@ -97,7 +96,7 @@ def test_overlap_relays_eagle_state_at_slots() -> None:
     assert torch.equal(got.hidden_states, batch.hidden_states[[2, 0]])
 
 
-@given(prebuilt_batches(EAGLE_CAPS, enable_overlap=True))
+@given(prebuilt_batches(EAGLE_CAPS))
 def test_eagle_overlap_round_trip_for_any_batch(batch: PrebuiltBatch) -> None:
     """For any received batch, the relay resolves exactly what the builder returned."""
     relay = SlotFutureMapFactory().create_future_map(16, 8, 64, torch.device("cpu"))

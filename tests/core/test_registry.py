@@ -14,7 +14,9 @@ from specstrat import (
     ENTRY_POINT_GROUP,
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
     InvalidConfig,
+    NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     PluginLoadError,
     RegistrationError,
@@ -32,6 +34,8 @@ def make(name: str) -> SpecAlgorithm[None]:
         target_verify=FixedWidthVerifyPolicy(),
         future_map=SlotFutureMapFactory(),
         disagg=NoDraftStateDisaggDraftBuilder(),
+        drafter=NgramDrafterFactory(),
+        acceptance=GreedyAcceptance(),
     )
 
 

@@ -15,8 +15,10 @@ from specstrat import (
     DSPARK,
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
     InvalidConfig,
     KernelError,
+    NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     SlotFutureMapFactory,
     SpecAlgorithm,
@@ -116,6 +118,8 @@ def policy_algo(policy: FixedWidthVerifyPolicy) -> SpecAlgorithm[None]:
         target_verify=policy,
         future_map=SlotFutureMapFactory(),
         disagg=NoDraftStateDisaggDraftBuilder(),
+        drafter=NgramDrafterFactory(),
+        acceptance=GreedyAcceptance(),
     )
 
 

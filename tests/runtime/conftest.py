@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from specstrat.runtime import EmbeddedModels, ModelWorker
-from specstrat.runtime.model import ModelConfig, TinyLM
+from specstrat.runtime.models.model import ModelConfig, TinyLM
 
 TINY = ModelConfig(dim=32, layers=2, heads=2, mlp=64, max_positions=128)
 

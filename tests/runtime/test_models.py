@@ -11,8 +11,8 @@ import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.text import decode_indentation, encode_indentation
-from specstrat.runtime.train import corpus, main
+from specstrat.runtime.models.text import decode_indentation, encode_indentation
+from specstrat.runtime.models.train import corpus, main
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:
@@ -51,7 +51,7 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
     """Two short training runs with the same settings write identical weights."""
     paths = [tmp_path / "a.pt", tmp_path / "b.pt"]
     for path in paths:  # a subprocess each: training sets torch's global thread/determinism flags
-        cmd = [sys.executable, "-m", "specstrat.runtime.train", "--steps", "2", "--out", str(path)]
+        cmd = [sys.executable, "-m", "specstrat.runtime.models.train", "--steps", "2", "--out", str(path)]
         subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     a, b = (torch.load(p, weights_only=True) for p in paths)
     for model in ("target", "draft", "eagle"):

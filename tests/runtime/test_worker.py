@@ -5,7 +5,7 @@ import torch
 
 from specstrat import InvalidConfig
 from specstrat.runtime import ForwardMode
-from specstrat.runtime.model import CausalAttention, TinyLM
+from specstrat.runtime.models.model import CausalAttention, TinyLM
 from specstrat.runtime.worker import ModelWorker
 from tests.runtime.conftest import make_worker
 

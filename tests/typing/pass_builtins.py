@@ -1,5 +1,6 @@
 """mypy --strict accepts every built-in strategy as its Protocol and every built-in algorithm."""
 
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
@@ -13,23 +14,45 @@ from specstrat import (
     NGRAM,
     NONE,
     STANDALONE,
+    AcceptanceRule,
+    AttentionBackend,
+    CausalLM,
     DflashDisaggDraftBuilder,
     DflashDraftInput,
     DisaggDraftBuilder,
+    Drafter,
+    DrafterFactory,
+    DraftHead,
+    DraftKV,
+    DraftModelDrafterFactory,
     DsparkDisaggDraftBuilder,
     DsparkDraftInput,
     EagleDisaggDraftBuilder,
     EagleDraftInput,
+    EagleHeadDrafterFactory,
     FixedWidthVerifyPolicy,
     FutureMap,
     FutureMapFactory,
+    GreedyAcceptance,
+    LoadedModels,
+    ModelSet,
+    ModelShape,
+    NgramDrafterFactory,
+    NoDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     RingFutureMapFactory,
     SlotFutureMapFactory,
     SpecAlgorithm,
     TargetVerifyPolicy,
 )
-from specstrat.strategies import RingFutureMap, SlotFutureMap
+from specstrat.strategies import (
+    DraftModelDrafter,
+    EagleHeadDrafter,
+    NgramDrafter,
+    NoDrafter,
+    RingFutureMap,
+    SlotFutureMap,
+)
 
 fixed: TargetVerifyPolicy = FixedWidthVerifyPolicy(
     allow_on_draft_worker=True, draft_worker_offset=-1
@@ -55,3 +78,55 @@ dspark: SpecAlgorithm[DsparkDraftInput] = DSPARK
 every: tuple[SpecAlgorithm[Any], ...] = BUILTINS
 tokens: int = EAGLE.get_num_tokens_per_req_for_target_verify(4, False)
 alias: int = EAGLE.get_num_tokens_per_bs_for_target_verify(4)
+
+# Drafter factories (the `drafter` hook) and the acceptance rule (the `acceptance` hook).
+eagle_drafters: DrafterFactory[EagleDraftInput] = EagleHeadDrafterFactory()
+ngram_drafters: DrafterFactory[None] = NgramDrafterFactory()
+draft_lm_drafters: DrafterFactory[None] = DraftModelDrafterFactory()
+no_drafters: DrafterFactory[None] = NoDrafterFactory()
+# Contravariance: NoDrafterFactory's drafter admits any draft input, so it fits any algorithm.
+no_drafters_for_eagle: DrafterFactory[EagleDraftInput] = NoDrafterFactory()
+no_drafters_for_dspark: DrafterFactory[DsparkDraftInput] = NoDrafterFactory()
+greedy: AcceptanceRule = GreedyAcceptance()
+eagle_drafter_field: DrafterFactory[EagleDraftInput] = EAGLE.drafter
+eagle_acceptance: AcceptanceRule = EAGLE.acceptance
+lossless: bool = EAGLE.lossless
+
+
+class ToyLM:
+    """A one-layer causal LM over 4 tokens that never attends (for typing only)."""
+
+    shape = ModelShape(vocab_size=4, hidden_size=2, layers=1, heads=1, head_dim=2, max_positions=8)
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        n = tokens.shape[0]
+        return torch.zeros(n, 4), torch.zeros(n, 2)
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        return iter(())
+
+
+def toy_head(hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """An EAGLE-style head that always predicts token 0 and keeps the hidden state."""
+    return torch.zeros(tokens.shape[0], 4), hidden
+
+
+def no_history(slot: int) -> Sequence[int]:
+    """The target's committed tokens of a slot: none."""
+    return ()
+
+
+def draft_lm_drafter(runner: DraftKV) -> Drafter[None]:
+    """A draft-LM drafter needs a KV runner, which only the engine makes."""
+    return DraftModelDrafter(runner, no_history)
+
+
+lm: CausalLM = ToyLM()
+head: DraftHead = toy_head
+models: LoadedModels = ModelSet(target=ToyLM(), draft=ToyLM(), head=toy_head)
+no_drafter: Drafter[None] = NoDrafter()
+no_drafter_for_eagle: Drafter[EagleDraftInput] = NoDrafter()
+ngram_drafter: Drafter[None] = NgramDrafter(2, 4, no_history)
+eagle_drafter: Drafter[EagleDraftInput] = EagleHeadDrafter(toy_head, topk=2)

@@ -1,9 +1,9 @@
 """A custom algorithm: EAGLE's draft state, verifying one token fewer on the draft worker."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import specstrat
-from specstrat import EAGLE, EagleDraftInput, SlotFutureMapFactory, SpecAlgorithm
+from specstrat import EAGLE, EagleDraftInput, SpecAlgorithm
 
 
 @dataclass(frozen=True, slots=True)
@@ -17,12 +17,7 @@ class ShortDraftVerifyPolicy:
         return max(1, d - 1) if is_draft_worker else d
 
 
+# Everything else (relay, disagg builder, EAGLE-head drafter, greedy acceptance) is EAGLE's.
 MY_EAGLE: SpecAlgorithm[EagleDraftInput] = specstrat.register(
-    SpecAlgorithm(
-        name="MY_EAGLE",
-        capabilities=EAGLE.capabilities,  # draft KV, top-k, hidden states
-        target_verify=ShortDraftVerifyPolicy(),
-        future_map=SlotFutureMapFactory(),
-        disagg=EAGLE.disagg,  # EagleDisaggDraftBuilder
-    )
+    replace(EAGLE, name="MY_EAGLE", target_verify=ShortDraftVerifyPolicy())
 )

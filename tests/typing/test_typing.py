@@ -26,9 +26,9 @@ def fail_report() -> dict[str, list[tuple[str, str]]]:
     return errors
 
 
-def test_there_are_at_least_eight_wrong_examples() -> None:
-    """The typing kit holds at least 8 deliberately wrong strategies/algorithms."""
-    assert len(FAIL_FILES) >= 8
+def test_there_are_at_least_sixteen_wrong_examples() -> None:
+    """The typing kit holds at least 16 deliberately wrong strategies/algorithms."""
+    assert len(FAIL_FILES) >= 16
 
 
 @pytest.mark.parametrize("path", FAIL_FILES, ids=lambda p: p.stem)
@@ -45,6 +45,6 @@ def test_mypy_rejects_with_expected_code(
 
 def test_builtins_and_readme_example_pass_strict() -> None:
     """The positive typing files type-check cleanly under mypy --strict."""
-    files = [HERE / "pass_builtins.py", HERE / "readme_example.py"]
+    files = [HERE / "pass_builtins.py", HERE / "readme_example.py", HERE / "readme_drafter.py"]
     stdout, stderr, status = api.run(["--strict", *map(str, files)])
     assert status == 0, stdout + stderr

@@ -4,7 +4,9 @@ import torch
 from specstrat import (
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
     NoDraftStateDisaggDraftBuilder,
+    NoDrafterFactory,
     RelayPayload,
     SpecAlgorithm,
 )
@@ -28,4 +30,6 @@ ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(),
     future_map=WriteOnlyFactory(),
     disagg=NoDraftStateDisaggDraftBuilder(),
+    drafter=NoDrafterFactory(),
+    acceptance=GreedyAcceptance(),
 )

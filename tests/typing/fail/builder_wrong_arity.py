@@ -4,6 +4,8 @@ import torch
 from specstrat import (
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    NoDrafterFactory,
     PrebuiltBatch,
     SlotFutureMapFactory,
     SpecAlgorithm,
@@ -21,4 +23,6 @@ ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=NoRelayBuilder(),
+    drafter=NoDrafterFactory(),
+    acceptance=GreedyAcceptance(),
 )

@@ -2,7 +2,9 @@
 from specstrat import (
     Capabilities,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
     NoDraftStateDisaggDraftBuilder,
+    NoDrafterFactory,
     SlotFutureMapFactory,
     SpecAlgorithm,
 )
@@ -13,4 +15,6 @@ ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     FixedWidthVerifyPolicy(),
     SlotFutureMapFactory(),
     NoDraftStateDisaggDraftBuilder(),
+    NoDrafterFactory(),
+    GreedyAcceptance(),
 )

@@ -4,6 +4,8 @@ from specstrat import (
     DsparkDisaggDraftBuilder,
     EagleDraftInput,
     FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    NoDrafterFactory,
     SlotFutureMapFactory,
     SpecAlgorithm,
 )
@@ -14,4 +16,6 @@ ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=DsparkDisaggDraftBuilder(),
+    drafter=NoDrafterFactory(),
+    acceptance=GreedyAcceptance(),
 )

@@ -1,5 +1,12 @@
 # expect: arg-type target_verify
-from specstrat import Capabilities, NoDraftStateDisaggDraftBuilder, SlotFutureMapFactory, SpecAlgorithm
+from specstrat import (
+    Capabilities,
+    GreedyAcceptance,
+    NoDraftStateDisaggDraftBuilder,
+    NoDrafterFactory,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+)
 
 
 class StringWidthPolicy:
@@ -16,4 +23,6 @@ ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     target_verify=StringWidthPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=NoDraftStateDisaggDraftBuilder(),
+    drafter=NoDrafterFactory(),
+    acceptance=GreedyAcceptance(),
 )

@@ -1,0 +1,167 @@
+"""Conformance runners for the drafting hooks: ``check_drafter`` and ``check_acceptance_rule``.
+
+``check_acceptance_rule`` feeds a rule draft trees (chains, ragged chains, a branching tree) and
+target logits, and checks every answer against the contract the engine enforces
+(:mod:`specstrat.contracts`); a rule that says it is lossless must, at temperature 0, accept
+exactly what greedy decoding would. ``check_drafter`` runs the drafter for real: an engine on the
+embedded models (or yours), sync and overlap, D = 1 and 3, with greedy acceptance; its output must
+equal target-only decoding and every request slot and KV slot must come back.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any, cast
+
+import torch
+
+from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
+from specstrat.contracts import check_acceptance
+from specstrat.drafting import GREEDY, DrafterNeeds, DraftTree, VerifyInputs
+from specstrat.errors import ConformanceError, SpecstratError
+from specstrat.models import LoadedModels
+from specstrat.protocols import AcceptanceRule, DrafterFactory
+from specstrat.relay import RelayPayload
+from specstrat.strategies.acceptance import GreedyAcceptance
+from specstrat.strategies.disagg import NoDraftStateDisaggDraftBuilder
+from specstrat.strategies.future_map import SlotFutureMapFactory
+from specstrat.strategies.verify import FixedWidthVerifyPolicy
+
+__all__ = ["check_acceptance_rule", "check_drafter"]
+
+
+def _fail(hook: str, text: str, detail: str) -> ConformanceError:
+    return ConformanceError(f"{hook} broke the obligation '{text}': {detail}")
+
+
+def _trees(vocab: int, gen: torch.Generator) -> list[tuple[str, DraftTree, torch.Tensor]]:
+    """(name, drafts, logits) cases; drafts partly follow the logits' argmax so paths go deep."""
+    cases = []
+    for name, parents, lengths in (
+        ("chain", [-1, 0, 1], [3, 3, 3, 3]),
+        ("ragged chain", [-1, 0, 1], [0, 1, 3, 2]),
+        ("tree", [-1, -1, 0, 1, 2], [5, 5, 3, 1]),
+        ("empty", [], [0, 0, 0, 0]),
+    ):
+        bs, n = len(lengths), len(parents)
+        logits = torch.randn(bs, n + 1, vocab, generator=gen, dtype=torch.float64)
+        greedy = logits.argmax(-1)
+        parent = torch.tensor(parents, dtype=torch.int64).expand(bs, n)
+        tokens = greedy.gather(1, parent + 1)  # node j holds the target's choice at its parent
+        flip = torch.rand(bs, n, generator=gen) < 0.3
+        tokens = torch.where(flip, (tokens + 1) % vocab, tokens)
+        drafts = DraftTree(tokens.contiguous(), parent.contiguous(), torch.tensor(lengths))
+        cases.append((name, drafts, logits))
+    return cases
+
+
+def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> None:
+    """``rule`` answers every case with a path of the tree within its real nodes and a bonus in
+    the vocabulary, the same answer for the same greedy inputs, and — when it claims to be
+    lossless — exactly the greedy answer at temperature 0."""
+    hook = f"AcceptanceRule {type(rule).__name__}"
+    try:
+        check_strategy("acceptance", AcceptanceRule, rule)
+    except SpecstratError as exc:
+        raise _fail(hook, "implements AcceptanceRule", str(exc)) from exc
+    lossless = getattr(rule, "lossless", None)
+    if not isinstance(lossless, bool):
+        raise _fail(hook, "lossless is a bool", f"found {lossless!r}")
+    rule = cast(AcceptanceRule, rule)
+    gen = torch.Generator().manual_seed(seed)
+    for name, drafts, logits in _trees(vocab, gen):
+        inputs = VerifyInputs(
+            drafts=drafts,
+            logits=logits,
+            positions=torch.arange(drafts.bs, dtype=torch.int64) + 7,
+            sampling=(GREEDY,) * drafts.bs,
+        )
+        text = f"returns a root-to-node path of the draft tree ({name})"
+        try:
+            answer = rule.accept(inputs)
+            check_acceptance(hook, answer, drafts, vocab)
+            again = rule.accept(inputs)
+        except SpecstratError as exc:
+            raise _fail(hook, text, str(exc)) from exc
+        except Exception as exc:
+            raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
+        fields = ("accept_index", "accept_lengths", "bonus_tokens")
+        if any(not torch.equal(getattr(answer, f), getattr(again, f)) for f in fields):
+            raise _fail(hook, "answers the same greedy inputs the same way", name)
+        if lossless:
+            want = GreedyAcceptance().accept(inputs)
+            if any(not torch.equal(getattr(answer, f), getattr(want, f)) for f in fields):
+                raise _fail(
+                    hook,
+                    "a lossless rule accepts what greedy decoding would at temperature 0",
+                    f"{name}: accepted {answer.accept_lengths.tolist()} with bonus "
+                    f"{answer.bonus_tokens.tolist()}; greedy: {want.accept_lengths.tolist()} "
+                    f"with {want.bonus_tokens.tolist()}",
+                )
+
+
+def _capabilities(needs: DrafterNeeds) -> Capabilities:
+    hidden = needs.target_hidden_states or "hidden_states" in needs.prefill_fields
+    topk = bool({"topk_p", "topk_index"} & needs.prefill_fields)
+    return Capabilities(
+        has_draft_kv=needs.draft_model, carries_draft_hidden_states=hidden, need_topk=topk
+    )
+
+
+def check_drafter(
+    factory: object, *, models: LoadedModels | None = None, capabilities: Capabilities | None = None
+) -> None:
+    """``factory`` declares its needs, sends exactly them from the prefill side, and its drafter
+    runs in a real engine (sync and overlap, D = 1 and 3) without breaking any contract,
+    leaking a slot, or changing a token of target-only greedy output."""
+    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
+    from specstrat.runtime.demo import workload
+
+    hook = f"DrafterFactory {type(factory).__name__}"
+    try:
+        check_strategy("drafter", DrafterFactory, factory)
+    except SpecstratError as exc:
+        raise _fail(hook, "implements DrafterFactory", str(exc)) from exc
+    needs = getattr(factory, "needs", None)
+    if not isinstance(needs, DrafterNeeds):
+        raise _fail(hook, "needs is a DrafterNeeds", f"found {needs!r}")
+    drafter = cast("DrafterFactory[Any]", factory)
+    loaded: LoadedModels = models or EmbeddedModels.load()
+    hidden = torch.zeros(3, loaded.target.shape.hidden_size, dtype=torch.float64)
+    text = "prefill_payload returns exactly needs.prefill_fields, one row per request"
+    try:
+        payload = drafter.prefill_payload(loaded, torch.tensor([1, 2, 3]), hidden)
+    except Exception as exc:
+        raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
+    if not isinstance(payload, RelayPayload) or set(payload.present()) != needs.prefill_fields:
+        raise _fail(hook, text, f"returned {payload!r} for {sorted(needs.prefill_fields)}")
+    if payload.present() and payload.num_rows != 3:
+        raise _fail(hook, text, f"{payload.num_rows} rows for 3 requests")
+    algo: SpecAlgorithm[Any] = SpecAlgorithm(
+        name="CONFORMANCE",
+        capabilities=capabilities or _capabilities(needs),
+        target_verify=FixedWidthVerifyPolicy(),
+        future_map=SlotFutureMapFactory(),
+        disagg=NoDraftStateDisaggDraftBuilder(),
+        drafter=drafter,
+        acceptance=GreedyAcceptance(),
+    )
+    requests = [replace(r, max_new_tokens=24) for r in workload(3, seed=1)]
+    for d in (1, 3):
+        config = EngineConfig(num_draft_tokens=d, context_len=256, max_running_requests=4)
+        target_only = Engine("NONE", loaded, config).run(requests)
+        for overlap in (False, True):
+            engine = Engine(algo, loaded, replace(config, overlap=overlap))
+            before = (engine.free_slots, engine.free_kv_tokens)
+            text = f"runs losslessly with greedy acceptance (D={d}, overlap={overlap})"
+            try:
+                outputs = engine.run(requests)
+            except SpecstratError as exc:
+                raise _fail(hook, text, str(exc)) from exc
+            if outputs != target_only:
+                raise _fail(hook, text, "the output differs from target-only greedy decoding")
+            after = (engine.free_slots, engine.free_kv_tokens)
+            if after != before:
+                raise _fail(
+                    hook, "releases what it holds", f"free (slots, KV) {before} -> {after}"
+                )

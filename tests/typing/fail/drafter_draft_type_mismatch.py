@@ -1,0 +1,61 @@
+# expect: arg-type DrafterFactory[EagleDraftInput]
+from collections.abc import Sequence
+
+import torch
+
+from specstrat import (
+    Capabilities,
+    DraftAdmission,
+    DrafterContext,
+    DrafterNeeds,
+    DraftStep,
+    DraftTree,
+    DsparkDraftInput,
+    EagleDisaggDraftBuilder,
+    EagleDraftInput,
+    FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    LoadedModels,
+    RelayPayload,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+    StepOutcome,
+)
+
+
+class DsparkOnlyDrafter:
+    def admit(self, admission: DraftAdmission[DsparkDraftInput]) -> RelayPayload:
+        return RelayPayload()
+
+    def release(self, slots: Sequence[int]) -> None: ...
+
+    def propose(self, step: DraftStep) -> DraftTree:
+        return DraftTree.chain(step.last_tokens[:, None])
+
+    def commit(self, outcome: StepOutcome) -> RelayPayload:
+        return RelayPayload()
+
+
+class DsparkOnlyDrafterFactory:
+    @property
+    def needs(self) -> DrafterNeeds:
+        return DrafterNeeds()
+
+    def create_drafter(self, context: DrafterContext) -> DsparkOnlyDrafter:
+        return DsparkOnlyDrafter()
+
+    def prefill_payload(
+        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> RelayPayload:
+        return RelayPayload()
+
+
+ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=FixedWidthVerifyPolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=EagleDisaggDraftBuilder(),
+    drafter=DsparkOnlyDrafterFactory(),
+    acceptance=GreedyAcceptance(),
+)

@@ -1,0 +1,55 @@
+# expect: arg-type DrafterFactory[None]
+from collections.abc import Sequence
+
+import torch
+
+from specstrat import (
+    Capabilities,
+    DraftAdmission,
+    DrafterContext,
+    DrafterNeeds,
+    DraftStep,
+    DraftTree,
+    FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    LoadedModels,
+    NoDraftStateDisaggDraftBuilder,
+    RelayPayload,
+    SlotFutureMapFactory,
+    SpecAlgorithm,
+)
+
+
+class ForgetfulDrafter:  # never learns what the target accepted: no commit
+    def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
+        return RelayPayload()
+
+    def release(self, slots: Sequence[int]) -> None: ...
+
+    def propose(self, step: DraftStep) -> DraftTree:
+        return DraftTree.chain(step.last_tokens[:, None])
+
+
+class ForgetfulDrafterFactory:
+    @property
+    def needs(self) -> DrafterNeeds:
+        return DrafterNeeds()
+
+    def create_drafter(self, context: DrafterContext) -> ForgetfulDrafter:
+        return ForgetfulDrafter()
+
+    def prefill_payload(
+        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> RelayPayload:
+        return RelayPayload()
+
+
+ALGO: SpecAlgorithm[None] = SpecAlgorithm(
+    name="BROKEN",
+    capabilities=Capabilities(),
+    target_verify=FixedWidthVerifyPolicy(),
+    future_map=SlotFutureMapFactory(),
+    disagg=NoDraftStateDisaggDraftBuilder(),
+    drafter=ForgetfulDrafterFactory(),
+    acceptance=GreedyAcceptance(),
+)
