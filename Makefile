@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
 
-.PHONY: demo test lint typecheck pytest bench clean
+.PHONY: demo test test-slow lint typecheck pytest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -25,7 +25,11 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
-	$(VENV)/bin/pytest
+	$(VENV)/bin/pytest -m "not slow"
+
+# The full matrices (every algorithm x mode x D x stop tokens, disaggregation for each).
+test-slow: $(STAMP)
+	$(VENV)/bin/pytest -m slow
 
 test: lint typecheck pytest
 

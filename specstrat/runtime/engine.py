@@ -94,7 +94,7 @@ class Engine:
         )
         self._workers = [self.target]
         self.drafter = self._create_drafter()
-        graph_runner = (
+        self.graph_runner = (
             GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
             if algo.is_speculative() and cfg.use_graph_runner
             else None
@@ -102,7 +102,7 @@ class Engine:
         verifier = Verifier(
             self.target,
             self.tokens_per_req,
-            graph_runner=graph_runner,
+            graph_runner=self.graph_runner,
             ragged=cfg.ragged_verify and algo.capabilities.supports_ragged_verify,
         )
         self.future_map: FutureMap = self.init_overlap(self.target.device)

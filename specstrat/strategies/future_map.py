@@ -186,7 +186,8 @@ class RingFutureMap:
             entry = self._entry_of_slot[slot] or fresh.get(slot, 0)
             if not entry:
                 cursor = cursor % self.capacity + 1
-                owner = self._live_slot[cursor]
+                taken = {e: s for s, e in fresh.items()}  # entries this write already took
+                owner = self._live_slot[cursor] or taken.get(cursor, 0)
                 if owner:
                     raise RelayError(
                         f"ring future map capacity={self.capacity} is exhausted: slot={slot} "

@@ -125,3 +125,10 @@ def test_slot_map_never_returns_a_stale_value(steps: list[tuple[list[int], bool]
         elif relay.resolve(s).bonus_tokens is not None:
             got = relay.resolve(s).bonus_tokens.tolist()  # type: ignore[union-attr]
             assert got == [model.get(slot, 0) for slot in batch]
+
+
+def test_ring_refuses_one_write_wider_than_its_capacity() -> None:
+    """A single write of more fresh slots than the ring holds is refused, never aliased."""
+    ring = RingFutureMapFactory(capacity=3).create_future_map(8, 8, 64, torch.device("cpu"))
+    with pytest.raises(RelayError, match=r"capacity=3 is exhausted: slot=4 would overwrite"):
+        ring.publish(torch.arange(1, 7), torch.arange(6))

@@ -29,6 +29,4 @@ def make_worker(model: TinyLM, *, tokens: int = 600, requests: int = 8) -> Model
         max_running_requests=requests,
         context_len=model.cfg.max_positions,
         max_total_tokens=tokens,
-        device=torch.device("cpu"),
-        dtype=torch.float64,
     )

@@ -1,5 +1,6 @@
 """The plain scheduler: lossless speculation for every algorithm, overlap == sync, bad requests."""
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,21 +11,29 @@ from hypothesis import strategies as st
 import specstrat
 from specstrat import (
     EAGLE,
+    NGRAM,
     Capabilities,
     FixedWidthVerifyPolicy,
     InvalidConfig,
-    NoDraftStateDisaggDraftBuilder,
+    NgramDrafterFactory,
     RelayError,
     RingFutureMapFactory,
     SpecAlgorithm,
+    StrategyError,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, GraphRunner, Request
+from specstrat.runtime import (
+    EmbeddedModels,
+    Engine,
+    EngineConfig,
+    ForwardMode,
+    GraphRunner,
+    Request,
+)
 from specstrat.runtime.demo import workload
-from specstrat.runtime.drafters import NgramDrafter
+from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
 
-CONFIG = EngineConfig(context_len=512, max_running_requests=8)
-REQUESTS = workload(6, seed=3)
+REQUESTS = workload(6, seed=3)  # request 3 stops at its first newline
 
 
 def run(
@@ -35,48 +44,54 @@ def run(
     return Engine(algo, models, config).run(requests)
 
 
+def short_ngram() -> SpecAlgorithm[None]:
+    """A custom algorithm whose target verifies D - 1 tokens (T != D), without ragged verify."""
+    return replace(
+        NGRAM,
+        name="SHORT_NGRAM",
+        capabilities=Capabilities(),
+        target_verify=FixedWidthVerifyPolicy(target_offset=-1),
+    )
+
+
+ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, short_ngram()]
+
+
 @pytest.fixture(scope="module")
 def target_only(models: EmbeddedModels) -> dict[str, list[int]]:
     """Plain greedy decoding of the shared workload: what every algorithm must reproduce."""
     return run(specstrat.NONE, models)
 
 
-def ngram_short_draft() -> SpecAlgorithm[None]:
-    """A custom algorithm whose target verifies D - 1 tokens (T != D)."""
-    return SpecAlgorithm(
-        name="SHORT_NGRAM",
-        capabilities=Capabilities(),
-        target_verify=FixedWidthVerifyPolicy(target_offset=-1),
-        future_map=specstrat.SlotFutureMapFactory(),
-        disagg=NoDraftStateDisaggDraftBuilder(),
-    )
-
-
-ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, ngram_short_draft()]
-
-
 @pytest.mark.parametrize("algo", ALGOS, ids=lambda a: a.name)
 def test_lossless_for_every_algorithm(
     algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
-    """Speculative output equals target-only greedy output token for token."""
+    """Speculative output equals target-only greedy output token for token (D = 4, sync)."""
     assert run(algo, models) == target_only
 
 
-@pytest.mark.parametrize("algo", ALGOS, ids=lambda a: a.name)
-def test_lossless_with_one_draft_token(
+@pytest.mark.parametrize("algo", [EAGLE, NGRAM, specstrat.DSPARK], ids=lambda a: a.name)
+def test_overlap_and_one_draft_token(
     algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
-    """D = 1 (T = 1 drafts nothing where T = D) is lossless too; the draft LM's KV stays whole."""
+    """Overlap mode, and D = 1 (nothing to draft where T = D), reproduce target-only output."""
+    assert run(algo, models, overlap=True) == target_only
     assert run(algo, models, num_draft_tokens=1) == target_only
 
 
-@pytest.mark.parametrize("algo", [specstrat.NONE, *ALGOS], ids=lambda a: a.name)
-def test_overlap_equals_sync(
-    algo: SpecAlgorithm[Any], models: EmbeddedModels, target_only: dict[str, list[int]]
+@pytest.mark.slow
+@pytest.mark.parametrize("stops", [True, False], ids=["stops", "no-stops"])
+@pytest.mark.parametrize("d", [1, 4])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+@pytest.mark.parametrize("algo", ALGOS, ids=lambda a: a.name)
+def test_lossless_matrix(
+    algo: SpecAlgorithm[Any], overlap: bool, d: int, stops: bool, models: EmbeddedModels
 ) -> None:
-    """Overlap mode produces the same tokens as synchronous mode."""
-    assert run(algo, models, overlap=True) == target_only
+    """Every algorithm x mode x D x stop tokens: identical to target-only greedy decoding."""
+    requests = workload(8, seed=5, stops=stops)
+    want = run(specstrat.NONE, models, requests)
+    assert run(algo, models, requests, overlap=overlap, num_draft_tokens=d) == want
 
 
 def test_ragged_verify_runs_only_found_drafts(
@@ -86,7 +101,7 @@ def test_ragged_verify_runs_only_found_drafts(
     runs = {}
     for ragged in (True, False):
         config = EngineConfig(context_len=512, max_running_requests=8, ragged_verify=ragged)
-        engine = Engine(specstrat.NGRAM, models, config)
+        engine = Engine(NGRAM, models, config)
         assert engine.run(REQUESTS) == target_only
         runs[ragged] = engine.stats
     full = runs[False].verified_requests * 4  # T = D = 4 tokens per request per verify
@@ -97,29 +112,34 @@ def test_ragged_verify_runs_only_found_drafts(
 def test_ngram_sizes_are_checked() -> None:
     """A prompt-lookup drafter with min_ngram outside 1..max_ngram is refused, naming both."""
     with pytest.raises(InvalidConfig, match=r"min_ngram=3, max_ngram=2: need 1 <= min_ngram"):
-        NgramDrafter(max_ngram=2, min_ngram=3)
+        NgramDrafterFactory(min_ngram=3, max_ngram=2)
     with pytest.raises(InvalidConfig, match=r"min_ngram=0, max_ngram=4"):
-        NgramDrafter(min_ngram=0)
+        NgramDrafterFactory(min_ngram=0)
 
 
 def test_ragged_verify_needs_the_capability(models: EmbeddedModels) -> None:
-    """A prompt-lookup algorithm without ``supports_ragged_verify`` verifies every row full width."""
-    engine = Engine(ngram_short_draft(), models, CONFIG)
+    """Prompt lookup without ``supports_ragged_verify`` verifies every row full width."""
+    engine = Engine(short_ngram(), models, EngineConfig(context_len=512))
     engine.run(REQUESTS)
     assert engine.stats.verify_forward_tokens == engine.stats.verified_requests * 3  # T = D - 1
 
 
-def test_every_request_gets_exactly_its_tokens(
-    models: EmbeddedModels, target_only: dict[str, list[int]]
+def test_every_request_gets_its_tokens_and_everything_is_returned(
+    models: EmbeddedModels,
 ) -> None:
-    """Each request produces max_new_tokens tokens and all KV is returned afterwards."""
-    engine = Engine(EAGLE, models, CONFIG)
+    """Each request produces max_new_tokens tokens (or stops at its stop token), and every
+    request slot and KV slot of every model comes back."""
+    engine = Engine(specstrat.STANDALONE, models, EngineConfig(context_len=512))
+    before = (engine.free_slots, engine.free_kv_tokens)
     outputs = engine.run(REQUESTS)
-    assert {rid: len(out) for rid, out in outputs.items()} == {
-        r.rid: r.max_new_tokens for r in REQUESTS
-    }
-    assert engine.target.kv.available == engine.target.kv.capacity
-    assert engine.target.requests.available == CONFIG.max_running_requests
+    for request in REQUESTS:
+        out = outputs[request.rid]
+        if request.stop_token_ids:
+            assert out[-1] in request.stop_token_ids or len(out) == request.max_new_tokens
+            assert not set(out[:-1]) & request.stop_token_ids
+        else:
+            assert len(out) == request.max_new_tokens
+    assert (engine.free_slots, engine.free_kv_tokens) == before
 
 
 @settings(max_examples=6, deadline=None)
@@ -127,7 +147,7 @@ def test_every_request_gets_exactly_its_tokens(
     prompts=st.lists(st.binary(min_size=1, max_size=60), min_size=1, max_size=10),
     d=st.integers(1, 6),
     lengths=st.lists(st.integers(1, 40), min_size=10, max_size=10),
-    algo=st.sampled_from([specstrat.NGRAM, specstrat.EAGLE, specstrat.DSPARK, ngram_short_draft()]),
+    algo=st.sampled_from([NGRAM, EAGLE, specstrat.DSPARK, short_ngram()]),
     overlap=st.booleans(),
 )
 def test_lossless_property(
@@ -148,14 +168,16 @@ def test_lossless_property(
 def test_bad_requests_are_refused_without_disturbing_others(
     models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
-    """Empty prompts, prompts longer than the context and max_new_tokens <= 0 are refused; the
-    requests already submitted run as if nothing happened."""
-    engine = Engine(specstrat.NGRAM, models, CONFIG)
+    """Empty prompts, prompts longer than the context, max_new_tokens <= 0 and tokens outside the
+    vocabulary are refused; the requests already submitted run as if nothing happened."""
+    engine = Engine(NGRAM, models, EngineConfig(context_len=512))
     for request in REQUESTS:
         engine.submit(request)
-    with pytest.raises(InvalidConfig, match=r"request 'empty' has an empty prompt"):
+    with pytest.raises(InvalidConfig, match=r"request 'empty': prompt=\(\) must be a non-empty"):
         engine.submit(Request("empty", (), 4))
-    with pytest.raises(InvalidConfig, match=r"request 'zero': max_new_tokens=0 must be >= 1"):
+    with pytest.raises(
+        InvalidConfig, match=r"request 'zero': max_new_tokens=0 must be an int >= 1"
+    ):
         engine.submit(Request("zero", (1, 2), 0))
     with pytest.raises(
         InvalidConfig,
@@ -164,7 +186,7 @@ def test_bad_requests_are_refused_without_disturbing_others(
         engine.submit(Request("long", (65,) * 600, 4))
     with pytest.raises(InvalidConfig, match=r"request id 'req-0' was already submitted"):
         engine.submit(REQUESTS[0])
-    with pytest.raises(InvalidConfig, match=r"prompt tokens must be ints in 0\.\.255"):
+    with pytest.raises(InvalidConfig, match=r"prompt token 300 is outside the target's vocabulary"):
         engine.submit(Request("wide", (300,), 4))
     assert engine.run() == target_only
 
@@ -175,17 +197,14 @@ def test_ring_relay_runs_lossless_and_refuses_when_too_small(
     """A ring sized by the engines' formula relays correctly; one too small refuses, never aliases."""
 
     def with_ring(ring: RingFutureMapFactory) -> SpecAlgorithm[None]:
-        return SpecAlgorithm(
-            name="RING_NGRAM",
-            capabilities=Capabilities(),
-            target_verify=FixedWidthVerifyPolicy(),
-            future_map=ring,
-            disagg=NoDraftStateDisaggDraftBuilder(),
-        )
+        return replace(NGRAM, name="RING_NGRAM", future_map=ring)
 
     assert run(with_ring(RingFutureMapFactory()), models) == target_only
-    with pytest.raises(RelayError, match=r"ring future map capacity=3 is exhausted"):
+    with pytest.raises(
+        StrategyError, match=r"RING_NGRAM.future_map.publish: raised RelayError: ring future map"
+    ) as caught:
         run(with_ring(RingFutureMapFactory(capacity=3)), models)
+    assert isinstance(caught.value.__cause__, RelayError)
 
 
 def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> None:
@@ -198,12 +217,10 @@ def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> N
         results = []
         for engine in (eager_engine, graph_engine):
             slots = [engine.target.alloc_request() for _ in range(bs)]
-            engine.target.forward(specstrat.runtime.ForwardMode.EXTEND, slots, prompts)
+            engine.target.forward(ForwardMode.EXTEND, slots, prompts)
             results.append((engine, slots))
         (e, e_slots), (g, g_slots) = results
-        eager, _ = e.target.forward(
-            specstrat.runtime.ForwardMode.TARGET_VERIFY, e_slots, tokens.tolist()
-        )
+        eager, _ = e.target.forward(ForwardMode.TARGET_VERIFY, e_slots, tokens.tolist())
         assert g.graph_runner is not None
         replayed, _ = g.graph_runner.replay(g_slots, tokens)
         torch.testing.assert_close(replayed, eager, rtol=1e-12, atol=1e-12)
@@ -212,16 +229,10 @@ def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> N
 
 def test_draft_worker_verify_follows_the_policy(models: EmbeddedModels) -> None:
     """A draft worker may run TARGET_VERIFY only when the policy allows it; T follows it."""
-    engine = Engine(specstrat.DSPARK, models, CONFIG)
+    engine = Engine(specstrat.DSPARK, models, EngineConfig(context_len=512))
     runner = GraphRunner(engine.target, specstrat.DSPARK, 4, is_draft_worker=True)
     assert runner.tokens_per_req == 3
     with pytest.raises(
         InvalidConfig, match=r"algorithm EAGLE does not allow TARGET_VERIFY on the draft worker"
     ):
         GraphRunner(engine.target, EAGLE, 4, is_draft_worker=True)
-
-
-def test_engine_config_errors() -> None:
-    """Engine limits must be positive ints."""
-    with pytest.raises(InvalidConfig, match=r"EngineConfig.num_draft_tokens=0 must be an int >= 1"):
-        EngineConfig(num_draft_tokens=0)

@@ -51,7 +51,15 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
     """Two short training runs with the same settings write identical weights."""
     paths = [tmp_path / "a.pt", tmp_path / "b.pt"]
     for path in paths:  # a subprocess each: training sets torch's global thread/determinism flags
-        cmd = [sys.executable, "-m", "specstrat.runtime.models.train", "--steps", "2", "--out", str(path)]
+        cmd = [
+            sys.executable,
+            "-m",
+            "specstrat.runtime.models.train",
+            "--steps",
+            "2",
+            "--out",
+            str(path),
+        ]
         subprocess.run(cmd, check=True, capture_output=True, timeout=300)
     a, b = (torch.load(p, weights_only=True) for p in paths)
     for model in ("target", "draft", "eagle"):

@@ -112,15 +112,16 @@ def test_prebuilt_admission_continues_like_the_original(tiny: TinyLM) -> None:
     source.forward(M.EXTEND, [slot], [SEQS[1][:-1]])
     k, v = source.export_kv(slot)
     new_slot = dest.alloc_request()
-    dest.admit_prebuilt(new_slot, k, v)
+    dest.admit_prebuilt(new_slot, SEQS[1][:-1], k, v)
+    assert dest.tokens(new_slot) == SEQS[1][:-1]
     a, _ = source.forward(M.DECODE, [slot], [SEQS[1][-1:]])
     b, _ = dest.forward(M.DECODE, [new_slot], [SEQS[1][-1:]])
     torch.testing.assert_close(a, b)
 
 
-def test_idle_forward_is_empty(tiny: TinyLM) -> None:
-    """An IDLE forward over no requests returns zero rows."""
-    logits, hidden = make_worker(tiny).forward(M.IDLE, [], [])
+def test_empty_forward_is_empty(tiny: TinyLM) -> None:
+    """A forward over no requests returns zero rows and runs nothing."""
+    logits, hidden = make_worker(tiny).forward(M.DECODE, [], [])
     assert logits.shape == (0, 256)
     assert hidden.shape == (0, 32)
 
@@ -131,7 +132,7 @@ def test_worker_errors(tiny: TinyLM) -> None:
     slot = worker.alloc_request()
     with pytest.raises(InvalidConfig, match=r"request pool is full \(1 slots\)"):
         worker.alloc_request()
-    with pytest.raises(InvalidConfig, match=r"mode=DECODE needs equal tokens per request"):
+    with pytest.raises(InvalidConfig, match=r"mode=DECODE needs one token per request"):
         worker.forward(M.DECODE, [slot, slot], [[1], [1, 2]])
     with pytest.raises(InvalidConfig, match=r"KV pool has 20 free token slots, 21 needed"):
         worker.forward(M.EXTEND, [slot], [list(range(21))])
@@ -143,7 +144,7 @@ def test_worker_errors(tiny: TinyLM) -> None:
     with pytest.raises(InvalidConfig, match=r"rewind to new_len=3 outside 0\.\.0"):
         worker.rewind(slot, 3)
     with pytest.raises(InvalidConfig, match=r"prebuilt KV shapes"):
-        worker.admit_prebuilt(slot, torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
+        worker.admit_prebuilt(slot, [1, 2], torch.zeros(1, 2, 3, 4), torch.zeros(1, 2, 3, 4))
 
 
 def test_context_longer_than_positions_is_refused(tiny: TinyLM) -> None:
@@ -156,6 +157,21 @@ def test_context_longer_than_positions_is_refused(tiny: TinyLM) -> None:
             max_running_requests=1,
             context_len=512,
             max_total_tokens=10,
-            device=torch.device("cpu"),
-            dtype=torch.float64,
         )
+
+
+def test_the_request_pool_owns_committed_tokens(tiny: TinyLM) -> None:
+    """Tokens placed in the KV are readable per request; a rewind drops them with the KV."""
+    worker = make_worker(tiny)
+    slot = worker.alloc_request()
+    worker.forward(M.EXTEND, [slot], [[5, 6, 7]])
+    worker.forward(M.TARGET_VERIFY, [slot], [[8, 9, 10]])
+    assert worker.tokens(slot) == [5, 6, 7, 8, 9, 10]
+    worker.rewind(slot, 4)
+    assert (worker.tokens(slot), worker.length(slot)) == ([5, 6, 7, 8], 4)
+
+
+def test_kv_larger_than_memory_is_refused_before_allocating(tiny: TinyLM) -> None:
+    """An absurd max_total_tokens is refused with the bytes it needs, before any allocation."""
+    with pytest.raises(InvalidConfig, match=r"max_total_tokens=\d+ needs [\d.]+ GiB of KV cache"):
+        ModelWorker(tiny, max_running_requests=1, context_len=64, max_total_tokens=10**13)
