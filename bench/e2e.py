@@ -5,7 +5,9 @@
    the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
 2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
-   (target, draft LM and EAGLE head).
+   (target, draft LM and EAGLE head);
+4. one speculative step against one plain decode step, split into draft (drafter.propose),
+   verify forward, acceptance and the rest (scheduler: resolve, KV rewind, commit, relay).
 
 Usage: ``python bench/e2e.py [--repeats N] [--requests N]``. One intra-op thread (tiny tensors).
 """
@@ -24,7 +26,8 @@ import torch
 import specstrat
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime.demo import workload
-from specstrat.runtime.model import AttentionBackend, EagleHead, TinyLM
+from specstrat.models import AttentionBackend
+from specstrat.runtime.models.model import EagleHead, TinyLM
 from specstrat.runtime.worker import ModelWorker
 
 
@@ -101,9 +104,10 @@ def overhead(models: EmbeddedModels) -> None:
 
 @contextmanager
 def model_time(total: list[float]) -> Iterator[None]:
-    """Adds the wall time spent in model forwards to ``total[0]``: ``ModelWorker.run`` (target
-    and draft LM) and ``EagleHead.forward`` (the EAGLE-style head; never inside the former)."""
-    patched: list[tuple[type, str]] = [(ModelWorker, "run"), (EagleHead, "forward")]
+    """Adds the wall time spent in model forwards to ``total[0]``: ``ModelWorker.execute``
+    (target and draft LM) and ``EagleHead.forward`` (the EAGLE-style head; never inside the
+    former)."""
+    patched: list[tuple[type, str]] = [(ModelWorker, "execute"), (EagleHead, "forward")]
     originals: list[Callable[..., Any]] = [getattr(cls, name) for cls, name in patched]
 
     def timing(real: Callable[..., Any]) -> Callable[..., Any]:
@@ -145,6 +149,34 @@ def overlap(models: EmbeddedModels, repeats: int) -> None:
         print(f"{name:<10} {s:>7.2f} {o:>10.2f} {o / s:>12.2f}x {f:>8.2f} {o / f:>13.2f}x")
 
 
+def step_split(models: EmbeddedModels, requests: list[Request], repeats: int) -> None:
+    print("\n4. one decode step, split (ms per step, medians; D=4, sync)")
+    print(
+        f"{'algorithm':<11} {'step':>6} {'draft':>6} {'verify':>7} {'accept':>7} {'rest':>6}"
+        f" {'vs NONE step':>13} {'tokens/step/req':>16}"
+    )
+    rows: dict[str, list[list[float]]] = {}
+    for _ in range(repeats):
+        for name in ("NONE", "NGRAM", "STANDALONE", "EAGLE"):
+            _, engine = timed_run(specstrat.get(name), models, requests)
+            st = engine.stats
+            per = [
+                x / st.decode_steps * 1e3
+                for x in (st.decode_seconds, st.draft_seconds, st.verify_seconds, st.accept_seconds)
+            ]
+            rows.setdefault(name, []).append([*per, st.acceptance_length])
+    base = statistics.median(r[0] for r in rows["NONE"])
+    for name, samples in rows.items():
+        step, draft, verify, accept, length = (
+            statistics.median(r[i] for r in samples) for i in range(5)
+        )
+        rest = step - draft - verify - accept
+        print(
+            f"{name:<11} {step:>6.2f} {draft:>6.2f} {verify:>7.2f} {accept:>7.2f} {rest:>6.2f}"
+            f" {step / base:>12.2f}x {length:>16.2f}"
+        )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=5)
@@ -155,6 +187,7 @@ def main() -> None:
     speed(models, workload(args.requests), args.repeats)
     overhead(models)
     overlap(models, args.repeats)
+    step_split(models, workload(args.requests), args.repeats)
 
 
 if __name__ == "__main__":

@@ -108,7 +108,7 @@ class EngineConfig:
         return self.max_total_tokens or self.max_running_requests * self.context_len
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)
 class RunStats:
     """What a run did: tokens, steps, acceptance (overall and by draft position), stage times.
 

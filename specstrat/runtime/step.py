@@ -173,6 +173,13 @@ class StepRunner:
     def _draft(self, step: DraftStep) -> DraftTree:
         drafts = self.hook("drafter.propose", self.drafter.propose, step)
         check_drafts(self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab)
+        if not drafts.is_chain():
+            raise hook_error(
+                self.algo.name,
+                "drafter.propose",
+                "proposed a tree that is not a chain; this "
+                "engine verifies chains (tree attention masks are not built yet): parents j - 1",
+            )
         return drafts  # type: ignore[no-any-return]
 
     def _accept(self, drafts: DraftTree, logits: torch.Tensor, step: DraftStep) -> Acceptance:

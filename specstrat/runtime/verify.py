@@ -3,8 +3,8 @@
 The verify row of a request is the last verified token followed by its draft nodes, ``T`` tokens
 wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
 batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
-each request's real nodes (ragged metadata). Draft trees other than chains are refused here:
-tree attention masks are what a tree verify needs, and the attention does not take them yet.
+each request's real nodes (ragged metadata). It takes chains (the step refuses other trees: a
+tree verify needs tree attention masks, which the attention does not take yet).
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 import torch
 
 from specstrat.drafting import DraftTree
-from specstrat.errors import InvalidConfig
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
 from specstrat.runtime.worker import ModelWorker
@@ -42,11 +41,6 @@ class Verifier:
         """Logits ``[bs, T, V]`` and hidden ``[bs, T, H]`` at the root and each node, and how
         many tokens the target ran. Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req
-        if not drafts.is_chain():
-            raise InvalidConfig(
-                "the drafter proposed a tree that is not a chain; this engine verifies chains "
-                "(tree attention masks are not built yet): propose parents j - 1"
-            )
         rows = torch.cat([last[:, None], drafts.tokens], dim=1)
         if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
             rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)

@@ -13,6 +13,11 @@ from specstrat.testing.conformance import (
     check_target_verify_policy,
     run_conformance,
 )
+from specstrat.testing.doubles import (
+    FaultyAcceptance,
+    FaultyDrafterFactory,
+    FaultyFutureMapFactory,
+)
 from specstrat.testing.drafting import check_acceptance_rule, check_drafter
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 from specstrat.testing.strategies import (
@@ -25,6 +30,9 @@ from specstrat.testing.strategies import (
 
 __all__ = [
     "CheckResult",
+    "FaultyAcceptance",
+    "FaultyDrafterFactory",
+    "FaultyFutureMapFactory",
     "VerifyBatch",
     "check_acceptance_rule",
     "check_algorithm",

@@ -162,6 +162,4 @@ def check_drafter(
                 raise _fail(hook, text, "the output differs from target-only greedy decoding")
             after = (engine.free_slots, engine.free_kv_tokens)
             if after != before:
-                raise _fail(
-                    hook, "releases what it holds", f"free (slots, KV) {before} -> {after}"
-                )
+                raise _fail(hook, "releases what it holds", f"free (slots, KV) {before} -> {after}")

@@ -10,6 +10,7 @@ import specstrat
 from specstrat import errors
 from specstrat.relay import RELAY_FIELDS, RelayPayload
 
+
 def _public_modules() -> tuple[list[str], set[str]]:
     """Every module of the package whose dotted path has no private part, and the packages."""
     names, packages = ["specstrat"], {"specstrat"}

@@ -7,12 +7,12 @@ from typing import ClassVar
 import torch
 
 from specstrat import (
-    Capabilities,
+    NGRAM,
     FixedWidthVerifyPolicy,
     FutureMap,
+    NgramDrafterFactory,
     PrebuiltBatch,
     RelayPayload,
-    SlotFutureMapFactory,
     SpecAlgorithm,
 )
 
@@ -34,8 +34,8 @@ class LookupDisaggDraftBuilder:
     def build_disagg_draft_input(
         self, batch: PrebuiltBatch, last_tokens: torch.Tensor, future_map: FutureMap | None
     ) -> LookupDraftInput:
-        """One batched draft input; with overlap on, publish and stash at the slots."""
-        if batch.enable_overlap and future_map is not None:
+        """One batched draft input; given a relay, publish and stash at the slots."""
+        if future_map is not None:
             future_map.publish(batch.slots, batch.seq_lens)
             future_map.stash(batch.slots, RelayPayload(bonus_tokens=last_tokens))
         result = LookupDraftInput(last_tokens, batch.seq_lens)
@@ -43,10 +43,13 @@ class LookupDisaggDraftBuilder:
         return result
 
 
+# A new draft-input type changes the algorithm's type parameter: compose it field by field.
 LOOKUP: SpecAlgorithm[LookupDraftInput] = SpecAlgorithm(
     name="LOOKUP",
-    capabilities=Capabilities(supports_ragged_verify=True),
+    capabilities=NGRAM.capabilities,
     target_verify=FixedWidthVerifyPolicy(target_offset=-1),
-    future_map=SlotFutureMapFactory(),
+    future_map=NGRAM.future_map,
     disagg=LookupDisaggDraftBuilder(),
+    drafter=NgramDrafterFactory(),
+    acceptance=NGRAM.acceptance,
 )

@@ -37,7 +37,14 @@ from specstrat.runtime.models.weights import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.scheduler import Progress
 
-__all__ = ["READY_KEY", "DisaggResult", "backend_for", "connect", "prefill_main", "run_disaggregated"]
+__all__ = [
+    "READY_KEY",
+    "DisaggResult",
+    "backend_for",
+    "connect",
+    "prefill_main",
+    "run_disaggregated",
+]
 
 #: The key the prefill process sets in the decode side's store once it has connected.
 READY_KEY = "specstrat/prefill-ready"
