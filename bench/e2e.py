@@ -24,9 +24,9 @@ from typing import Any
 import torch
 
 import specstrat
+from specstrat.models import AttentionBackend
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime.demo import workload
-from specstrat.models import AttentionBackend
 from specstrat.runtime.models.model import EagleHead, TinyLM
 from specstrat.runtime.worker import ModelWorker
 

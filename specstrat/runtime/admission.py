@@ -211,4 +211,4 @@ def admit_prebuilt(
     if extra.present():
         steps.hook("future_map.stash", steps.relay.stash, slot_tensor, extra)
     first = batch.first_tokens.tolist()
-    return {slot: Produced([int(t)], [], [], []) for slot, t in zip(slots, first, strict=True)}
+    return {slot: Produced([int(t)]) for slot, t in zip(slots, first, strict=True)}

@@ -314,6 +314,7 @@ class Engine:
     ) -> dict[str, list[int]]:
         scheduler = self.scheduler
         scheduler.trace = trace
+        self.steps.tracing = trace is not None
         start = time.perf_counter()
         try:
             if self.config.overlap:
@@ -325,6 +326,7 @@ class Engine:
             raise
         finally:
             scheduler.trace = None
+            self.steps.tracing = False
             self.stats.seconds += time.perf_counter() - start
         outputs = {rid: scheduler.live.pop(rid).output for rid in self._this_run}
         self._this_run = []

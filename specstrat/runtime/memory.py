@@ -15,16 +15,15 @@ __all__ = ["KVPool", "RequestPool"]
 
 
 class RequestPool:
-    """Per request slot: ``req_to_token[slot, pos]`` (the KV slot of that position),
-    ``token_ids[slot, pos]`` (the token there) and ``lens[slot]`` (positions cached).
+    """Per request slot: ``req_to_token[slot, pos]`` (the KV slot of that position) and
+    ``tokens[slot]`` (the token at each cached position; its length is the sequence length).
 
     The one owner of sequence lengths and committed tokens; every other view is derived.
     """
 
     def __init__(self, size: int, context_len: int, device: torch.device) -> None:
         self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
-        self.token_ids = torch.zeros(size + 1, context_len, dtype=torch.int64)  # host side
-        self.lens = [0] * (size + 1)  # KV length per slot, host side
+        self.tokens: list[list[int]] = [[] for _ in range(size + 1)]  # host side
         self.size = size
         self._free = list(range(size, 0, -1))
 
@@ -32,6 +31,10 @@ class RequestPool:
     def available(self) -> int:
         """Free request slots."""
         return len(self._free)
+
+    def length(self, slot: int) -> int:
+        """Positions cached for ``slot``."""
+        return len(self.tokens[slot])
 
     def alloc(self) -> int:
         """A free slot in ``1..size``."""
@@ -43,12 +46,12 @@ class RequestPool:
 
     def free(self, slot: int) -> None:
         """Return ``slot`` (its KV must be released first)."""
-        self.lens[slot] = 0
+        self.tokens[slot] = []
         self._free.append(slot)
 
     def reset(self) -> None:
         """Every slot free (after a failed run; the KV pool is reset alongside)."""
-        self.lens = [0] * (self.size + 1)
+        self.tokens = [[] for _ in range(self.size + 1)]
         self._free = list(range(self.size, 0, -1))
 
 

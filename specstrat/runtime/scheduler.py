@@ -155,9 +155,9 @@ class Scheduler:
                 record = {
                     "step": step,
                     "rid": live.request.rid,
-                    "drafts": result.drafts,
-                    "parents": result.parents,
-                    "accepted": result.accepted,
+                    "drafts": list(result.drafts),
+                    "parents": list(result.parents),
+                    "accepted": list(result.accepted),
                     "tokens": result.tokens,
                     "stop": live.finished
                     and bool(live.output)

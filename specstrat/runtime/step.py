@@ -41,12 +41,13 @@ __all__ = ["Produced", "StepRunner"]
 
 @dataclass(frozen=True, slots=True)
 class Produced:
-    """What one step produced for one request: tokens, and what was drafted and accepted."""
+    """What one step produced for one request: its tokens and, when the run is traced, what
+    was drafted (tokens, parents) and which nodes were accepted."""
 
     tokens: list[int]
-    drafts: list[int]
-    parents: list[int]
-    accepted: list[int]
+    drafts: Sequence[int] = ()
+    parents: Sequence[int] = ()
+    accepted: Sequence[int] = ()
 
 
 class StepRunner:
@@ -65,6 +66,7 @@ class StepRunner:
         self.verifier, self.relay, self.stats = verifier, relay, stats
         self.max_nodes = verifier.tokens_per_req - 1
         self.vocab = worker.shape.vocab_size
+        self.tracing = False  # set by the scheduler while a run is traced
 
     def hook(self, hook: str, fn: Any, *args: Any) -> Any:
         """Call one of the algorithm's hooks (``hook`` names it, e.g. ``drafter.propose``)."""
@@ -113,9 +115,7 @@ class StepRunner:
         )
         payload = self.admit_drafter(admission)
         self.relay_write(self._slots(slots), lens, payload.merged(RelayPayload(bonus_tokens=first)))
-        return {
-            s: Produced([int(t)], [], [], []) for s, t in zip(slots, first.tolist(), strict=True)
-        }
+        return {s: Produced([int(t)]) for s, t in zip(slots, first.tolist(), strict=True)}
 
     # -- decode -------------------------------------------------------------------------------
 
@@ -222,14 +222,20 @@ class StepRunner:
             self._slots(step.slots), new_lens, payload.merged(RelayPayload(bonus_tokens=bonus))
         )
         path = drafts.tokens.gather(1, index.clamp(min=0)).tolist()
+        bonuses = bonus.tolist()
+        if not self.tracing:
+            return {
+                slot: Produced([*path[i][: counts[i]], bonuses[i]])
+                for i, slot in enumerate(step.slots)
+            }
         real = drafts.lengths.tolist()
         tokens, parents, nodes = drafts.tokens.tolist(), drafts.parents.tolist(), index.tolist()
         return {
             slot: Produced(
-                [*path[i][: counts[i]], int(b)],
+                [*path[i][: counts[i]], bonuses[i]],
                 tokens[i][: real[i]],
                 parents[i][: real[i]],
                 nodes[i][: counts[i]],
             )
-            for i, (slot, b) in enumerate(zip(step.slots, bonus.tolist(), strict=True))
+            for i, slot in enumerate(step.slots)
         }

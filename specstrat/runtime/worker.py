@@ -107,28 +107,28 @@ class ModelWorker:
 
     def length(self, slot: int) -> int:
         """Positions of the request whose KV is cached."""
-        return self.requests.lens[slot]
+        return len(self.requests.tokens[slot])
 
-    def tokens(self, slot: int) -> list[int]:
-        """The request's committed tokens (those in its KV), in order."""
-        return self.requests.token_ids[slot, : self.requests.lens[slot]].tolist()
+    def tokens(self, slot: int) -> Sequence[int]:
+        """The request's committed tokens (those in its KV), in order; read-only view."""
+        return self.requests.tokens[slot]
 
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their slots are reused."""
-        old = self.requests.lens[slot]
+        old = len(self.requests.tokens[slot])
         if not 0 <= new_len <= old:
             raise InvalidConfig(f"rewind to new_len={new_len} outside 0..{old} for slot {slot}")
         if new_len < old:
             locs = self.requests.req_to_token[slot, new_len:old].tolist()
             self.kv.free([int(x) for x in locs])
-            self.requests.lens[slot] = new_len
+            del self.requests.tokens[slot][new_len:]
 
     # -- forwards -----------------------------------------------------------------------------
 
     def place(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> PreparedTokens:
         """Allocate KV slots for ``tokens[i]`` after request ``slots[i]`` and record them."""
         counts = [len(t) for t in tokens]
-        prefix = [self.requests.lens[s] for s in slots]
+        prefix = [len(self.requests.tokens[s]) for s in slots]
         for slot, start, count in zip(slots, prefix, counts, strict=True):
             if start + count > self.context_len:
                 raise InvalidConfig(
@@ -139,11 +139,8 @@ class ModelWorker:
         # One indexed write for the whole batch: row = request slot, column = position.
         rows = [slot for slot, count in zip(slots, counts, strict=True) for _ in range(count)]
         self.requests.req_to_token[rows, positions] = torch.tensor(locations, dtype=torch.int32)
-        self.requests.token_ids[rows, positions] = torch.tensor(
-            [t for seq in tokens for t in seq], dtype=torch.int64
-        )
-        for slot, start, count in zip(slots, prefix, counts, strict=True):
-            self.requests.lens[slot] = start + count
+        for slot, seq in zip(slots, tokens, strict=True):
+            self.requests.tokens[slot].extend(int(t) for t in seq)
         return PreparedTokens(list(slots), prefix, counts, positions, locations)
 
     def metadata(self, mode: ForwardMode, prepared: PreparedTokens) -> VerifyMetadata:
@@ -235,7 +232,7 @@ class ModelWorker:
 
     def export_kv(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of a request, ``[layers, length, heads, head_dim]`` each (for transfer)."""
-        locs = self.requests.req_to_token[slot, : self.requests.lens[slot]].long()
+        locs = self.requests.req_to_token[slot, : self.length(slot)].long()
         return self.kv.k[:, locs].clone(), self.kv.v[:, locs].clone()
 
     def admit_prebuilt(
@@ -249,8 +246,8 @@ class ModelWorker:
                 f"prebuilt KV shapes k={tuple(k.shape)} v={tuple(v.shape)}; expected "
                 f"[layers, length, heads, head_dim] = {want}"
             )
-        if self.requests.lens[slot]:
-            raise InvalidConfig(f"slot {slot} already holds {self.requests.lens[slot]} tokens")
+        if self.length(slot):
+            raise InvalidConfig(f"slot {slot} already holds {self.length(slot)} tokens")
         prepared = self.place([slot], [tokens])
         locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
