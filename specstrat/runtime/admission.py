@@ -9,7 +9,7 @@ field batched, requests in order, the drafter's prefill payload as a
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,7 +61,10 @@ class TransferBatch:
         ]
 
 
-def _int_field(name: str, tensor: object, bs: int, fail: Any) -> torch.Tensor:
+_Fail = Callable[..., DisaggError]
+
+
+def _int_field(name: str, tensor: object, bs: int, fail: _Fail) -> torch.Tensor:
     if (
         not isinstance(tensor, torch.Tensor)
         or tensor.dtype != torch.int64
@@ -141,7 +144,7 @@ def check_transfer(
 
 
 def _check_payload(
-    payload: RelayPayload, needed: frozenset[str], bs: int, shape: ModelShape, fail: Any
+    payload: RelayPayload, needed: frozenset[str], bs: int, shape: ModelShape, fail: _Fail
 ) -> None:
     present = payload.present()
     missing = sorted(needed - set(present))

@@ -51,17 +51,22 @@ def test_disaggregated_equals_single_process(
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("stops", [True, False], ids=["stops", "no-stops"])
 @pytest.mark.parametrize("d", [1, 4])
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 @pytest.mark.parametrize(
     "algo", [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, LOOKUP], ids=lambda a: a.name
 )
 def test_disaggregated_matrix(
-    algo: SpecAlgorithm[Any], overlap: bool, d: int, models: EmbeddedModels
+    algo: SpecAlgorithm[Any], overlap: bool, d: int, stops: bool, models: EmbeddedModels
 ) -> None:
-    """Every algorithm x mode x D disaggregated equals single-process target-only output."""
-    want = Engine(specstrat.NONE, models, replace(CONFIG, num_draft_tokens=d)).run(REQUESTS)
-    assert disagg(algo, models, overlap=overlap, num_draft_tokens=d).outputs == want
+    """Every algorithm x mode x D x stop tokens disaggregated equals single-process
+    target-only output."""
+    requests = workload(6, seed=11, stops=stops)
+    want = Engine(specstrat.NONE, models, replace(CONFIG, num_draft_tokens=d)).run(requests)
+    config = replace(CONFIG, overlap=overlap, num_draft_tokens=d)
+    result = run_disaggregated(algo, requests, config, models=models, batch_size=4, timeout=TIMEOUT)
+    assert result.outputs == want
 
 
 def test_a_batch_with_a_bad_payload_is_refused_alone(
