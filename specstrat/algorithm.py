@@ -29,7 +29,7 @@ from specstrat.protocols import (
     TargetVerifyPolicy,
 )
 
-__all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy"]
+__all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy", "required_capabilities"]
 
 #: Each strategy field of :class:`SpecAlgorithm` and the Protocol it must satisfy.
 HOOKS: dict[str, type] = {
@@ -40,11 +40,20 @@ HOOKS: dict[str, type] = {
     "acceptance": AcceptanceRule,
 }
 
-#: What each drafter need requires of the capabilities: (need, capability).
-_NEEDS_CAPABILITY = (
-    ("target_hidden_states", "carries_draft_hidden_states"),
-    ("draft_model", "has_draft_kv"),
-)
+
+def required_capabilities(needs: DrafterNeeds) -> dict[str, str]:
+    """The capabilities a drafter's needs require, each with the need that requires it."""
+    required: dict[str, str] = {}
+    if needs.target_hidden_states:
+        required["carries_draft_hidden_states"] = "target_hidden_states"
+    if "hidden_states" in needs.prefill_fields:
+        required.setdefault("carries_draft_hidden_states", "prefill_fields hidden_states")
+    if needs.draft_model:
+        required["has_draft_kv"] = "draft_model"
+    if {"topk_p", "topk_index"} & needs.prefill_fields:
+        required["need_topk"] = "prefill_fields topk"
+    return required
+
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
 
@@ -187,14 +196,8 @@ class SpecAlgorithm(Generic[DraftT_co]):
                 f"drafter={kind}.needs is {needs!r}; DrafterFactory needs a `needs` property "
                 "returning specstrat.DrafterNeeds"
             )
-        caps = self.capabilities
-        wanted = [(n, c) for n, c in _NEEDS_CAPABILITY if getattr(needs, n)]
-        if {"topk_p", "topk_index"} & needs.prefill_fields:
-            wanted.append(("prefill_fields topk", "need_topk"))
-        if "hidden_states" in needs.prefill_fields:
-            wanted.append(("prefill_fields hidden_states", "carries_draft_hidden_states"))
-        for need, capability in wanted:
-            if not getattr(caps, capability):
+        for capability, need in required_capabilities(needs).items():
+            if not getattr(self.capabilities, capability):
                 raise InvalidStrategy(
                     f"{self.name}: drafter={kind} needs {need} but capabilities."
                     f"{capability}=False; declare Capabilities({capability}=True) or use a "
@@ -299,7 +302,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
 
 _dataclass_init = SpecAlgorithm.__init__
 _MIGRATION = (
-    "SpecAlgorithm needs {missing} since 0.2.0 (how it drafts and how it accepts); compose from "
+    "SpecAlgorithm needs {missing} (how it drafts and how it accepts; required since 0.2.0); compose from "
     "a built-in with dataclasses.replace(EAGLE, name=..., ...), or pass e.g. "
     "drafter=EagleHeadDrafterFactory(), acceptance=GreedyAcceptance()"
 )
@@ -308,7 +311,7 @@ _MIGRATION = (
 def _init_with_migration_hint(self: SpecAlgorithm[Any], *args: Any, **kwargs: Any) -> None:
     """The dataclass __init__, with a migration hint when the 0.2.0 fields are missing."""
     missing = [f for f in ("drafter", "acceptance") if f not in kwargs]
-    if missing and not args:
+    if missing:
         raise InvalidStrategy(_MIGRATION.format(missing=" and ".join(missing)))
     _dataclass_init(self, *args, **kwargs)
 

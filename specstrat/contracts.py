@@ -14,7 +14,14 @@ from specstrat.drafting import Acceptance, DraftTree
 from specstrat.errors import StrategyError
 from specstrat.relay import RelayPayload
 
-__all__ = ["check_acceptance", "check_drafts", "check_payload", "hook_error"]
+__all__ = ["check_acceptance", "check_drafts", "check_payload", "describe", "hook_error"]
+
+
+def describe(value: object) -> str:
+    """A tensor's dtype and shape, or any other value's type name (for error messages)."""
+    if isinstance(value, torch.Tensor):
+        return f"{value.dtype} {tuple(value.shape)}"
+    return type(value).__name__
 
 
 def hook_error(algorithm: str, hook: str, problem: str) -> StrategyError:
@@ -83,11 +90,7 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
             or tensor.dtype != torch.int64
             or tuple(tensor.shape) != shape
         ):
-            got = (
-                f"{tensor.dtype} {tuple(tensor.shape)}"
-                if isinstance(tensor, torch.Tensor)
-                else type(tensor).__name__
-            )
+            got = describe(tensor)
             raise hook_error(algorithm, hook, f"{name} is {got}; expected torch.int64 {shape}")
     lengths, index = acceptance.accept_lengths.cpu(), acceptance.accept_index.cpu()
     real = drafts.lengths.cpu()

@@ -119,7 +119,7 @@ class DraftTree:
         ):
             raise InvalidConfig(f"DraftTree.confidence must be a float tensor [bs={bs}, n={n}]")
         if self.tokens.device.type != "cpu" or not bs or not n:
-            return  # on a GPU these would be host syncs; the engine checks CPU trees
+            return  # on a GPU these value checks would be host syncs: CPU trees only
         if bool((self.lengths < 0).any()) or bool((self.lengths > n).any()):
             raise InvalidConfig(f"DraftTree.lengths={self.lengths.tolist()} must lie in 0..{n}")
         column = torch.arange(n)
@@ -239,7 +239,6 @@ class DraftAdmission(Generic[_DraftT_co]):
     seq_lens: torch.Tensor
     hidden: torch.Tensor | None
     draft_input: _DraftT_co | None
-    prebuilt: bool
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -247,14 +246,13 @@ class DrafterNeeds:
     """What a drafter needs from the engine and the algorithm, declared, checked at construction.
 
     ``target_hidden_states``: reads the target's hidden states (the algorithm must carry them);
-    ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``draft_head``: runs
-    the draft head; ``prefill_fields``: the relay fields the prefill side of disaggregation must
-    send for it (``topk_*`` need ``need_topk``, ``hidden_states`` need the hidden capability).
+    ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``prefill_fields``:
+    the relay fields the prefill side of disaggregation must send for it (``topk_*`` need
+    ``need_topk``, ``hidden_states`` need ``carries_draft_hidden_states``).
     """
 
     target_hidden_states: bool = False
     draft_model: bool = False
-    draft_head: bool = False
     prefill_fields: frozenset[RelayField] = frozenset()
 
 

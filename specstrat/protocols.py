@@ -74,9 +74,12 @@ class FutureMap(Protocol):
 
     ``slots`` are request-pool indices (int64 tensors on the relay's device); row 0 is the
     padding row that padded graph batches may read and write harmlessly. Called by the scheduler
-    in overlap mode: ``publish`` when step N's new sequence lengths are known, ``stash`` when its
-    bonus tokens (and, as the algorithm needs, topk / hidden states) are produced, ``resolve``
-    when step N+1 builds its inputs.
+    in both modes (the relay is always on): ``publish`` when step N's new sequence lengths are
+    known, ``stash`` when its bonus tokens (and the drafter's relayed state) are produced,
+    ``resolve`` when step N+1 builds its inputs.
+
+    The scheduler resolves a finished request's slots once more when it releases them, so a
+    relay that frees entries once read (the ring) holds nothing for finished requests.
 
     Guarantees: ``resolve(slots)`` returns, for each slot, the values of the latest
     ``publish``/``stash`` to that slot (never another request's, never a stale one); a write to
@@ -146,6 +149,7 @@ class DisaggDraftBuilder(Protocol[DraftT_co]):
         ...
 
 
+@runtime_checkable
 class DraftAdmitter(Protocol[DraftT_contra]):
     """A drafter's request lifetime: requests come in, requests go.
 
@@ -168,6 +172,7 @@ class DraftAdmitter(Protocol[DraftT_contra]):
         ...
 
 
+@runtime_checkable
 class DraftProposer(Protocol):
     """A drafter's step: propose a draft tree, then learn what the target accepted.
 
@@ -176,7 +181,7 @@ class DraftProposer(Protocol):
 
     Guarantees: ``propose`` returns a :class:`~specstrat.drafting.DraftTree` with one row per
     request of ``step.slots``, at most ``step.max_nodes`` nodes, token ids in the target's
-    vocabulary; a deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every
+    vocabulary (the plain scheduler verifies chains: node ``j``'s parent is ``j - 1``); a deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every
     node. ``commit`` returns the relay fields the next ``propose`` reads (as ``step.relay``).
     """
 
@@ -189,10 +194,12 @@ class DraftProposer(Protocol):
         ...
 
 
+@runtime_checkable
 class Drafter(DraftAdmitter[DraftT_contra], DraftProposer, Protocol[DraftT_contra]):
     """A stateful drafter, created by a :class:`DrafterFactory` once per engine."""
 
 
+@runtime_checkable
 class DrafterFactory(Protocol[DraftT_contra]):
     """The ``drafter`` field of an algorithm: a frozen, picklable factory of drafters.
 

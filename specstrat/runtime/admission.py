@@ -1,6 +1,6 @@
-"""PREBUILT admission on the decode side of disaggregation: a received batch is checked whole
-against the engine's model and algorithm, its KV installed, and the algorithm's disagg builder
-called; what the builder returns goes to the drafter.
+"""What PREBUILT admission on the decode side of disaggregation takes, and its checks: a received
+batch is checked whole against the engine's model and algorithm before anything is queued
+(:meth:`~specstrat.runtime.step.StepRunner.admit_prebuilt` then installs it).
 
 :class:`TransferBatch` is what crosses the wire (:mod:`specstrat.runtime.disagg.wire`): every
 field batched, requests in order, the drafter's prefill payload as a
@@ -11,21 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 import torch
 
-from specstrat.algorithm import SpecAlgorithm
-from specstrat.batch import PrebuiltBatch
-from specstrat.drafting import DraftAdmission
+from specstrat.contracts import describe
 from specstrat.errors import DisaggError
 from specstrat.models import ModelShape
 from specstrat.relay import RelayPayload
 from specstrat.runtime.requests import Request
-from specstrat.runtime.step import Produced, StepRunner
-from specstrat.runtime.worker import ModelWorker
 
-__all__ = ["TransferBatch", "admit_prebuilt", "check_transfer"]
+__all__ = ["TransferBatch", "check_transfer"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,11 +65,7 @@ def _int_field(name: str, tensor: object, bs: int, fail: _Fail) -> torch.Tensor:
         or tensor.dtype != torch.int64
         or tuple(tensor.shape) != (bs,)
     ):
-        got = (
-            f"{tensor.dtype} {tuple(tensor.shape)}"
-            if isinstance(tensor, torch.Tensor)
-            else type(tensor).__name__
-        )
+        got = describe(tensor)
         raise fail(f"{name} is {got}; expected torch.int64 [{bs}]")
     return tensor
 
@@ -132,11 +123,7 @@ def check_transfer(
             or tuple(tensor.shape) != want
             or not tensor.dtype.is_floating_point
         ):
-            got = (
-                f"{tensor.dtype} {tuple(tensor.shape)}"
-                if isinstance(tensor, torch.Tensor)
-                else type(tensor).__name__
-            )
+            got = describe(tensor)
             raise fail(f"{name} is {got}, expected floating point {want}")
         if not bool(torch.isfinite(tensor).all()):
             raise fail(f"{name} holds NaN or infinite values")
@@ -168,50 +155,3 @@ def _check_payload(
     hidden = payload.hidden_states
     if hidden is not None and hidden.shape[1] != shape.hidden_size:
         raise fail(f"hidden_states is {tuple(hidden.shape)}, expected ({bs}, {shape.hidden_size})")
-
-
-def admit_prebuilt(
-    batch: TransferBatch, slots: list[int], worker: ModelWorker, steps: StepRunner
-) -> dict[int, Produced]:
-    """Install the KV, then ``algo.build_disagg_draft_input`` (it relays the first tokens and
-    its draft state itself), then ``drafter.admit`` with what the builder returned."""
-    offset = 0
-    for slot, prompt in zip(slots, batch.prompts, strict=True):
-        end = offset + len(prompt)
-        worker.admit_prebuilt(slot, prompt, batch.k[:, offset:end], batch.v[:, offset:end])
-        offset = end
-    dev = worker.device
-    slot_tensor = torch.tensor(slots, dtype=torch.int64, device=dev)
-    seq_lens = torch.tensor(batch.kv_lens, dtype=torch.int64, device=dev)
-    last_tokens = batch.first_tokens.to(dev)
-    payload = batch.payload
-    prebuilt = PrebuiltBatch(
-        rids=batch.rids,
-        slots=slot_tensor,
-        seq_lens=seq_lens,
-        topk_p=payload.topk_p,
-        topk_index=payload.topk_index,
-        hidden_states=payload.hidden_states,
-        device=dev,
-    )
-    algo: SpecAlgorithm[Any] = steps.algo
-    draft_input = steps.hook(
-        "disagg.build_disagg_draft_input",
-        algo.build_disagg_draft_input,
-        prebuilt,
-        last_tokens,
-        steps.relay,
-    )
-    admission: DraftAdmission[Any] = DraftAdmission(
-        slots=tuple(slots),
-        first_tokens=last_tokens,
-        seq_lens=seq_lens,
-        hidden=None,
-        draft_input=draft_input,
-        prebuilt=True,
-    )
-    extra = steps.admit_drafter(admission)
-    if extra.present():
-        steps.hook("future_map.stash", steps.relay.stash, slot_tensor, extra)
-    first = batch.first_tokens.tolist()
-    return {slot: Produced([int(t)]) for slot, t in zip(slots, first, strict=True)}

@@ -84,7 +84,10 @@ class Engine:
             raise InvalidConfig(f"config={config!r}; pass a specstrat.runtime.EngineConfig")
         self.config = cfg = config or EngineConfig()
         if cfg.overlap and not algo.capabilities.supports_overlap:
-            raise InvalidConfig(f"algorithm {algo.name} does not support overlap mode")
+            raise InvalidConfig(
+                f"algorithm {algo.name} has supports_overlap=False; run it with "
+                "EngineConfig(overlap=False)"
+            )
         self.tokens_per_req = self._check_verify_policy()
         self.target = ModelWorker(
             models.target,
@@ -167,7 +170,7 @@ class Engine:
         )
         try:
             drafter = algo.drafter.create_drafter(context)
-        except SpecstratError:
+        except SpecstratError:  # a factory refusing the models or limits: a configuration error
             raise
         except Exception as exc:
             raise hook_error(
@@ -240,10 +243,12 @@ class Engine:
     def submit(self, request: Request) -> None:
         """Queue a request; a bad one is refused (InvalidConfig) before anything changes."""
         self._check_open("submit")
-        checked = self._check_request(request)
-        self.scheduler.enqueue(checked)
-        self._rids.add(checked.rid)
-        self._this_run.append(checked.rid)
+        self._enqueue(self._check_request(request))
+
+    def _enqueue(self, request: Request) -> None:
+        self.scheduler.enqueue(request)
+        self._rids.add(request.rid)
+        self._this_run.append(request.rid)
 
     def submit_prebuilt(self, batch: TransferBatch) -> None:
         """Queue a batch prefilled elsewhere (:class:`~specstrat.runtime.admission.TransferBatch`).
@@ -269,7 +274,7 @@ class Engine:
                 f"max_running_requests={cfg.max_running_requests} and max_total_tokens="
                 f"{self.target.kv.capacity}; the batch was not admitted"
             )
-        self.scheduler.prebuilt.append(batch)
+        self.scheduler.enqueue_prebuilt(batch)
         self._rids.update(batch.rids)
         self._this_run.extend(batch.rids)
 
@@ -300,10 +305,12 @@ class Engine:
         try:
             self._owner = threading.get_ident()
             checked = [self._check_request(r) for r in requests]
-            if len({r.rid for r in checked}) != len(checked):
-                raise InvalidConfig("requests repeat a request id; every rid must be unique")
+            rids = [r.rid for r in checked]
+            repeated = sorted({rid for rid in rids if rids.count(rid) > 1})
+            if repeated:
+                raise InvalidConfig(f"requests repeat the ids {repeated}; every rid is unique")
             for request in checked:
-                self.submit(request)
+                self._enqueue(request)
             return self._run(source or (lambda idle: False), progress, trace)
         finally:
             self._owner = None
@@ -312,23 +319,15 @@ class Engine:
     def _run(
         self, source: Callable[[bool], bool], progress: Progress | None, trace: TextIO | None
     ) -> dict[str, list[int]]:
-        scheduler = self.scheduler
-        scheduler.trace = trace
-        self.steps.tracing = trace is not None
         start = time.perf_counter()
         try:
-            if self.config.overlap:
-                scheduler.run_overlap(source, progress)
-            else:
-                scheduler.run_sync(source, progress)
+            self.scheduler.run(source, progress, overlap=self.config.overlap, trace=trace)
         except BaseException as exc:
             self._close(exc)
             raise
         finally:
-            scheduler.trace = None
-            self.steps.tracing = False
             self.stats.seconds += time.perf_counter() - start
-        outputs = {rid: scheduler.live.pop(rid).output for rid in self._this_run}
+        outputs = self.scheduler.take_outputs(self._this_run)
         self._this_run = []
         return outputs
 
@@ -337,7 +336,4 @@ class Engine:
         self._closed = f"{type(cause).__name__}: {cause}"
         for worker in self._workers:
             worker.reset()
-        self.scheduler.live.clear()
-        self.scheduler.waiting.clear()
-        self.scheduler.prebuilt.clear()
-        self.scheduler.reserved = 0
+        self.scheduler.reset()

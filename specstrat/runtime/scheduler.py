@@ -17,8 +17,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TextIO
 
-from specstrat.errors import InvalidConfig
-from specstrat.runtime.admission import TransferBatch, admit_prebuilt
+from specstrat.runtime.admission import TransferBatch
 from specstrat.runtime.requests import Request, RunStats
 from specstrat.runtime.step import Produced, StepRunner
 from specstrat.runtime.worker import ModelWorker
@@ -55,7 +54,9 @@ class Scheduler:
 
     A request reserves its worst case of KV (``reserve(request)`` token slots: prompt, output and
     one overlapped step) when admitted and returns it when released, so no step ever runs out of
-    KV; requests wait while the pool cannot hold them.
+    KV; requests wait while the pool cannot hold them. Request slots are allocated here, on the
+    scheduler thread, and freed on the forward thread; the pool's free list is a Python list
+    whose ``pop``/``append`` are atomic, and a stale count only delays an admission.
     """
 
     def __init__(
@@ -70,20 +71,22 @@ class Scheduler:
         self.prebuilt: deque[TransferBatch] = deque()
         self.live: dict[str, _Live] = {}
         self.reserved = 0
-        self.trace: TextIO | None = None
+        self._trace: TextIO | None = None
         self._step_index = 0
 
     # -- the forward thread -------------------------------------------------------------------
 
     def execute(self, plan: _Plan) -> dict[int, Produced]:
         """One step: release, decode the running requests, prefill, admit PREBUILT batches."""
+        steps = self.steps
         if plan.release:
-            self.steps.release(plan.release)
-        produced = self.steps.decode(plan.running) if plan.running else {}
+            steps.release(plan.release)
+        tracing = self._trace is not None
+        produced = steps.decode(plan.running, tracing=tracing) if plan.running else {}
         if plan.admit:
-            produced.update(self.steps.prefill(plan.admit))
+            produced.update(steps.prefill(plan.admit))
         for batch, slots in plan.prebuilt:
-            produced.update(admit_prebuilt(batch, slots, self.worker, self.steps))
+            produced.update(steps.admit_prebuilt(batch, slots))
         return produced
 
     # -- the scheduler thread -----------------------------------------------------------------
@@ -151,7 +154,7 @@ class Scheduler:
             self._take(live, result.tokens)
             if live.finished:
                 done.append(slot)
-            if self.trace is not None:
+            if self._trace is not None:
                 record = {
                     "step": step,
                     "rid": live.request.rid,
@@ -163,7 +166,7 @@ class Scheduler:
                     and bool(live.output)
                     and live.output[-1] in live.request.stop_token_ids,
                 }
-                self.trace.write(json.dumps(record) + "\n")
+                self._trace.write(json.dumps(record) + "\n")
         return done
 
     def busy(self) -> bool:
@@ -177,14 +180,41 @@ class Scheduler:
         return sum(live.finished for live in self.live.values())
 
     def enqueue(self, request: Request) -> None:
-        """Queue a checked request (the engine checks it fits the KV pool at all)."""
-        if self.reserve(request) > self.worker.kv.capacity:
-            raise InvalidConfig(f"request {request.rid!r} can never fit the KV pool")
+        """Queue a request the engine checked (it fits the context and the KV pool)."""
         self.waiting.append(request)
+
+    def enqueue_prebuilt(self, batch: TransferBatch) -> None:
+        """Queue a received batch the engine checked; admitted whole when it fits."""
+        self.prebuilt.append(batch)
+
+    def take_outputs(self, rids: list[str]) -> dict[str, list[int]]:
+        """The outputs of finished requests ``rids``, forgotten here."""
+        return {rid: self.live.pop(rid).output for rid in rids}
+
+    def reset(self) -> None:
+        """Forget every request (after a failed run; the engine resets the pools)."""
+        self.live.clear()
+        self.waiting.clear()
+        self.prebuilt.clear()
+        self.reserved = 0
 
     # -- loops --------------------------------------------------------------------------------
 
-    def run_sync(self, source: Source, progress: Progress | None) -> None:
+    def run(
+        self, source: Source, progress: Progress | None, *, overlap: bool, trace: TextIO | None
+    ) -> None:
+        """Run until nothing waits, runs, or may still come, in sync or overlap mode;
+        ``trace`` gets one JSON line per step and request."""
+        self._trace = trace
+        try:
+            if overlap:
+                self._run_overlap(source, progress)
+            else:
+                self._run_sync(source, progress)
+        finally:
+            self._trace = None
+
+    def _run_sync(self, source: Source, progress: Progress | None) -> None:
         """Plan, execute, absorb, until nothing waits, runs, or may still come."""
         more = source(not self.busy())
         release: list[int] = []
@@ -196,8 +226,8 @@ class Scheduler:
                 more = source(not self.busy())
         self.execute(self.plan(release))
 
-    def run_overlap(self, source: Source, progress: Progress | None) -> None:
-        """As :meth:`run_sync`, with step N+1 planned and started before N is absorbed."""
+    def _run_overlap(self, source: Source, progress: Progress | None) -> None:
+        """As :meth:`_run_sync`, with step N+1 planned and started before N is absorbed."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstrat-forward") as pool:
             release: list[int] = []
             pending: Future[dict[int, Produced]] | None = None

@@ -140,7 +140,7 @@ class NgramDrafter:
         return _NOTHING
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class NgramDrafterFactory:
     """Prompt lookup: continue the latest earlier occurrence of the request's last n-gram.
 
@@ -338,7 +338,7 @@ class EagleHeadDrafter:
         return _first_token(self.head, outcome.hidden, bonus, self.topk)
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EagleHeadDrafterFactory:
     """Drafts with the loaded EAGLE-style head (``models.head``); relays ``topk`` candidates."""
 
@@ -353,7 +353,6 @@ class EagleHeadDrafterFactory:
         """The target's hidden states and the head; the prefill side sends the first top-k."""
         return DrafterNeeds(
             target_hidden_states=True,
-            draft_head=True,
             prefill_fields=frozenset({"topk_p", "topk_index", "hidden_states"}),
         )
 

@@ -178,6 +178,7 @@ class RingFutureMap:
         """Ring entries for a write, and the new allocations; raises before changing anything."""
         entries: list[int] = []
         fresh: dict[int, int] = {}
+        taken: dict[int, int] = {}  # entries this write already took -> their slot
         cursor = self._cursor
         for slot in slot_list:
             if slot == 0:
@@ -186,7 +187,6 @@ class RingFutureMap:
             entry = self._entry_of_slot[slot] or fresh.get(slot, 0)
             if not entry:
                 cursor = cursor % self.capacity + 1
-                taken = {e: s for s, e in fresh.items()}  # entries this write already took
                 owner = self._live_slot[cursor] or taken.get(cursor, 0)
                 if owner:
                     raise RelayError(
@@ -195,6 +195,7 @@ class RingFutureMap:
                         "resolved yet; raise the capacity or use SlotFutureMapFactory"
                     )
                 entry = fresh[slot] = cursor
+                taken[cursor] = slot
             entries.append(entry)
         return entries, fresh
 

@@ -33,6 +33,7 @@ from specstrat.protocols import (
 )
 from specstrat.relay import RelayPayload
 from specstrat.strategies.future_map import SlotFutureMapFactory
+from specstrat.testing.drafting import check_acceptance_rule, check_drafter
 
 __all__ = [
     "CheckResult",
@@ -301,8 +302,6 @@ def run_conformance(algo: object) -> list[CheckResult]:
                 "algorithm", False, f"{algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
         ]
-    from specstrat.testing.drafting import check_acceptance_rule, check_drafter
-
     checks: dict[str, Callable[[], None]] = {
         "target_verify": lambda: check_target_verify_policy(algo.target_verify),
         "future_map": lambda: check_future_map_factory(algo.future_map),

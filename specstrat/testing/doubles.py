@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 
@@ -28,6 +28,7 @@ from specstrat.drafting import (
     StepOutcome,
     VerifyInputs,
 )
+from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.protocols import (
     AcceptanceRule,
@@ -48,6 +49,7 @@ __all__ = [
 ]
 
 Fault = BaseException | type[BaseException] | Callable[[Any], Any]
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=False, slots=True)
@@ -59,7 +61,7 @@ class _Cue:
     after: int = 0
     calls: int = field(default=0)
 
-    def __call__(self, name: str, real: Callable[[], Any]) -> Any:
+    def __call__(self, name: str, real: Callable[[], _R]) -> _R:
         if name != self.method:
             return real()
         self.calls += 1
@@ -70,7 +72,7 @@ class _Cue:
             raise fault
         if isinstance(fault, type):
             raise fault()
-        return fault(real())
+        return fault(real())  # type: ignore[no-any-return]  # the fault stands in for _R
 
 
 class FaultyDrafter:
@@ -81,7 +83,7 @@ class FaultyDrafter:
 
     def admit(self, admission: DraftAdmission[Any]) -> RelayPayload:
         """The wrapped ``admit``, or the fault."""
-        return self.cue("admit", lambda: self.inner.admit(admission))  # type: ignore[no-any-return]
+        return self.cue("admit", lambda: self.inner.admit(admission))
 
     def release(self, slots: Sequence[int]) -> None:
         """The wrapped ``release``, or the fault."""
@@ -89,11 +91,11 @@ class FaultyDrafter:
 
     def propose(self, step: DraftStep) -> DraftTree:
         """The wrapped ``propose``, or the fault."""
-        return self.cue("propose", lambda: self.inner.propose(step))  # type: ignore[no-any-return]
+        return self.cue("propose", lambda: self.inner.propose(step))
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """The wrapped ``commit``, or the fault."""
-        return self.cue("commit", lambda: self.inner.commit(outcome))  # type: ignore[no-any-return]
+        return self.cue("commit", lambda: self.inner.commit(outcome))
 
 
 @dataclass(frozen=True, slots=True)
@@ -104,7 +106,14 @@ class FaultyDrafterFactory:
     inner: DrafterFactory[Any]
     method: str
     fault: Fault
-    after: int = 0
+    after: int = field(default=0, kw_only=True)
+
+    def __post_init__(self) -> None:
+        if self.after and self.method in ("create_drafter", "prefill_payload"):
+            raise InvalidConfig(
+                f"after={self.after} with method={self.method!r}: each call of the factory's own "
+                "methods starts a fresh count; use after=0"
+            )
 
     @property
     def needs(self) -> DrafterNeeds:
@@ -121,7 +130,7 @@ class FaultyDrafterFactory:
     ) -> RelayPayload:
         """The wrapped payload, or the fault."""
         cue = _Cue(self.method, self.fault, self.after)
-        return cue(  # type: ignore[no-any-return]
+        return cue(
             "prefill_payload", lambda: self.inner.prefill_payload(models, first_tokens, hidden)
         )
 
@@ -132,7 +141,7 @@ class FaultyAcceptance:
 
     inner: AcceptanceRule
     fault: Fault
-    after: int = 0
+    after: int = field(default=0, kw_only=True)
     _cue: _Cue = field(init=False)
 
     def __post_init__(self) -> None:
@@ -145,7 +154,7 @@ class FaultyAcceptance:
 
     def accept(self, inputs: VerifyInputs) -> Acceptance:
         """The wrapped answer, or the fault."""
-        return self._cue("accept", lambda: self.inner.accept(inputs))  # type: ignore[no-any-return]
+        return self._cue("accept", lambda: self.inner.accept(inputs))
 
 
 class FaultyFutureMap:
@@ -164,7 +173,7 @@ class FaultyFutureMap:
 
     def resolve(self, slots: torch.Tensor) -> RelayPayload:
         """The wrapped ``resolve``, or the fault."""
-        return self.cue("resolve", lambda: self.inner.resolve(slots))  # type: ignore[no-any-return]
+        return self.cue("resolve", lambda: self.inner.resolve(slots))
 
 
 @dataclass(frozen=True, slots=True)
@@ -174,7 +183,7 @@ class FaultyFutureMapFactory:
     inner: FutureMapFactory
     method: str
     fault: Fault
-    after: int = 0
+    after: int = field(default=0, kw_only=True)
 
     def create_future_map(
         self,

@@ -15,7 +15,7 @@ from typing import Any, cast
 
 import torch
 
-from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
+from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy, required_capabilities
 from specstrat.contracts import check_acceptance
 from specstrat.drafting import GREEDY, DrafterNeeds, DraftTree, VerifyInputs
 from specstrat.errors import ConformanceError, SpecstratError
@@ -101,11 +101,7 @@ def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> No
 
 
 def _capabilities(needs: DrafterNeeds) -> Capabilities:
-    hidden = needs.target_hidden_states or "hidden_states" in needs.prefill_fields
-    topk = bool({"topk_p", "topk_index"} & needs.prefill_fields)
-    return Capabilities(
-        has_draft_kv=needs.draft_model, carries_draft_hidden_states=hidden, need_topk=topk
-    )
+    return Capabilities(**dict.fromkeys(required_capabilities(needs), True))
 
 
 def check_drafter(

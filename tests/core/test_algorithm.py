@@ -110,7 +110,7 @@ def test_swapped_strategy_is_refused() -> None:
 def test_algorithm_is_frozen() -> None:
     """Fields of a composed algorithm cannot be reassigned."""
     algo = compose()
-    with pytest.raises(FrozenInstanceError):
+    with pytest.raises(FrozenInstanceError, match=r"cannot assign to field 'name'"):
         algo.name = "OTHER"  # type: ignore[misc]
 
 

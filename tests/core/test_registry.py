@@ -99,7 +99,7 @@ def test_unknown_name_lists_known_names() -> None:
         UnknownAlgorithm, match=r"no algorithm named 'MEDUSA'; known: NONE, EAGLE, EAGLE3"
     ):
         registry.get("MEDUSA")
-    with pytest.raises(KeyError):
+    with pytest.raises(KeyError, match=r"no algorithm named 'MEDUSA'"):
         registry.get("MEDUSA")
 
 

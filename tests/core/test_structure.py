@@ -104,8 +104,8 @@ def test_forward_batch_is_built_in_one_place() -> None:
 
 
 def test_the_runtime_reads_no_drafting_capability() -> None:
-    """The runtime never reads the capabilities that used to pick a drafter (hidden states,
-    draft KV, top-k): drafters are strategies, capabilities are facts checked at construction."""
+    """The runtime never reads the drafting capabilities (hidden states, draft KV, top-k):
+    drafters are strategies, capabilities are facts checked at construction."""
     for path in (ROOT / "runtime").rglob("*.py"):
         text = path.read_text()
         for flag in ("carries_draft_hidden_states", "has_draft_kv", "need_topk"):

@@ -131,6 +131,7 @@ ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
     ("not-requests", {"requests": ["hello"]}, r"requests must all be specstrat.runtime.Request"),
     ("repeated-ids", {"requests": [REQUESTS[0], REQUESTS[0]]}, r"requests repeat a request id"),
     ("not-an-algorithm", {"algo": "EAGLE"}, r"algo='EAGLE'; pass a SpecAlgorithm"),
+    ("own-models", {"models": "mine"}, r"models=str: the prefill process loads the embedded weights"),
 ]  # fmt: skip
 
 
@@ -149,11 +150,9 @@ def test_bad_arguments_are_refused_before_spawning(
 
     monkeypatch.setattr(torch.multiprocessing, "get_context", no_spawn)
     monkeypatch.setattr(process, "TCPStore", no_spawn)
-    kwargs: dict[str, Any] = {"algo": EAGLE, "requests": REQUESTS, **change}
+    kwargs: dict[str, Any] = {"algo": EAGLE, "requests": REQUESTS, "models": models, **change}
     with pytest.raises(InvalidConfig, match=message):
-        run_disaggregated(
-            kwargs.pop("algo"), kwargs.pop("requests"), CONFIG, models=models, **kwargs
-        )
+        run_disaggregated(kwargs.pop("algo"), kwargs.pop("requests"), CONFIG, **kwargs)
 
 
 def test_the_backend_follows_the_device() -> None:

@@ -33,17 +33,19 @@ REQUESTS = workload(6, seed=3)
 
 def drafting(method: str, fault: Any, after: int = 0, base: SpecAlgorithm[Any] = EAGLE) -> Any:
     """``base`` whose drafter's ``method`` fails on cue."""
-    return replace(base, drafter=FaultyDrafterFactory(base.drafter, method, fault, after))
+    return replace(base, drafter=FaultyDrafterFactory(base.drafter, method, fault, after=after))
 
 
 def accepting(fault: Any, after: int = 0) -> Any:
     """EAGLE whose acceptance rule fails on cue."""
-    return replace(EAGLE, acceptance=FaultyAcceptance(EAGLE.acceptance, fault, after))
+    return replace(EAGLE, acceptance=FaultyAcceptance(EAGLE.acceptance, fault, after=after))
 
 
 def relaying(method: str, fault: Any, after: int = 0) -> Any:
     """EAGLE whose relay's ``method`` fails on cue."""
-    return replace(EAGLE, future_map=FaultyFutureMapFactory(EAGLE.future_map, method, fault, after))
+    return replace(
+        EAGLE, future_map=FaultyFutureMapFactory(EAGLE.future_map, method, fault, after=after)
+    )
 
 
 def more_nodes(tree: DraftTree) -> DraftTree:
@@ -186,10 +188,12 @@ def test_an_interrupt_in_overlap_mode_leaks_nothing(models: EmbeddedModels) -> N
     """Ctrl-C inside a step on the forward thread propagates; slots and KV come back and the
     engine refuses reuse instead of continuing from a half-done step."""
     engine = Engine(
-        drafting("propose", KeyboardInterrupt, after=4), models, replace(CONFIG, overlap=True)
+        drafting("propose", KeyboardInterrupt("ctrl-c"), after=4),
+        models,
+        replace(CONFIG, overlap=True),
     )
     before = (engine.free_slots, engine.free_kv_tokens)
-    with pytest.raises(KeyboardInterrupt):
+    with pytest.raises(KeyboardInterrupt, match=r"ctrl-c"):
         engine.run(REQUESTS)
     assert (engine.free_slots, engine.free_kv_tokens) == before
     with pytest.raises(EngineStateError, match=r"closed after a failed run \(KeyboardInterrupt"):

@@ -28,7 +28,6 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import DisaggError, InvalidConfig
-from specstrat.models import LoadedModels
 from specstrat.runtime.admission import TransferBatch
 from specstrat.runtime.disagg.prefill import PrefillWorker
 from specstrat.runtime.disagg.wire import recv_transfer, send_transfer
@@ -143,7 +142,7 @@ def run_disaggregated(
     requests: Sequence[Request],
     config: EngineConfig | None = None,
     *,
-    models: LoadedModels | None = None,
+    models: EmbeddedModels | None = None,
     weights: Path = EMBEDDED_WEIGHTS,
     batch_size: int = 4,
     timeout: float = 60.0,
@@ -151,12 +150,20 @@ def run_disaggregated(
 ) -> DisaggResult:
     """Prefill in a child process, decode here; returns when every admitted request finished.
 
-    Arguments are checked before anything is spawned. A broken transfer raises
+    Both sides run the embedded models of ``weights``: the prefill process loads them from the
+    file, and ``models`` (the same weights, loaded here) only spares the decode side a second
+    load. Arguments are checked before anything is spawned. A broken transfer raises
     :class:`~specstrat.errors.DisaggError` naming every request that was lost; batches refused
     at admission are reported in :attr:`DisaggResult.rejected` while the others run on.
     """
     config = config or EngineConfig()
     _check_arguments(algo, requests, config, batch_size, timeout)
+    if models is not None and not isinstance(models, EmbeddedModels):
+        raise InvalidConfig(
+            f"models={type(models).__name__}: the prefill process loads the embedded weights "
+            f"from {weights}, so the decode side must run the same (EmbeddedModels.load(weights)"
+            " or None); your own models run disaggregated only within one process"
+        )
     engine = Engine(algo, models or EmbeddedModels.load(weights), config)
     backend = backend_for(engine.target.device)
     store = TCPStore(

@@ -7,6 +7,7 @@ failure becomes a :class:`~specstrat.errors.DisaggError` naming the requests it 
 
 from __future__ import annotations
 
+import itertools
 from datetime import timedelta
 from typing import Any
 
@@ -26,6 +27,12 @@ _DTYPES = (torch.float16, torch.bfloat16, torch.float32, torch.float64)
 
 def _flat(values: list[int]) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int64).reshape(len(values))
+
+
+def _split(flat: list[Any], counts: list[int]) -> list[list[Any]]:
+    """``flat`` cut into consecutive pieces of ``counts[i]`` items."""
+    cuts = [0, *itertools.accumulate(counts)]
+    return [flat[cuts[i] : cuts[i + 1]] for i in range(len(counts))]
 
 
 def encode(batch: TransferBatch) -> list[torch.Tensor]:
