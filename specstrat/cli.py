@@ -128,7 +128,12 @@ def _demo(args: argparse.Namespace) -> int:
             )
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
-    trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
+    try:
+        trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
+    except OSError as exc:
+        raise SystemExit(
+            f"specstrat demo: cannot write --trace {args.trace}: {exc.strerror}"
+        ) from exc
     try:
         summary, _ = run_demo(
             algo,

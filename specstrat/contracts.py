@@ -49,11 +49,29 @@ def _out_of_vocab(tokens: torch.Tensor, vocab: int) -> list[int]:
     return tokens[bad].tolist()[:5]
 
 
-def check_drafts(algorithm: str, drafts: object, bs: int, max_nodes: int, vocab: int) -> None:
-    """``drafts`` is a DraftTree of ``bs`` rows, at most ``max_nodes`` nodes, tokens in vocab."""
+def check_drafts(
+    algorithm: str,
+    drafts: object,
+    bs: int,
+    max_nodes: int,
+    vocab: int,
+    device: torch.device | None = None,
+) -> None:
+    """``drafts`` is a DraftTree of ``bs`` rows, at most ``max_nodes`` nodes, tokens (and ``q``'s
+    last dimension) in the vocabulary, on ``device`` when one is given."""
     hook = "drafter.propose"
     if not isinstance(drafts, DraftTree):
         raise hook_error(algorithm, hook, f"returned {type(drafts).__name__}, not a DraftTree")
+    if device is not None and drafts.tokens.device != device:
+        raise hook_error(
+            algorithm, hook, f"proposed a tree on {drafts.tokens.device}; the engine runs on "
+            f"{device}: put its tensors there"
+        )  # fmt: skip
+    if drafts.q is not None and drafts.q.shape[2] != vocab:
+        raise hook_error(
+            algorithm, hook, f"q has {drafts.q.shape[2]} columns; the target's vocabulary has "
+            f"{vocab}"
+        )  # fmt: skip
     if drafts.bs != bs:
         raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
     if drafts.num_nodes > max_nodes:
@@ -103,6 +121,13 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
             f"request {row} accepted {int(lengths[row])} drafts but {int(real[row])} were proposed",
         )
     on_path = torch.arange(n)[None, :] < lengths[:, None]
+    beyond = (index < -1) | (index >= n)
+    if bool(beyond.any()):
+        row = int(beyond.any(dim=1).nonzero()[0])
+        raise hook_error(
+            algorithm, hook, f"request {row}: accept_index={index[row].tolist()} holds node "
+            f"indices outside -1..{n - 1}"
+        )  # fmt: skip
     parents = drafts.parents.cpu().gather(1, index.clamp(min=0))
     previous = torch.cat([torch.full((bs, 1), -1, dtype=torch.int64), index[:, :-1]], dim=1)
     off_tree = on_path & ((index < 0) | (index >= real[:, None]) | (parents != previous))

@@ -64,6 +64,30 @@ def _models(models: object) -> LoadedModels:
     return models  # type: ignore[return-value]
 
 
+def _check_run_arguments(requests: object, progress: object, source: object, trace: object) -> None:
+    """run()'s arguments, checked before anything changes."""
+    if isinstance(requests, Request) or not isinstance(requests, Sequence | tuple | list):
+        raise InvalidConfig(
+            f"requests={type(requests).__name__}; pass a list of Requests (e.g. [request])"
+        )
+    for name, value in (("progress", progress), ("source", source)):
+        if value is not None and not callable(value):
+            raise InvalidConfig(f"{name}={value!r} is not callable; pass a function or None")
+    if trace is None:
+        return
+    if getattr(trace, "closed", False) or not callable(getattr(trace, "write", None)):
+        raise InvalidConfig(
+            f"trace={trace!r}; pass an open text stream, e.g. open('trace.jsonl', 'w')"
+        )
+    try:
+        trace.write("")  # type: ignore[attr-defined]  # a binary stream refuses str here
+    except (TypeError, ValueError, OSError) as exc:
+        raise InvalidConfig(
+            f"trace={trace!r} does not take text ({type(exc).__name__}: {exc}); open it in "
+            "text mode ('w')"
+        ) from exc
+
+
 class Engine:
     """Runs one algorithm on loaded models: :meth:`submit` requests, then :meth:`run`.
 
@@ -214,6 +238,11 @@ class Engine:
             raise EngineStateError(
                 f"{what}: run() is in progress on another thread; one run at a time per engine"
             )
+        if what == "run" and self._owner is not None:
+            raise EngineStateError(
+                "run: run() is already in progress on this thread (called again from a hook, "
+                "a source or a progress callback); one run at a time per engine"
+            )
 
     def _check_request(self, request: object) -> Request:
         if not isinstance(request, Request):
@@ -300,6 +329,7 @@ class Engine:
         while ``idle``. ``trace``: a text stream that gets one JSON line per step and request.
         """
         self._check_open("run")
+        _check_run_arguments(requests, progress, source, trace)
         if not self._lock.acquire(blocking=False):
             raise EngineStateError("run() is in progress on another thread; one run at a time")
         try:

@@ -15,8 +15,9 @@ __all__ = ["KVPool", "RequestPool"]
 
 
 class RequestPool:
-    """Per request slot: ``req_to_token[slot, pos]`` (the KV slot of that position) and
-    ``tokens[slot]`` (the token at each cached position; its length is the sequence length).
+    """Per request slot: ``req_to_token[slot, pos]`` (the KV slot of that position),
+    ``tokens[slot]`` (the token at each cached position; its length is the sequence length) and
+    ``last[slot]`` (the verified token that follows them, not yet in the KV; -1: none).
 
     The one owner of sequence lengths and committed tokens; every other view is derived.
     """
@@ -24,6 +25,7 @@ class RequestPool:
     def __init__(self, size: int, context_len: int, device: torch.device) -> None:
         self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
         self.tokens: list[list[int]] = [[] for _ in range(size + 1)]  # host side
+        self.last = [-1] * (size + 1)
         self.size = size
         self._free = list(range(size, 0, -1))
 
@@ -47,11 +49,13 @@ class RequestPool:
     def free(self, slot: int) -> None:
         """Return ``slot`` (its KV must be released first)."""
         self.tokens[slot] = []
+        self.last[slot] = -1
         self._free.append(slot)
 
     def reset(self) -> None:
         """Every slot free (after a failed run; the KV pool is reset alongside)."""
         self.tokens = [[] for _ in range(self.size + 1)]
+        self.last = [-1] * (self.size + 1)
         self._free = list(range(self.size, 0, -1))
 
 

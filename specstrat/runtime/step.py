@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
 import torch
@@ -72,9 +72,9 @@ class StepRunner:
         self.verifier, self.relay, self.stats = verifier, relay, stats
         self.max_nodes = verifier.tokens_per_req - 1
         self.vocab = worker.shape.vocab_size
-        # First tokens of PREBUILT requests, by slot: the builder relays them; the first
-        # resolve checks that it did.
-        self._relayed_by_builder: dict[int, int] = {}
+        # Slots admitted PREBUILT whose first resolve is still to come: the builder relayed
+        # their first tokens, so a wrong one there is the builder's.
+        self._from_builder: set[int] = set()
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algo.name, hook, fn, *args, **kwargs)
@@ -104,7 +104,7 @@ class StepRunner:
         self._hook("future_map.resolve", self.relay.resolve, self._slots(slots))
         self._hook("drafter.release", self.drafter.release, list(slots))
         for slot in slots:
-            self._relayed_by_builder.pop(slot, None)
+            self._from_builder.discard(slot)
             self.worker.free_request(slot)
 
     # -- admission ----------------------------------------------------------------------------
@@ -123,7 +123,9 @@ class StepRunner:
         )  # fmt: skip
         payload = self._admit_drafter(admission)
         self._relay_write(slots, payload.merged(RelayPayload(bonus_tokens=first)))
-        return {s: Produced([int(t)]) for s, t in zip(slots, first.tolist(), strict=True)}
+        tokens = first.tolist()
+        self.worker.set_last(slots, tokens)
+        return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
 
     def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> dict[int, Produced]:
         """Install the transferred KV, call ``algo.build_disagg_draft_input`` (which relays the
@@ -158,78 +160,94 @@ class StepRunner:
         if extra.present():
             self._hook("future_map.stash", self.relay.stash, self._slots(slots), extra)
         first = batch.first_tokens.tolist()
-        self._relayed_by_builder.update(zip(slots, first, strict=True))
-        return {slot: Produced([int(t)]) for slot, t in zip(slots, first, strict=True)}
+        self.worker.set_last(slots, first)
+        self._from_builder.update(slots)
+        return {slot: Produced([t]) for slot, t in zip(slots, first, strict=True)}
 
     # -- decode -------------------------------------------------------------------------------
 
     def decode(self, slots: list[int], *, tracing: bool = False) -> dict[int, Produced]:
-        """One decode step for the running requests ``slots`` (``tracing``: record drafts)."""
+        """One decode step for the running requests ``slots`` (``tracing``: record drafts).
+
+        What a hook returns is checked, then copied to the host before the next hook runs, so
+        a hook that later writes into a tensor it was given cannot change the step's tokens.
+        """
         start = time.perf_counter()
-        step = self._resolve(slots)
+        step, host = self._resolve(slots)
         drafts = self._draft(step)
         drafted = time.perf_counter()
-        logits, hidden, ran = self.verifier.verify(slots, step.last_tokens, drafts)
+        host.take_drafts(drafts)
+        last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
+        logits, hidden, ran = self.verifier.verify(slots, last, drafts)
         verified = time.perf_counter()
         acceptance = self._accept(drafts, logits, step)
         accepted = time.perf_counter()
-        produced = self._commit(step, drafts, acceptance, hidden, tracing)
+        host.take_acceptance(acceptance)
+        produced = self._commit(step, drafts, acceptance, hidden, host, tracing)
         stats = self.stats
         stats.decode_steps += 1
         if self.algo.is_speculative():
             stats.verified_requests += len(slots)
             stats.verified_tokens += sum(len(p.tokens) for p in produced.values())
             stats.verify_forward_tokens += ran
-            stats.count_positions(drafts.lengths.tolist(), acceptance.accept_lengths.tolist())
+            stats.count_positions(host.real, host.counts)
         stats.draft_seconds += drafted - start
         stats.verify_seconds += verified - drafted
         stats.accept_seconds += accepted - verified
         stats.decode_seconds += time.perf_counter() - start
         return produced
 
-    def _resolve(self, slots: list[int]) -> DraftStep:
+    def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
         hook = "future_map.resolve"
         relay = self._hook(hook, self.relay.resolve, self._slots(slots))
         check_payload(self.algo.name, hook, relay, len(slots))
-        seq_lens = self._lengths(slots)
+        host = _HostStep([self.worker.length(s) for s in slots], self.worker.last(slots))
         if relay.bonus_tokens is None:
             raise hook_error(
                 self.algo.name, hook, f"returned no bonus_tokens for the running requests "
                 f"(slots {slots}); the relay must keep the last stash of each slot"
             )  # fmt: skip
-        if relay.seq_lens is not None and not torch.equal(relay.seq_lens.cpu(), seq_lens):
+        if relay.seq_lens is not None and relay.seq_lens.tolist() != host.lengths:
             raise hook_error(
                 self.algo.name, hook, f"returned seq_lens={relay.seq_lens.tolist()} but the "
-                f"request pool holds {seq_lens.tolist()} for slots {slots}: a stale or aliased "
+                f"request pool holds {host.lengths} for slots {slots}: a stale or aliased "
                 "relay entry"
             )  # fmt: skip
-        self._check_builder_relayed(slots, relay.bonus_tokens)
-        return DraftStep(
+        resolved = relay.bonus_tokens.tolist()
+        if resolved != host.last:
+            self._blame_last(slots, resolved, host.last)
+        self._from_builder.difference_update(slots)
+        step = DraftStep(
             slots=tuple(slots),
             last_tokens=relay.bonus_tokens,
-            seq_lens=seq_lens,
+            seq_lens=torch.tensor(host.lengths, dtype=torch.int64),
             relay=relay,
             max_nodes=self.max_nodes,
         )
+        return step, host
 
-    def _check_builder_relayed(self, slots: list[int], last: torch.Tensor) -> None:
-        """A PREBUILT request's first resolve must return the first token its builder got."""
-        if not self._relayed_by_builder:
-            return
-        resolved = last.tolist()
-        for slot, token in zip(slots, resolved, strict=True):
-            want = self._relayed_by_builder.pop(slot, None)
-            if want is not None and want != token:
+    def _blame_last(self, slots: list[int], resolved: list[int], want: list[int]) -> None:
+        """The relay returned last tokens other than the ones stashed: name who stashed them."""
+        for slot, got, token in zip(slots, resolved, want, strict=True):
+            if got == token:
+                continue
+            if slot in self._from_builder:
                 raise hook_error(
                     self.algo.name, "disagg.build_disagg_draft_input", f"slot {slot} resolved "
-                    f"last token {token} but the batch's first token is {want}: the builder "
+                    f"last token {got} but the batch's first token is {token}: the builder "
                     "must stash last_tokens as bonus_tokens at batch.slots (and publish "
                     "batch.seq_lens) in the future_map it is given"
                 )  # fmt: skip
+            raise hook_error(
+                self.algo.name, "future_map.resolve", f"returned bonus token {got} for slot "
+                f"{slot}, but {token} was stashed there: a stale or aliased relay entry"
+            )  # fmt: skip
 
     def _draft(self, step: DraftStep) -> DraftTree:
         drafts = self._hook("drafter.propose", self.drafter.propose, step)
-        check_drafts(self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab)
+        check_drafts(
+            self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab, self.worker.device
+        )
         if not drafts.is_chain():
             raise hook_error(
                 self.algo.name, "drafter.propose", "proposed a tree that is not a chain; this "
@@ -241,7 +259,7 @@ class StepRunner:
         inputs = VerifyInputs(
             drafts=drafts,
             logits=logits[:, : drafts.num_nodes + 1],
-            positions=step.seq_lens,
+            positions=step.seq_lens.clone(),
             sampling=(GREEDY,) * len(step.slots),
         )
         acceptance = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
@@ -254,39 +272,61 @@ class StepRunner:
         drafts: DraftTree,
         acceptance: Acceptance,
         hidden: torch.Tensor,
+        host: _HostStep,
         tracing: bool,
     ) -> dict[int, Produced]:
-        accepted, index = acceptance.accept_lengths, acceptance.accept_index
-        counts = accepted.tolist()
-        for slot, length, a in zip(step.slots, step.seq_lens.tolist(), counts, strict=True):
+        for slot, length, a in zip(step.slots, host.lengths, host.counts, strict=True):
             self.worker.rewind(slot, length + a + 1)  # keep the root and the accepted path
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
-        at_bonus = torch.zeros_like(accepted)
-        if drafts.num_nodes:
-            last_node = index.gather(1, (accepted - 1).clamp(min=0)[:, None]).squeeze(1)
-            at_bonus = torch.where(accepted > 0, last_node + 1, at_bonus)
+        at_bonus = [path[-1] + 1 if path else 0 for path in host.paths]
         rows = torch.arange(len(step.slots))
         outcome = StepOutcome(
-            step=step, drafts=drafts, acceptance=acceptance, hidden=hidden[rows, at_bonus]
+            step=step,
+            drafts=drafts,
+            acceptance=acceptance,
+            hidden=hidden[rows, torch.tensor(at_bonus, dtype=torch.int64)],
         )
         payload = self._hook("drafter.commit", self.drafter.commit, outcome)
         check_payload(self.algo.name, "drafter.commit", payload, len(step.slots))
-        bonus = acceptance.bonus_tokens
+        bonus = torch.tensor(host.bonus, dtype=torch.int64, device=self.worker.device)
         self._relay_write(step.slots, payload.merged(RelayPayload(bonus_tokens=bonus)))
-        path = drafts.tokens.gather(1, index.clamp(min=0)).tolist()
-        bonuses = bonus.tolist()
-        tokens = [[*path[i][: counts[i]], bonuses[i]] for i in range(len(step.slots))]
+        self.worker.set_last(step.slots, host.bonus)
+        tokens = [
+            [*(row[j] for j in path), b]
+            for row, path, b in zip(host.tokens, host.paths, host.bonus, strict=True)
+        ]
         if not tracing:
             return {slot: Produced(t) for slot, t in zip(step.slots, tokens, strict=True)}
-        real = drafts.lengths.tolist()
-        nodes, parents, nodes_taken = (
-            drafts.tokens.tolist(),
-            drafts.parents.tolist(),
-            index.tolist(),
-        )
         return {
             slot: Produced(
-                tokens[i], nodes[i][: real[i]], parents[i][: real[i]], nodes_taken[i][: counts[i]]
+                tokens[i],
+                host.tokens[i][: host.real[i]],
+                host.parents[i][: host.real[i]],
+                host.paths[i],
             )
             for i, slot in enumerate(step.slots)
         }
+
+
+@dataclass(frozen=False, slots=True)
+class _HostStep:
+    """Host copies of what one decode step decided, taken as each stage's answer is checked."""
+
+    lengths: list[int]
+    last: list[int]
+    tokens: list[list[int]] = field(default_factory=list)
+    parents: list[list[int]] = field(default_factory=list)
+    real: list[int] = field(default_factory=list)
+    counts: list[int] = field(default_factory=list)
+    paths: list[list[int]] = field(default_factory=list)
+    bonus: list[int] = field(default_factory=list)
+
+    def take_drafts(self, drafts: DraftTree) -> None:
+        self.tokens, self.parents = drafts.tokens.tolist(), drafts.parents.tolist()
+        self.real = drafts.lengths.tolist()
+
+    def take_acceptance(self, acceptance: Acceptance) -> None:
+        self.counts = acceptance.accept_lengths.tolist()
+        index = acceptance.accept_index.tolist()
+        self.paths = [row[:count] for row, count in zip(index, self.counts, strict=True)]
+        self.bonus = acceptance.bonus_tokens.tolist()

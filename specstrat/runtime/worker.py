@@ -84,7 +84,8 @@ class ModelWorker:
         if free is not None and need > free:
             raise InvalidConfig(
                 f"max_total_tokens={max_total_tokens} needs {need / 2**30:.1f} GiB of KV cache "
-                f"but {free / 2**30:.1f} GiB is free on {self.device}; lower max_total_tokens"
+                f"but {free / 2**30:.1f} GiB is free on {self.device}; lower max_total_tokens "
+                "(unset, it is max_running_requests * context_len)"
             )
         self.requests = RequestPool(max_running_requests, context_len, self.device)
         self.kv = KVPool(max_total_tokens, shape, self.dtype, self.device)
@@ -112,6 +113,15 @@ class ModelWorker:
     def tokens(self, slot: int) -> Sequence[int]:
         """The request's committed tokens (those in its KV), in order; read-only view."""
         return self.requests.tokens[slot]
+
+    def last(self, slots: Sequence[int]) -> list[int]:
+        """The verified token that follows each request's cached ones (the next input)."""
+        return [self.requests.last[s] for s in slots]
+
+    def set_last(self, slots: Sequence[int], tokens: Sequence[int]) -> None:
+        """Record the verified token that follows each request's cached ones."""
+        for slot, token in zip(slots, tokens, strict=True):
+            self.requests.last[slot] = token
 
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their slots are reused."""

@@ -135,17 +135,21 @@ class FaultyDrafterFactory:
         )
 
 
-@dataclass(frozen=False, slots=True)
+@dataclass(frozen=True, slots=True)
 class FaultyAcceptance:
-    """Wraps an acceptance rule; ``accept`` fails on cue."""
+    """Wraps an acceptance rule; ``accept`` fails on cue.
+
+    Acceptance rules are not created per engine, so the call count lives on this object: it
+    counts calls from every engine that uses it (make one per engine for a per-engine cue).
+    """
 
     inner: AcceptanceRule
     fault: Fault
     after: int = field(default=0, kw_only=True)
-    _cue: _Cue = field(init=False)
+    _cue: _Cue = field(init=False, repr=False, compare=False, hash=False)
 
     def __post_init__(self) -> None:
-        self._cue = _Cue("accept", self.fault, self.after)
+        object.__setattr__(self, "_cue", _Cue("accept", self.fault, self.after))
 
     @property
     def lossless(self) -> bool:

@@ -289,3 +289,18 @@ def test_check_passes_outside_the_repository(
     report = done.stdout + done.stderr
     assert f"PASS mypy --strict {tmp_path / 'user_algo.py'}" in done.stdout, report
     assert done.returncode == 0, report
+
+
+def test_demo_trace_to_an_unwritable_path_is_a_clear_error(tmp_path: Path) -> None:
+    """--trace into a missing directory exits with a one-line message, no traceback."""
+    with pytest.raises(SystemExit, match=r"specstrat demo: cannot write --trace .*missing/x"):
+        main(["demo", "--requests", "1", "--trace", str(tmp_path / "missing" / "x")])
+
+
+def test_demo_trace_writes_one_json_line_per_step_and_request(tmp_path: Path) -> None:
+    """--trace FILE records drafts, accepted nodes, tokens and stops as JSON lines."""
+    path = tmp_path / "trace.jsonl"
+    assert main(["demo", "--algo", "NGRAM", "--requests", "2", "--json", "--trace", str(path)]) == 0
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records
+    assert set(records[0]) == {"step", "rid", "drafts", "parents", "accepted", "tokens", "stop"}

@@ -16,6 +16,7 @@ from specstrat import (
     Acceptance,
     DraftTree,
     EngineStateError,
+    GreedyAcceptance,
     InvalidConfig,
     RelayPayload,
     SpecAlgorithm,
@@ -89,7 +90,41 @@ def wrong_rows(payload: RelayPayload) -> RelayPayload:
     return RelayPayload(bonus_tokens=torch.zeros(99, dtype=torch.int64))
 
 
+def swapped_bonus(got: RelayPayload) -> RelayPayload:
+    assert got.bonus_tokens is not None
+    return replace(got, bonus_tokens=got.bonus_tokens.flip(0))
+
+
+def bonus_plus(got: RelayPayload) -> RelayPayload:
+    assert got.bonus_tokens is not None
+    return replace(got, bonus_tokens=got.bonus_tokens + 1000)
+
+
+def index_past_the_tree(answer: Acceptance) -> Acceptance:
+    index = torch.where(answer.accept_index >= 0, answer.accept_index, 99)
+    return Acceptance(index, answer.accept_lengths, answer.bonus_tokens)
+
+
+def on_meta(tree: DraftTree) -> DraftTree:
+    return DraftTree.chain(tree.tokens.to("meta"))
+
+
+def q_too_narrow(tree: DraftTree) -> DraftTree:
+    q = torch.ones(tree.bs, tree.num_nodes, 7, dtype=torch.float64)
+    return DraftTree.chain(tree.tokens, lengths=tree.lengths, q=q)
+
+
 FAULTS: list[tuple[str, Callable[[], Any], str]] = [
+    ("resolve-swapped-bonus", lambda: relaying("resolve", swapped_bonus),
+     r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot \d+, but \d+ was stashed"),
+    ("resolve-bonus-out-of-vocab", lambda: relaying("resolve", bonus_plus),
+     r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot"),
+    ("accept-index-past-the-tree", lambda: accepting(index_past_the_tree),
+     r"accept_index=\[.*99.*\] holds node indices outside -1\.\.2"),
+    ("propose-on-another-device", lambda: drafting("propose", on_meta),
+     r"proposed a tree on meta; the engine runs on cpu"),
+    ("propose-q-too-narrow", lambda: drafting("propose", q_too_narrow),
+     r"q has 7 columns; the target's vocabulary has 256"),
     ("propose-raises", lambda: drafting("propose", RuntimeError("boom")),
      r"EAGLE\.drafter\.propose: raised RuntimeError: boom"),
     ("propose-raises-later", lambda: drafting("propose", AttributeError("late"), after=5),
@@ -321,3 +356,87 @@ def test_engine_accepts_a_registered_name(models: EmbeddedModels) -> None:
     """Engine('eagle', ...) runs the registered algorithm of that name."""
     engine = Engine("eagle", models, CONFIG)
     assert engine.algo is EAGLE
+
+
+def test_hooks_writing_into_the_engines_tensors_change_no_token(models: EmbeddedModels) -> None:
+    """A drafter or rule that scribbles on tensors it was given, after answering, cannot
+    change the output: the engine copied what it needs when each answer was checked."""
+
+    class Scribbler(specstrat.strategies.NgramDrafter):
+        def propose(self, step: Any) -> DraftTree:
+            tree = super().propose(step)
+            step.last_tokens.zero_()
+            step.seq_lens.add_(1)
+            return tree
+
+        def commit(self, outcome: Any) -> RelayPayload:
+            outcome.acceptance.bonus_tokens.zero_()
+            outcome.acceptance.accept_lengths.zero_()
+            return super().commit(outcome)
+
+    class ScribblerFactory(specstrat.NgramDrafterFactory):
+        def create_drafter(self, context: Any) -> Scribbler:
+            return Scribbler(self.min_ngram, self.max_ngram, context.target_tokens)
+
+    class ScribblingRule(GreedyAcceptance):
+        def accept(self, inputs: Any) -> Acceptance:
+            answer = GreedyAcceptance.accept(self, inputs)
+            inputs.drafts.tokens.fill_(65)
+            return answer
+
+    algo = replace(NGRAM, drafter=ScribblerFactory(), acceptance=ScribblingRule())
+    for overlap in (False, True):
+        config = replace(CONFIG, overlap=overlap)
+        assert Engine(algo, models, config).run(REQUESTS) == Engine("NONE", models, config).run(
+            REQUESTS
+        )
+
+
+RUN_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
+    ("bare-request", {"requests": Request("one", (65,), 2)}, r"requests=Request; pass a list of Requests"),
+    ("progress-not-callable", {"progress": 42}, r"progress=42 is not callable"),
+    ("source-not-callable", {"source": "x"}, r"source='x' is not callable"),
+    ("trace-a-path", {"trace": "trace.jsonl"}, r"trace='trace.jsonl'; pass an open text stream"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("case", "kw", "message"), RUN_ARGUMENTS, ids=[c[0] for c in RUN_ARGUMENTS]
+)
+def test_bad_run_arguments_leave_the_engine_usable(
+    case: str, kw: dict[str, Any], message: str, models: EmbeddedModels
+) -> None:
+    """run()'s arguments are checked before anything runs; the engine stays usable."""
+    engine = Engine(NGRAM, models, CONFIG)
+    args = {"requests": REQUESTS[:2], **kw}
+    with pytest.raises(InvalidConfig, match=message):
+        engine.run(**args)
+    assert engine.run(REQUESTS[:2]) == Engine("NONE", models, CONFIG).run(REQUESTS[:2])
+
+
+def test_a_closed_or_binary_trace_is_refused_up_front(
+    models: EmbeddedModels, tmp_path: Any
+) -> None:
+    """A closed file or a binary stream as trace is an InvalidConfig before the run starts."""
+    engine = Engine(NGRAM, models, CONFIG)
+    closed = (tmp_path / "closed.jsonl").open("w")
+    closed.close()
+    with pytest.raises(InvalidConfig, match=r"pass an open text stream"):
+        engine.run(REQUESTS[:1], trace=closed)
+    with (
+        (tmp_path / "binary.jsonl").open("wb") as binary,
+        pytest.raises(InvalidConfig, match=r"does not take text .* open it in text mode"),
+    ):
+        engine.run(REQUESTS[:1], trace=binary)
+    assert engine.run(REQUESTS[:1])
+
+
+def test_run_from_inside_a_hook_is_refused(models: EmbeddedModels) -> None:
+    """Calling run() again from a callback of the same run is a named error, not a deadlock."""
+    engine = Engine(NGRAM, models, CONFIG)
+
+    def progress(done: int, total: int) -> None:
+        engine.run([])
+
+    with pytest.raises(EngineStateError, match=r"already in progress on this thread"):
+        engine.run(REQUESTS[:1], progress=progress)
