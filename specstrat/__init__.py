@@ -71,8 +71,10 @@ from specstrat.strategies import (
     NgramDrafterFactory,
     NoDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    RejectionSamplingAcceptance,
     RingFutureMapFactory,
     SlotFutureMapFactory,
+    TypicalAcceptance,
 )
 
 __version__ = "0.2.0"
@@ -120,6 +122,8 @@ __all__ = [
     "FutureMap",
     "FutureMapFactory",
     "GreedyAcceptance",
+    "RejectionSamplingAcceptance",
+    "TypicalAcceptance",
     "InvalidConfig",
     "InvalidStrategy",
     "KernelError",

@@ -10,7 +10,8 @@
 | DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | draft LM      |
 | DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | draft LM      |
 
-Every built-in accepts greedily (``GreedyAcceptance``, lossless).
+Every built-in accepts by rejection sampling (``RejectionSamplingAcceptance``: lossless in
+distribution, and exactly greedy decoding for requests with temperature 0).
 
 NGRAM is the one built-in with ``supports_ragged_verify``: prompt lookup may find fewer than D
 tokens for a request.
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any, Final
 
 from specstrat.algorithm import Capabilities, SpecAlgorithm
-from specstrat.strategies.acceptance import GreedyAcceptance
+from specstrat.strategies.acceptance import RejectionSamplingAcceptance
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -55,7 +56,7 @@ _TARGET_ONLY = FixedWidthVerifyPolicy()
 _SLOTS = SlotFutureMapFactory()
 _NO_STATE = NoDraftStateDisaggDraftBuilder()
 _EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True)
-_GREEDY = GreedyAcceptance()
+_SAMPLING = RejectionSamplingAcceptance()
 _DRAFT_LM = DraftModelDrafterFactory()
 
 NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
@@ -65,7 +66,7 @@ NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=_NO_STATE,
     drafter=NoDrafterFactory(),
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 EAGLE: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     name="EAGLE",
@@ -74,7 +75,7 @@ EAGLE: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=EagleDisaggDraftBuilder(),
     drafter=EagleHeadDrafterFactory(),
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     name="EAGLE3",
@@ -83,7 +84,7 @@ EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=EagleDisaggDraftBuilder(),
     drafter=EagleHeadDrafterFactory(),
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="STANDALONE",
@@ -92,7 +93,7 @@ STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=_NO_STATE,
     drafter=_DRAFT_LM,
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="NGRAM",
@@ -101,7 +102,7 @@ NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=_NO_STATE,
     drafter=NgramDrafterFactory(),
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     name="DFLASH",
@@ -110,7 +111,7 @@ DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=DflashDisaggDraftBuilder(),
     drafter=_DRAFT_LM,
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     name="DSPARK",
@@ -119,7 +120,7 @@ DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     future_map=_SLOTS,
     disagg=DsparkDisaggDraftBuilder(),
     drafter=_DRAFT_LM,
-    acceptance=_GREEDY,
+    acceptance=_SAMPLING,
 )
 
 #: Every built-in, in the table's order.

@@ -199,8 +199,11 @@ class DraftStep:
 
     ``slots`` are the requests' target request-pool slots; ``last_tokens`` the verified tokens
     not yet in the target's KV (resolved from the relay); ``seq_lens`` the target's KV lengths
-    (from the request pool, their one owner); ``relay`` whatever the drafter's last ``commit``
-    or ``admit`` stashed; ``max_nodes`` the most nodes per request the target verifies.
+    (from the request pool, their one owner), which are also the root tokens' absolute
+    positions; ``relay`` whatever the drafter's last ``commit`` or ``admit`` stashed;
+    ``max_nodes`` the most nodes per request the target verifies; ``sampling`` each request's
+    parameters (a drafter that samples draws node ``j`` with draw index 2 at position
+    ``seq_lens + 1 + j``, see :mod:`specstrat.sampling`).
     """
 
     slots: tuple[int, ...]
@@ -208,6 +211,7 @@ class DraftStep:
     seq_lens: torch.Tensor
     relay: RelayPayload
     max_nodes: int
+    sampling: tuple[SamplingParams, ...]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -228,6 +232,7 @@ class DraftAdmission(Generic[_DraftT_co]):
     """New requests for a drafter, after a local prefill or a PREBUILT admission.
 
     ``first_tokens`` ``[bs]``: each request's first generated token (not yet in the KV);
+    ``sampling``: each request's parameters;
     ``seq_lens``: prompt lengths; ``hidden`` ``[bs, H]``: the target's hidden state at each
     prompt's last position (``None`` on PREBUILT admission); ``draft_input``: what the
     algorithm's disagg builder returned for a PREBUILT batch (``None`` after a local prefill, or
@@ -239,6 +244,7 @@ class DraftAdmission(Generic[_DraftT_co]):
     seq_lens: torch.Tensor
     hidden: torch.Tensor | None
     draft_input: _DraftT_co | None
+    sampling: tuple[SamplingParams, ...] = ()
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

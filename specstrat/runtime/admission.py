@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 import torch
 
 from specstrat.contracts import describe
+from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import DisaggError
 from specstrat.models import ModelShape
 from specstrat.relay import RelayPayload
@@ -40,6 +41,7 @@ class TransferBatch:
     v: torch.Tensor
     payload: RelayPayload = field(default_factory=RelayPayload)
     stop_token_ids: tuple[frozenset[int], ...] = ()
+    sampling: tuple[SamplingParams, ...] = ()
 
     @property
     def kv_lens(self) -> list[int]:
@@ -49,10 +51,11 @@ class TransferBatch:
     def requests(self) -> list[Request]:
         """The requests this batch carries."""
         stops = self.stop_token_ids or (frozenset(),) * len(self.rids)
+        params = self.sampling or (GREEDY,) * len(self.rids)
         budgets = self.max_new_tokens.tolist()
         return [
-            Request(r, p, int(n), s)
-            for r, p, n, s in zip(self.rids, self.prompts, budgets, stops, strict=True)
+            Request(r, p, int(n), s, c)
+            for r, p, n, s, c in zip(self.rids, self.prompts, budgets, stops, params, strict=True)
         ]
 
 
@@ -115,6 +118,10 @@ def check_transfer(
         raise fail(f"max_new_tokens < 1, or prompt + max_new_tokens > {room} positions", too_big)
     if batch.stop_token_ids and len(batch.stop_token_ids) != bs:
         raise fail("stop_token_ids needs one set per request")
+    if batch.sampling and (
+        len(batch.sampling) != bs or any(not isinstance(p, SamplingParams) for p in batch.sampling)
+    ):
+        raise fail("sampling needs one SamplingParams per request")
     want = (shape.layers, sum(batch.kv_lens), shape.heads, shape.head_dim)
     for name in ("k", "v"):
         tensor = getattr(batch, name)

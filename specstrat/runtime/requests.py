@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
+from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.runtime.models.text import encode_indentation
 
@@ -18,13 +19,15 @@ def _is_int(value: object) -> bool:
 
 @dataclass(frozen=True, slots=True)
 class Request:
-    """A generation request: a prompt of token ids, how many tokens to generate at most, and
-    the tokens that end it early (a generated stop token is kept as the output's last token)."""
+    """A generation request: a prompt of token ids, how many tokens to generate at most, the
+    tokens that end it early (a generated stop token is kept as the output's last token), and
+    how it samples (greedy by default; a seed makes its tokens reproducible in any batch)."""
 
     rid: str
     prompt: tuple[int, ...]
     max_new_tokens: int
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    sampling: SamplingParams = GREEDY
 
     def __post_init__(self) -> None:
         if not isinstance(self.rid, str) or not self.rid:
@@ -40,6 +43,11 @@ class Request:
             raise InvalidConfig(
                 f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int >= 1"
             )
+        if not isinstance(self.sampling, SamplingParams):
+            raise InvalidConfig(
+                f"request {self.rid!r}: sampling={self.sampling!r}; pass "
+                "specstrat.SamplingParams(temperature=..., top_p=..., top_k=..., seed=...)"
+            )
         stops = self.stop_token_ids
         if not isinstance(stops, frozenset) or any(not _is_int(t) or t < 0 for t in stops):
             raise InvalidConfig(
@@ -49,13 +57,20 @@ class Request:
 
     @classmethod
     def from_text(
-        cls, rid: str, text: str, max_new_tokens: int, *, stop: str | None = None
+        cls,
+        rid: str,
+        text: str,
+        max_new_tokens: int,
+        *,
+        stop: str | None = None,
+        sampling: SamplingParams = GREEDY,
     ) -> Request:
         """A request whose prompt is ``text`` as the embedded models read it: UTF-8 bytes, each
         line's indentation as one depth byte (``decode_indentation`` turns outputs back into
         text); ``stop``: single-byte characters that end generation."""
         stops = frozenset(stop.encode()) if stop else frozenset()
-        return cls(rid, tuple(encode_indentation(text.encode())), max_new_tokens, stops)
+        prompt = tuple(encode_indentation(text.encode()))
+        return cls(rid, prompt, max_new_tokens, stops, sampling)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -27,9 +27,11 @@ from specstrat.drafting import (
     DraftAdmission,
     DraftStep,
     DraftTree,
+    SamplingParams,
     StepOutcome,
     VerifyInputs,
 )
+from specstrat.kernels.sampling import DRAW_SAMPLE
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime.admission import TransferBatch
@@ -38,6 +40,7 @@ from specstrat.runtime.guard import call_hook
 from specstrat.runtime.requests import Request, RunStats
 from specstrat.runtime.verify import Verifier
 from specstrat.runtime.worker import ModelWorker
+from specstrat.sampling import SamplingBatch, choose_tokens
 
 __all__ = ["Produced", "StepRunner"]
 
@@ -75,6 +78,7 @@ class StepRunner:
         # Slots admitted PREBUILT whose first resolve is still to come: the builder relayed
         # their first tokens, so a wrong one there is the builder's.
         self._from_builder: set[int] = set()
+        self._sampling: dict[int, SamplingParams] = {}  # each running request's parameters
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algo.name, hook, fn, *args, **kwargs)
@@ -105,6 +109,7 @@ class StepRunner:
         self._hook("drafter.release", self.drafter.release, list(slots))
         for slot in slots:
             self._from_builder.discard(slot)
+            self._sampling.pop(slot, None)
             self.worker.free_request(slot)
 
     # -- admission ----------------------------------------------------------------------------
@@ -116,10 +121,13 @@ class StepRunner:
         logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
         ends = lens.cumsum(0) - 1
-        first = logits[ends].argmax(-1)
+        params = tuple(req.sampling for req, _ in admit)
+        self._sampling.update(zip(slots, params, strict=True))
+        sampling = SamplingBatch.of(params, self.worker.device)
+        first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
         admission: DraftAdmission[Any] = DraftAdmission(
             slots=tuple(slots), first_tokens=first, seq_lens=lens, hidden=hidden[ends],
-            draft_input=None,
+            draft_input=None, sampling=params,
         )  # fmt: skip
         payload = self._admit_drafter(admission)
         self._relay_write(slots, payload.merged(RelayPayload(bonus_tokens=first)))
@@ -152,9 +160,11 @@ class StepRunner:
             last_tokens,
             self.relay,
         )
+        params = batch.sampling or (GREEDY,) * len(slots)
+        self._sampling.update(zip(slots, params, strict=True))
         admission: DraftAdmission[Any] = DraftAdmission(
             slots=tuple(slots), first_tokens=last_tokens, seq_lens=seq_lens, hidden=None,
-            draft_input=draft_input,
+            draft_input=draft_input, sampling=tuple(params),
         )  # fmt: skip
         extra = self._admit_drafter(admission)
         if extra.present():
@@ -223,6 +233,7 @@ class StepRunner:
             seq_lens=torch.tensor(host.lengths, dtype=torch.int64),
             relay=relay,
             max_nodes=self.max_nodes,
+            sampling=tuple(self._sampling[s] for s in slots),
         )
         return step, host
 
@@ -260,7 +271,7 @@ class StepRunner:
             drafts=drafts,
             logits=logits[:, : drafts.num_nodes + 1],
             positions=step.seq_lens.clone(),
-            sampling=(GREEDY,) * len(step.slots),
+            sampling=step.sampling,
         )
         acceptance = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
         check_acceptance(self.algo.name, acceptance, drafts, self.vocab)

@@ -1,6 +1,10 @@
 """Built-in strategies, one module per hook family."""
 
-from specstrat.strategies.acceptance import GreedyAcceptance
+from specstrat.strategies.acceptance import (
+    GreedyAcceptance,
+    RejectionSamplingAcceptance,
+    TypicalAcceptance,
+)
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -36,6 +40,8 @@ __all__ = [
     "EagleHeadDrafter",
     "EagleHeadDrafterFactory",
     "GreedyAcceptance",
+    "RejectionSamplingAcceptance",
+    "TypicalAcceptance",
     "NgramDrafter",
     "NgramDrafterFactory",
     "NoDrafter",

@@ -1,4 +1,9 @@
-"""Acceptance rules: which drafts the target accepts, and the bonus token after them."""
+"""Acceptance rules: which drafts the target accepts, and the bonus token after them.
+
+``GreedyAcceptance`` (lossless for greedy decoding), ``RejectionSamplingAcceptance`` (lossless in
+distribution under each request's sampling parameters; greedy rows take the greedy answer) and
+``TypicalAcceptance`` (Medusa's, lossy).
+"""
 
 from __future__ import annotations
 
@@ -6,9 +11,13 @@ from dataclasses import dataclass
 
 import torch
 
-from specstrat.drafting import Acceptance, VerifyInputs
+from specstrat.drafting import Acceptance, DraftTree, VerifyInputs
+from specstrat.errors import InvalidConfig
+from specstrat.kernels import Backend
+from specstrat.kernels.sampling import DRAW_SAMPLE, rejection_sample
+from specstrat.sampling import SamplingBatch, choose_tokens
 
-__all__ = ["GreedyAcceptance"]
+__all__ = ["GreedyAcceptance", "RejectionSamplingAcceptance", "TypicalAcceptance"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,3 +62,131 @@ class GreedyAcceptance:
             lengths += alive.to(torch.int64)
         bonus = greedy.gather(1, (current + 1)[:, None]).squeeze(1)
         return Acceptance(index, lengths, bonus)
+
+
+def _first_chain(drafts: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per request, the chain of first children from the root: node indices ``[bs, n]``
+    (``-1`` past its end) and its length; a chain is its own first chain."""
+    bs, n = drafts.tokens.shape
+    dev = drafts.tokens.device
+    if drafts.is_chain():
+        return torch.arange(n, device=dev).expand(bs, n).contiguous(), drafts.lengths
+    real = torch.arange(n, device=dev)[None, :] < drafts.lengths[:, None]
+    nodes = torch.full((bs, n), -1, dtype=torch.int64, device=dev)
+    current = torch.full((bs,), -1, dtype=torch.int64, device=dev)
+    alive = torch.ones(bs, dtype=torch.bool, device=dev)
+    length = torch.zeros(bs, dtype=torch.int64, device=dev)
+    for depth in range(n):
+        children = real & alive[:, None] & (drafts.parents == current[:, None])
+        alive = children.any(dim=1)
+        first = children.to(torch.int64).argmax(dim=1)
+        current = torch.where(alive, first, current)
+        nodes[:, depth] = torch.where(alive, first, nodes[:, depth])
+        length += alive.to(torch.int64)
+    return nodes, length
+
+
+def _logits_along(logits: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
+    """The target's logits at the root and at each chain node, ``[bs, n + 1, V]``."""
+    root = torch.zeros(nodes.shape[0], 1, dtype=torch.int64, device=nodes.device)
+    rows = torch.cat([root, nodes.clamp(min=0) + 1], dim=1)
+    return logits.gather(1, rows[:, :, None].expand(-1, -1, logits.shape[2]))
+
+
+def _along(nodes: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
+    """The first ``accepted`` nodes of each chain, ``-1`` after."""
+    cols = torch.arange(nodes.shape[1], device=nodes.device)[None, :]
+    return torch.where(cols < accepted[:, None], nodes, -1)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RejectionSamplingAcceptance:
+    """Speculative sampling: lossless in distribution under each request's sampling parameters.
+
+    Along each request's chain (for a tree: the chain of first children), draft token ``x`` is
+    accepted with probability ``min(1, p(x) / q(x))``; at the first rejection the token is drawn
+    from the normalised residual ``max(0, p - q)``; after a fully accepted chain the bonus token
+    is drawn from ``p``. ``p`` and ``q`` are after temperature, top-k and top-p; a drafter that
+    gives no ``q`` is deterministic (``q`` one-hot). Requests with temperature 0 take the greedy
+    answer (:class:`GreedyAcceptance`, over the whole tree), so greedy output is unchanged. One
+    launch of :func:`~specstrat.kernels.sampling.rejection_sample` for the batch; its random
+    numbers depend on the request's seed and the token's position only.
+    """
+
+    backend: Backend = "auto"
+
+    @property
+    def lossless(self) -> bool:
+        """Rejection sampling keeps the target's distribution."""
+        return True
+
+    def accept(self, inputs: VerifyInputs) -> Acceptance:
+        """Accepted paths and bonus tokens, sampled rows and greedy rows alike."""
+        drafts = inputs.drafts
+        bs, n = drafts.tokens.shape
+        greedy = GreedyAcceptance().accept(inputs)
+        sampling = SamplingBatch.of(inputs.sampling, drafts.tokens.device)
+        if bool(sampling.greedy.all()):
+            return greedy
+        nodes, length = _first_chain(drafts)
+        logits = _logits_along(inputs.logits, nodes)
+        p = sampling.repeat(n + 1).probs(logits.reshape(bs * (n + 1), -1)).reshape(bs, n + 1, -1)
+        tokens = drafts.tokens.gather(1, nodes.clamp(min=0))
+        q = None
+        if drafts.q is not None:
+            q = drafts.q.gather(1, nodes.clamp(min=0)[:, :, None].expand(-1, -1, drafts.q.shape[2]))
+        accepted, bonus = rejection_sample(
+            p, tokens, length, sampling.seed, inputs.positions, q, backend=self.backend
+        )
+        take_greedy = sampling.greedy
+        return Acceptance(
+            torch.where(take_greedy[:, None], greedy.accept_index, _along(nodes, length, accepted)),
+            torch.where(take_greedy, greedy.accept_lengths, accepted),
+            torch.where(take_greedy, greedy.bonus_tokens, bonus),
+        )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TypicalAcceptance:
+    """Typical acceptance (Medusa): lossy, it does not keep the target's distribution.
+
+    Along each request's chain (first children), draft token ``x`` is accepted while
+    ``p(x) > min(posterior_threshold, posterior_alpha * exp(-H(p)))``, ``p`` the target's
+    distribution after temperature/top-k/top-p and ``H`` its entropy; the bonus token is then
+    sampled from ``p`` (greedy at temperature 0).
+    """
+
+    posterior_threshold: float = 0.09
+    posterior_alpha: float = 0.3
+
+    def __post_init__(self) -> None:
+        for name in ("posterior_threshold", "posterior_alpha"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= 1:
+                raise InvalidConfig(f"{name}={value!r} must be a number in (0, 1]")
+
+    @property
+    def lossless(self) -> bool:
+        """Typical acceptance trades the target's distribution for longer acceptance."""
+        return False
+
+    def accept(self, inputs: VerifyInputs) -> Acceptance:
+        """The longest typical prefix of each chain, then a sampled bonus token."""
+        drafts = inputs.drafts
+        bs, n = drafts.tokens.shape
+        sampling = SamplingBatch.of(inputs.sampling, drafts.tokens.device)
+        nodes, length = _first_chain(drafts)
+        logits = _logits_along(inputs.logits, nodes)
+        flat = logits.reshape(bs * (n + 1), -1)
+        p = sampling.repeat(n + 1).probs(flat).reshape(bs, n + 1, -1)
+        entropy = -(p * p.clamp(min=1e-30).log()).sum(-1)  # [bs, n + 1]
+        bar = torch.clamp(self.posterior_alpha * torch.exp(-entropy), max=self.posterior_threshold)
+        tokens = drafts.tokens.gather(1, nodes.clamp(min=0))
+        px = p[:, :n].gather(2, tokens[:, :, None]).squeeze(2)
+        real = torch.arange(n, device=p.device)[None, :] < length[:, None]
+        typical = (px > bar[:, :n]) & real
+        accepted = typical.to(torch.int64).cumprod(dim=1).sum(dim=1)
+        rows = torch.arange(bs, device=p.device)
+        at = logits[rows, accepted]
+        bonus, _ = choose_tokens(at, sampling, inputs.positions + 1 + accepted, DRAW_SAMPLE)
+        return Acceptance(_along(nodes, length, accepted), accepted, bonus)

@@ -22,8 +22,10 @@ from specstrat.drafting import (
     StepOutcome,
 )
 from specstrat.errors import InvalidConfig
+from specstrat.kernels.sampling import DRAW_DRAFT
 from specstrat.models import DraftHead, DraftKV, LoadedModels
 from specstrat.relay import RelayPayload
+from specstrat.sampling import SamplingBatch, choose_tokens
 from specstrat.strategies.disagg import EagleDraftInput
 
 __all__ = [
@@ -42,6 +44,35 @@ _NOTHING = RelayPayload()
 
 def _empty_tree(bs: int, device: torch.device) -> DraftTree:
     return DraftTree.chain(torch.zeros(bs, 0, dtype=torch.int64, device=device))
+
+
+class _Chooser:
+    """Picks each draft node's token: the argmax for greedy requests; for sampling ones a draw
+    (index 2) from the drafter's distribution under the request's parameters, recorded as ``q``."""
+
+    def __init__(self, step: DraftStep) -> None:
+        self.sampled = any(not p.greedy for p in step.sampling)
+        self.sampling = SamplingBatch.of(step.sampling, step.last_tokens.device)
+        self.root = step.seq_lens.to(step.last_tokens.device)
+        self.tokens: list[torch.Tensor] = []
+        self.q: list[torch.Tensor] = []
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next node's token per request, from the drafter's logits ``[bs, V]``."""
+        if not self.sampled:
+            token = logits.argmax(-1)
+        else:
+            at = self.root + 1 + len(self.tokens)
+            token, probs = choose_tokens(logits, self.sampling, at, DRAW_DRAFT)
+            self.q.append(probs)
+        self.tokens.append(token)
+        return token
+
+    def tree(self, device: torch.device, lengths: torch.Tensor | None = None) -> DraftTree:
+        """The chain of picked tokens, with ``q`` when any request samples."""
+        tokens = torch.stack(self.tokens, dim=1).to(device=device, dtype=torch.int64)
+        q = torch.stack(self.q, dim=1).to(device) if self.q else None
+        return DraftTree.chain(tokens, lengths=lengths, q=q)
 
 
 # -- no drafting -------------------------------------------------------------------------------
@@ -220,13 +251,12 @@ class DraftModelDrafter:
         ]
         logits, _ = self.runner.extend(own, catch_up)
         ends = torch.tensor([len(c) for c in catch_up], device=logits.device).cumsum(0) - 1
-        token = logits[ends].argmax(-1)
-        out = [token]
+        chooser = _Chooser(step)
+        token = chooser.pick(logits[ends])
         for _ in range(steps - 1):
             logits, _ = self.runner.extend(own, [[t] for t in token.tolist()])
-            token = logits.argmax(-1)
-            out.append(token)
-        return DraftTree.chain(torch.stack(out, dim=1).to(dev))
+            token = chooser.pick(logits)
+        return chooser.tree(dev)
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """Keep the draft KV of accepted drafts only (drafting fed all but the last draft)."""
@@ -288,8 +318,8 @@ class EagleHeadDrafter:
     (a PREBUILT batch whose builder returned ``None``) proposes nothing on its first step.
     """
 
-    def __init__(self, head: DraftHead, topk: int) -> None:
-        self.head, self.topk = head, topk
+    def __init__(self, head: DraftHead, topk: int, vocab_size: int) -> None:
+        self.head, self.topk, self.vocab_size = head, topk, vocab_size
         self.ready: set[int] = set()
 
     def admit(self, admission: DraftAdmission[EagleDraftInput]) -> RelayPayload:
@@ -310,26 +340,22 @@ class EagleHeadDrafter:
         """The relayed first token, then ``max_nodes - 1`` more from the head alone."""
         bs, steps, dev = len(step.slots), step.max_nodes, step.last_tokens.device
         relay = step.relay
-        if not steps or not bs or relay.topk_index is None or relay.hidden_states is None:
-            tree = _empty_tree(bs, dev)
-            return (
-                tree
-                if not steps
-                else DraftTree.chain(
-                    step.last_tokens[:, None].expand(bs, steps).contiguous(),
-                    lengths=torch.zeros(bs, dtype=torch.int64, device=dev),
-                )
-            )
-        token, hidden = relay.topk_index[:, 0], relay.hidden_states
-        out = [token]
+        if not steps or not bs:
+            return _empty_tree(bs, dev)
+        if relay.topk_index is None or relay.topk_p is None or relay.hidden_states is None:
+            filler = step.last_tokens[:, None].expand(bs, steps).contiguous()  # no state yet
+            return DraftTree.chain(filler, lengths=torch.zeros(bs, dtype=torch.int64, device=dev))
+        chooser = _Chooser(step)
+        # The first node from the relayed top-k: its log-probabilities, -inf outside the top-k.
+        first = torch.full((bs, self.vocab_size), float("-inf"), dtype=relay.topk_p.dtype)
+        first = first.to(dev).scatter(1, relay.topk_index, relay.topk_p.clamp(min=1e-30).log())
+        token, hidden = chooser.pick(first), relay.hidden_states
         with torch.inference_mode():
             for _ in range(steps - 1):
                 logits, hidden = self.head(hidden, token)
-                token = logits.argmax(-1)
-                out.append(token)
+                token = chooser.pick(logits)
         ready = torch.tensor([s in self.ready for s in step.slots], device=dev)
-        lengths = torch.where(ready, steps, 0).to(torch.int64)
-        return DraftTree.chain(torch.stack(out, dim=1).to(torch.int64), lengths=lengths)
+        return chooser.tree(dev, lengths=torch.where(ready, steps, 0).to(torch.int64))
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """The next step's first draft token, from the target's hidden state at the bonus."""
@@ -366,7 +392,8 @@ class EagleHeadDrafterFactory:
 
     def create_drafter(self, context: DrafterContext) -> EagleHeadDrafter:
         """A head drafter over the loaded head."""
-        return EagleHeadDrafter(self._head(context.models), self.topk)
+        vocab = context.models.target.shape.vocab_size
+        return EagleHeadDrafter(self._head(context.models), self.topk, vocab)
 
     def prefill_payload(
         self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor

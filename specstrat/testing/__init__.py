@@ -20,6 +20,7 @@ from specstrat.testing.doubles import (
 )
 from specstrat.testing.drafting import check_acceptance_rule, check_drafter
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
+from specstrat.testing.lossless import LosslessReport, check_lossless_in_distribution
 from specstrat.testing.strategies import (
     num_draft_tokens,
     prebuilt_batches,
@@ -33,12 +34,14 @@ __all__ = [
     "FaultyAcceptance",
     "FaultyDrafterFactory",
     "FaultyFutureMapFactory",
+    "LosslessReport",
     "VerifyBatch",
     "check_acceptance_rule",
     "check_algorithm",
     "check_disagg_draft_builder",
     "check_drafter",
     "check_future_map_factory",
+    "check_lossless_in_distribution",
     "check_target_verify_policy",
     "check_verify_metadata",
     "num_draft_tokens",

@@ -9,6 +9,7 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.contracts import hook_error
+from specstrat.kernels.sampling import DRAW_SAMPLE
 from specstrat.models import LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.runtime.admission import TransferBatch
@@ -16,6 +17,7 @@ from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.guard import call_hook
 from specstrat.runtime.requests import Request
 from specstrat.runtime.worker import ModelWorker
+from specstrat.sampling import SamplingBatch, choose_tokens
 
 __all__ = ["PrefillWorker"]
 
@@ -41,8 +43,10 @@ class PrefillWorker:
         try:
             prompts = [list(r.prompt) for r in requests]
             logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
-            ends = torch.tensor([len(p) for p in prompts]).cumsum(0) - 1
-            first = logits[ends].argmax(-1)
+            lens = torch.tensor([len(p) for p in prompts])
+            ends = lens.cumsum(0) - 1
+            params = tuple(r.sampling for r in requests)
+            first, _ = choose_tokens(logits[ends], SamplingBatch.of(params), lens, DRAW_SAMPLE)
             kv = [self.worker.export_kv(s) for s in slots]
             return TransferBatch(
                 rids=tuple(r.rid for r in requests),
@@ -53,6 +57,7 @@ class PrefillWorker:
                 v=torch.cat([v for _, v in kv], dim=1),
                 payload=self._payload(first, hidden[ends]),
                 stop_token_ids=tuple(r.stop_token_ids for r in requests),
+                sampling=params,
             )
         finally:
             for slot in slots:

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import DisaggError
 from specstrat.relay import RelayPayload
 from specstrat.runtime.admission import TransferBatch
@@ -42,6 +43,7 @@ def encode(batch: TransferBatch) -> list[torch.Tensor]:
     rid_bytes = [r.encode() for r in batch.rids]
     flat_prompt = [t for p in batch.prompts for t in p]
     stops = [sorted(s) for s in (batch.stop_token_ids or [frozenset()] * len(batch.rids))]
+    params = batch.sampling or (GREEDY,) * len(batch.rids)
     layers, total, heads, dim = batch.k.shape
     payload = batch.payload
     topk = payload.topk_p.shape[1] if payload.topk_p is not None else -1
@@ -60,6 +62,10 @@ def encode(batch: TransferBatch) -> list[torch.Tensor]:
         batch.first_tokens.to(torch.int64),
         _flat([len(s) for s in stops]),
         _flat([t for s in stops for t in s]),
+        torch.tensor([[p.temperature, p.top_p] for p in params], dtype=torch.float64).reshape(
+            -1, 2
+        ),
+        _flat([v for p in params for v in (p.top_k, p.seed)]),
         batch.k.contiguous(),
         batch.v.contiguous(),
     ]
@@ -125,17 +131,18 @@ def recv_transfer(
         )
         dtype = _DTYPES[code]
         rid_lens = take(bs).tolist()
-        raw = bytes(take(max(n_rid, 1), dtype=torch.uint8).tolist())[:n_rid]
-        cuts = [sum(rid_lens[:i]) for i in range(bs + 1)]
-        rids = tuple(raw[cuts[i] : cuts[i + 1]].decode() for i in range(bs))
+        raw = take(max(n_rid, 1), dtype=torch.uint8).tolist()[:n_rid]
+        rids = tuple(bytes(piece).decode() for piece in _split(raw, rid_lens))
         kv_lens = take(bs).tolist()
-        flat = take(n_prompt).tolist()
-        starts = [sum(kv_lens[:i]) for i in range(bs + 1)]
-        prompts = tuple(tuple(flat[starts[i] : starts[i + 1]]) for i in range(bs))
+        prompts = tuple(tuple(p) for p in _split(take(n_prompt).tolist(), kv_lens))
         max_new, first = take(bs), take(bs)
-        stop_counts, stop_flat = take(bs).tolist(), take(n_stop).tolist()
-        stop_starts = [sum(stop_counts[:i]) for i in range(bs + 1)]
-        stops = tuple(frozenset(stop_flat[stop_starts[i] : stop_starts[i + 1]]) for i in range(bs))
+        stop_counts = take(bs).tolist()
+        stops = tuple(frozenset(s) for s in _split(take(n_stop).tolist(), stop_counts))
+        floats, ints = take(bs, 2, dtype=torch.float64).tolist(), take(2 * bs).tolist()
+        sampling = tuple(
+            SamplingParams(temperature=t, top_p=p, top_k=ints[2 * i], seed=ints[2 * i + 1])
+            for i, (t, p) in enumerate(floats)
+        )
         k = take(layers, total, heads, dim, dtype=dtype)
         v = take(layers, total, heads, dim, dtype=dtype)
         fields: dict[str, torch.Tensor] = {}
@@ -150,4 +157,6 @@ def recv_transfer(
             f"transfer from rank {src} broke off ({type(exc).__name__}: {str(exc)[:200]}); "
             f"lost requests {list(rids)}; nothing of that batch was admitted"
         ) from exc
-    return TransferBatch(rids, prompts, max_new, first, k, v, RelayPayload(**fields), stops)
+    return TransferBatch(
+        rids, prompts, max_new, first, k, v, RelayPayload(**fields), stops, sampling
+    )
