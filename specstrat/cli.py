@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import HOOKS, SpecAlgorithm
+from specstrat.drafting import SamplingParams
 from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
 from specstrat.testing.conformance import run_conformance
@@ -126,6 +127,9 @@ def _demo(args: argparse.Namespace) -> int:
             raise SystemExit(
                 f"specstrat demo: {args.algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
+    sampling = SamplingParams(
+        temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
+    )
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     try:
@@ -143,6 +147,7 @@ def _demo(args: argparse.Namespace) -> int:
             progress=not args.json,
             disagg=args.disagg,
             trace=trace,
+            sampling=sampling,
         )
     finally:
         if trace is not None:
@@ -184,6 +189,10 @@ def _parser() -> argparse.ArgumentParser:
         "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    demo.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    demo.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
+    demo.add_argument("--seed", type=int, default=0, help="request i samples with seed + i")
     demo.add_argument(
         "--trace",
         metavar="FILE",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 import sys
 import sysconfig
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -18,6 +18,7 @@ import torch
 from tqdm import tqdm
 
 from specstrat.algorithm import SpecAlgorithm
+from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.registry import get
 from specstrat.runtime.engine import Engine
 from specstrat.runtime.models.text import encode_indentation
@@ -35,9 +36,12 @@ STOP_EVERY = 4
 NEWLINE = 10
 
 
-def workload(num_requests: int, *, seed: int = 0, stops: bool = True) -> list[Request]:
+def workload(
+    num_requests: int, *, seed: int = 0, stops: bool = True, sampling: SamplingParams = GREEDY
+) -> list[Request]:
     """``num_requests`` prompts of 24..160 bytes, each asking for 48..128 tokens; with ``stops``,
-    every fourth one stops at the first newline it generates."""
+    every fourth one stops at the first newline it generates; request ``i`` samples with
+    ``sampling`` and seed ``sampling.seed + i``."""
     root = Path(sysconfig.get_paths()["stdlib"])
     # Encoded like the training text (see specstrat.runtime.models.text.encode_indentation).
     texts = [
@@ -52,7 +56,8 @@ def workload(num_requests: int, *, seed: int = 0, stops: bool = True) -> list[Re
         start = text.rfind(b"\n", 0, start) + 1  # begin at a line start
         prompt = text[start : start + length] or b"def "
         stop = frozenset({NEWLINE}) if stops and i % STOP_EVERY == STOP_EVERY - 1 else frozenset()
-        requests.append(Request(f"req-{i}", tuple(prompt), rng.randint(48, 128), stop))
+        params = replace(sampling, seed=sampling.seed + i)
+        requests.append(Request(f"req-{i}", tuple(prompt), rng.randint(48, 128), stop, params))
     return requests
 
 
@@ -73,9 +78,13 @@ class DemoSummary:
     lossless: bool
     acceptance_by_position: tuple[float, ...]
     acceptance_rule_lossless: bool
+    temperature: float
+    lossless_check: str
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
+        if self.temperature:
+            parts.append(f"temperature {self.temperature:g}")
         if self.disagg:
             parts.append("prefill/decode in 2 processes")
         return f"{self.algorithm} ({', '.join(parts)})"
@@ -94,8 +103,7 @@ class DemoSummary:
             ("tokens/s with speculation", f"{self.spec_tokens_per_s:.1f}"),
             ("tokens/s target-only", f"{self.target_tokens_per_s:.1f}"),
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
-            ("lossless", "yes" if self.lossless else "no"),
-            ("acceptance rule", "lossless" if self.acceptance_rule_lossless else "lossy"),
+            ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
         ]
         return "\n".join(f"{k:<26} {v}" for k, v in rows)
 
@@ -135,17 +143,20 @@ def run_demo(
     models: EmbeddedModels | None = None,
     disagg: bool = False,
     trace: TextIO | None = None,
+    sampling: SamplingParams = GREEDY,
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
     """Run the workload with ``algo`` and target-only; the summary and the spec outputs.
 
     Both engines are built (and their configuration checked) before either runs. With
     ``disagg`` the speculative run prefills in a second process and decodes here
-    (:func:`~specstrat.runtime.disagg.run_disaggregated`); lossless then compares it with
-    single-process target-only output. ``trace`` gets the speculative run's step trace.
+    (:func:`~specstrat.runtime.disagg.run_disaggregated`). Greedy: lossless compares the outputs
+    token for token with target-only's. Sampling (``sampling.temperature > 0``): outputs differ
+    by design; a lossless rule is checked in distribution
+    (:func:`~specstrat.testing.check_lossless_in_distribution`), a lossy one says so.
     """
     spec_algo = get(algo) if isinstance(algo, str) else algo
     models = models or EmbeddedModels.load()
-    requests = workload(num_requests)
+    requests = workload(num_requests, sampling=sampling)
     config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
     baseline = Engine(get("NONE"), models, config)
     spec = Engine(spec_algo, models, config)  # checks D against the context before any run
@@ -164,6 +175,7 @@ def run_demo(
     else:
         spec_out = _timed(spec, requests, spec_algo.name, progress, trace)
         spec_stats = spec.stats
+    lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, num_draft_tokens)
     base_stats = baseline.stats
     summary = DemoSummary(
         algorithm=spec_algo.name,
@@ -176,11 +188,42 @@ def run_demo(
         spec_tokens_per_s=spec_stats.tokens_per_second,
         target_tokens_per_s=base_stats.tokens_per_second,
         speed_ratio=spec_stats.tokens_per_second / max(base_stats.tokens_per_second, 1e-9),
-        lossless=spec_out == base_out,
+        lossless=lossless,
         acceptance_by_position=tuple(spec_stats.acceptance_by_position),
         acceptance_rule_lossless=spec_algo.lossless,
+        temperature=sampling.temperature,
+        lossless_check=note,
     )
     return summary, spec_out
+
+
+def _lossless(
+    algo: SpecAlgorithm[Any],
+    same_tokens: bool,
+    sampling: SamplingParams,
+    models: EmbeddedModels,
+    num_draft_tokens: int,
+) -> tuple[bool, str]:
+    """Whether the run was lossless, and how that was established."""
+    rule = type(algo.acceptance).__name__
+    if not algo.lossless:
+        return False, f"rule {rule} is lossy"
+    if sampling.greedy:
+        return same_tokens, "token for token against target-only"
+    from specstrat.errors import ConformanceError
+    from specstrat.testing.lossless import check_lossless_in_distribution
+
+    try:
+        report = check_lossless_in_distribution(
+            algo, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            num_samples=2000, num_draft_tokens=num_draft_tokens, models=models,
+        )  # fmt: skip
+    except ConformanceError as exc:
+        return False, f"in distribution: {exc}"
+    return True, (
+        f"in distribution, checked: chi-square p={report.p_value:.3f} over "
+        f"{report.num_samples} samples"
+    )
 
 
 def _timed(
