@@ -34,10 +34,10 @@ from specstrat.strategies.disagg import (
 )
 from specstrat.strategies.drafters import (
     DraftModelDrafterFactory,
-    EagleHeadDrafterFactory,
     NgramDrafterFactory,
     NoDrafterFactory,
 )
+from specstrat.strategies.eagle_head import EagleHeadDrafterFactory
 from specstrat.strategies.future_map import SlotFutureMapFactory
 from specstrat.strategies.verify import FixedWidthVerifyPolicy
 

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 
 import torch
 
-from specstrat.drafting import SamplingParams
-from specstrat.kernels.sampling import sample_from, sampling_probs, uniform
+from specstrat.drafting import DraftStep, DraftTree, SamplingParams
+from specstrat.kernels.sampling import DRAW_DRAFT, sample_from, sampling_probs, uniform
 
-__all__ = ["SamplingBatch", "choose_tokens"]
+__all__ = ["DraftChooser", "SamplingBatch", "choose_tokens"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -69,3 +69,32 @@ def choose_tokens(
     drawn = sample_from(probs, uniform(sampling.seed, positions, draw))
     tokens = torch.where(sampling.greedy, logits.argmax(-1), drawn)
     return tokens, probs
+
+
+class DraftChooser:
+    """Picks each draft node's token: the argmax for greedy requests; for sampling ones a draw
+    (index 2) from the drafter's distribution under the request's parameters, recorded as ``q``."""
+
+    def __init__(self, step: DraftStep) -> None:
+        self.sampled = any(not p.greedy for p in step.sampling)
+        self.sampling = SamplingBatch.of(step.sampling, step.last_tokens.device)
+        self.root = step.seq_lens.to(step.last_tokens.device)
+        self.tokens: list[torch.Tensor] = []
+        self.q: list[torch.Tensor] = []
+
+    def pick(self, logits: torch.Tensor) -> torch.Tensor:
+        """The next node's token per request, from the drafter's logits ``[bs, V]``."""
+        if not self.sampled:
+            token = logits.argmax(-1)
+        else:
+            at = self.root + 1 + len(self.tokens)
+            token, probs = choose_tokens(logits, self.sampling, at, DRAW_DRAFT)
+            self.q.append(probs)
+        self.tokens.append(token)
+        return token
+
+    def tree(self, device: torch.device, lengths: torch.Tensor | None = None) -> DraftTree:
+        """The chain of picked tokens, with ``q`` when any request samples."""
+        tokens = torch.stack(self.tokens, dim=1).to(device=device, dtype=torch.int64)
+        q = torch.stack(self.q, dim=1).to(device) if self.q else None
+        return DraftTree.chain(tokens, lengths=lengths, q=q)

@@ -17,13 +17,12 @@ from specstrat.strategies.disagg import (
 from specstrat.strategies.drafters import (
     DraftModelDrafter,
     DraftModelDrafterFactory,
-    EagleHeadDrafter,
-    EagleHeadDrafterFactory,
     NgramDrafter,
     NgramDrafterFactory,
     NoDrafter,
     NoDrafterFactory,
 )
+from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
 from specstrat.strategies.future_map import (
     RingFutureMap,
     RingFutureMapFactory,

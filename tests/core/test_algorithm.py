@@ -183,7 +183,7 @@ def test_describe_lists_strategies_and_capabilities() -> None:
         "future_map": "SlotFutureMapFactory",
         "disagg": "EagleDisaggDraftBuilder",
         "drafter": "EagleHeadDrafterFactory",
-        "acceptance": "GreedyAcceptance",
+        "acceptance": "RejectionSamplingAcceptance",
     }
     assert info["capabilities"]["carries_draft_hidden_states"] is True
 

@@ -86,9 +86,10 @@ def test_a_request_depends_only_on_its_own_row() -> None:
     args = case(7, 3, 37, seed=5, with_q=True)
     together = rejection_sample_ref(**args)
     for row in range(7):
-        alone = rejection_sample_ref(
-            **{k: (v[row : row + 1] if v is not None else None) for k, v in args.items()}
-        )
+        one: dict[str, Any] = {
+            k: (v[row : row + 1] if v is not None else None) for k, v in args.items()
+        }
+        alone = rejection_sample_ref(**one)
         assert alone[0].item() == together[0][row].item()
         assert alone[1].item() == together[1][row].item()
 
