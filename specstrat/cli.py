@@ -101,6 +101,10 @@ def _check(args: argparse.Namespace) -> int:
         failed |= not result.passed
         line = f"{'PASS' if result.passed else 'FAIL'} conformance: {result.name}"
         print(line if result.passed else f"{line}\n    {result.message}")
+    if isinstance(algo, SpecAlgorithm):
+        rule = type(algo.acceptance).__name__
+        kind = "lossless" if algo.lossless else "LOSSY: it does not keep the target's distribution"
+        print(f"NOTE acceptance rule {rule} is {kind}")
     if args.mypy:
         if source is None:
             print("FAIL mypy: the module has no source file to check")

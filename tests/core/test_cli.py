@@ -304,3 +304,11 @@ def test_demo_trace_writes_one_json_line_per_step_and_request(tmp_path: Path) ->
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert records
     assert set(records[0]) == {"step", "rid", "drafts", "parents", "accepted", "tokens", "stop"}
+
+
+def test_check_says_whether_the_acceptance_rule_is_lossless(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """`specstrat check` prints a note naming the rule and whether it is lossless."""
+    assert main(["check", "specstrat.builtins:EAGLE", "--no-mypy"]) == 0
+    assert "NOTE acceptance rule RejectionSamplingAcceptance is lossless" in capsys.readouterr().out
