@@ -44,6 +44,27 @@ def check_payload(algorithm: str, hook: str, payload: object, bs: int) -> None:
         )
 
 
+def _check_q(algorithm: str, hook: str, drafts: DraftTree) -> None:
+    """``q`` of every real node is a distribution that gives the node's token some mass."""
+    assert drafts.q is not None
+    real = torch.arange(drafts.num_nodes)[None, :] < drafts.lengths.cpu()[:, None]
+    q = drafts.q[real].to(torch.float64)
+    if not bool(torch.isfinite(q).all()) or bool((q < 0).any()):
+        raise hook_error(algorithm, hook, "q holds negative, NaN or infinite probabilities")
+    sums = q.sum(-1)
+    if bool(((sums - 1).abs() > 1e-3).any()):
+        raise hook_error(
+            algorithm, hook, f"q rows sum to {sums.min().item():.4g}..{sums.max().item():.4g}; "
+            "each real node's q must be a probability distribution (sum 1)"
+        )  # fmt: skip
+    at_token = q.gather(1, drafts.tokens[real][:, None]).squeeze(1)
+    if bool((at_token <= 0).any()):
+        raise hook_error(
+            algorithm, hook, "q gives a drafted token no probability: q must be the "
+            "distribution the token was drawn from"
+        )  # fmt: skip
+
+
 def _out_of_vocab(tokens: torch.Tensor, vocab: int) -> list[int]:
     bad = (tokens < 0) | (tokens >= vocab)
     return tokens[bad].tolist()[:5]
@@ -72,6 +93,8 @@ def check_drafts(
             algorithm, hook, f"q has {drafts.q.shape[2]} columns; the target's vocabulary has "
             f"{vocab}"
         )  # fmt: skip
+    if drafts.q is not None and drafts.q.device.type == "cpu":
+        _check_q(algorithm, hook, drafts)
     if drafts.bs != bs:
         raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
     if drafts.num_nodes > max_nodes:

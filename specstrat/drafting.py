@@ -48,6 +48,10 @@ def _int_tensor(name: str, value: object, shape: tuple[int, ...] | None, rank: i
         raise InvalidConfig(f"{name}.shape={tuple(value.shape)}; expected {shape}")
 
 
+#: The smallest temperature above 0 (greedy) a request may ask for.
+MIN_TEMPERATURE = 1e-5
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SamplingParams:
     """How a request samples: ``temperature`` 0 is greedy; ``top_k`` 0 is off.
@@ -65,13 +69,17 @@ class SamplingParams:
         t = self.temperature
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
             raise InvalidConfig(f"temperature={t!r} must be a finite number >= 0 (0 = greedy)")
+        if 0 < t < MIN_TEMPERATURE:  # logits / t would overflow to inf
+            raise InvalidConfig(
+                f"temperature={t!r} is below {MIN_TEMPERATURE}; use 0 for greedy decoding"
+            )
         p = self.top_p
         if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
             raise InvalidConfig(f"top_p={p!r} must be in (0, 1]")
         for name in ("top_k", "seed"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-                raise InvalidConfig(f"{name}={value!r} must be an int >= 0")
+            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+                raise InvalidConfig(f"{name}={value!r} must be an int in 0..2**63-1")
 
     @property
     def greedy(self) -> bool:

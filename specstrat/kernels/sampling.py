@@ -207,7 +207,12 @@ def _check(
     if tokens.dim() != 2 or tokens.dtype != torch.int64:
         raise InvalidConfig(f"tokens is {tokens.dtype} {tuple(tokens.shape)}; need int64 [bs, n]")
     bs, n = tokens.shape
-    if p.dim() != 3 or tuple(p.shape[:2]) != (bs, n + 1) or not p.dtype.is_floating_point:
+    if (
+        p.dim() != 3
+        or tuple(p.shape[:2]) != (bs, n + 1)
+        or not p.dtype.is_floating_point
+        or not p.shape[2]
+    ):
         raise InvalidConfig(
             f"p is {p.dtype} {tuple(p.shape)}; need floating [bs={bs}, n + 1={n + 1}, vocab]"
         )

@@ -56,7 +56,7 @@ def workload(
         start = text.rfind(b"\n", 0, start) + 1  # begin at a line start
         prompt = text[start : start + length] or b"def "
         stop = frozenset({NEWLINE}) if stops and i % STOP_EVERY == STOP_EVERY - 1 else frozenset()
-        params = replace(sampling, seed=sampling.seed + i)
+        params = replace(sampling, seed=(sampling.seed + i) % 2**63)
         requests.append(Request(f"req-{i}", tuple(prompt), rng.randint(48, 128), stop, params))
     return requests
 

@@ -115,6 +115,10 @@ class RejectionSamplingAcceptance:
 
     backend: Backend = "auto"
 
+    def __post_init__(self) -> None:
+        if self.backend not in ("auto", "triton", "torch"):
+            raise InvalidConfig(f"backend={self.backend!r} is not one of 'auto', 'triton', 'torch'")
+
     @property
     def lossless(self) -> bool:
         """Rejection sampling keeps the target's distribution."""

@@ -82,7 +82,7 @@ BAD_TREES: list[tuple[str, Any, str]] = [
      r"confidence must be a float tensor \[bs=2, n=3\]"),
     ("sampling-temperature", lambda: SamplingParams(temperature=-1.0), r"temperature=-1.0 must be a finite number >= 0"),
     ("sampling-top-p", lambda: SamplingParams(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
-    ("sampling-top-k", lambda: SamplingParams(top_k=-1), r"top_k=-1 must be an int >= 0"),
+    ("sampling-top-k", lambda: SamplingParams(top_k=-1), r"top_k=-1 must be an int in 0\.\.2\*\*63-1"),
 ]  # fmt: skip
 
 

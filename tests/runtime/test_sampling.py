@@ -14,15 +14,21 @@ from specstrat import (
     NGRAM,
     STANDALONE,
     ConformanceError,
+    DraftTree,
     InvalidConfig,
     SamplingParams,
     SpecAlgorithm,
+    StrategyError,
     TypicalAcceptance,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime.demo import workload
 from specstrat.runtime.disagg import run_disaggregated
-from specstrat.testing import check_acceptance_rule, check_lossless_in_distribution
+from specstrat.testing import (
+    FaultyDrafterFactory,
+    check_acceptance_rule,
+    check_lossless_in_distribution,
+)
 from tests.runtime.biased import ACCEPT_ALL, NO_RESIDUAL
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
@@ -138,3 +144,80 @@ def test_a_request_needs_sampling_params() -> None:
     """Request(sampling=...) must be a SamplingParams."""
     with pytest.raises(InvalidConfig, match=r"sampling=0\.7; pass specstrat\.SamplingParams"):
         Request("r", (1, 2), 4, sampling=0.7)  # type: ignore[arg-type]
+
+
+BAD_PARAMS: list[tuple[str, dict[str, Any], str]] = [
+    ("temperature-subnormal", {"temperature": 1e-320}, r"temperature=1e-320 is below 1e-05; use 0"),
+    ("seed-too-big", {"seed": 2**64}, r"seed=18446744073709551616 must be an int in 0\.\.2\*\*63-1"),
+    ("top-k-too-big", {"top_k": 2**63}, r"top_k=9223372036854775808 must be an int in 0\.\.2"),
+    ("seed-negative", {"seed": -1}, r"seed=-1 must be an int in 0\.\.2\*\*63-1"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "kw", "message"), BAD_PARAMS, ids=[c[0] for c in BAD_PARAMS])
+def test_sampling_params_refuse_values_that_would_break_later(
+    case: str, kw: dict[str, Any], message: str
+) -> None:
+    """Temperatures that overflow the logits and seeds or top-k past int64 are refused."""
+    with pytest.raises(InvalidConfig, match=message):
+        SamplingParams(**kw)
+
+
+def nan_q(tree: DraftTree) -> DraftTree:
+    assert tree.q is not None
+    return replace(tree, q=tree.q * float("nan"))
+
+
+def q_without_the_token(tree: DraftTree) -> DraftTree:
+    assert tree.q is not None
+    q = tree.q.clone()
+    q.scatter_(2, tree.tokens[:, :, None], 0.0)
+    return replace(tree, q=q / q.sum(-1, keepdim=True))
+
+
+def q_half_mass(tree: DraftTree) -> DraftTree:
+    assert tree.q is not None
+    return replace(tree, q=tree.q * 0.5)
+
+
+BAD_Q: list[tuple[str, Any, str]] = [
+    ("nan", nan_q, r"q holds negative, NaN or infinite probabilities"),
+    ("no-mass-at-token", q_without_the_token, r"q gives a drafted token no probability"),
+    ("half-mass", q_half_mass, r"q rows sum to 0\.5.*must be a probability distribution"),
+]
+
+
+@pytest.mark.parametrize(("case", "corrupt", "message"), BAD_Q, ids=[c[0] for c in BAD_Q])
+def test_a_drafters_q_must_be_a_distribution_over_its_token(
+    case: str, corrupt: Any, message: str, models: EmbeddedModels
+) -> None:
+    """A q with NaN, without mass at the drafted token, or not summing to 1 is a StrategyError
+    naming the drafter, not silently wrong tokens."""
+    algo = replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "propose", corrupt))
+    with pytest.raises(StrategyError, match=r"EAGLE\.drafter\.propose: " + message):
+        Engine(algo, models, CONFIG).run(sampled(workload(2, seed=3), 1.0))
+
+
+CHECKER_ARGS: list[tuple[str, dict[str, Any], str]] = [
+    ("prompt-out-of-vocab", {"prompt": (1, 2, 256)}, r"prompt=\(1, 2, 256\) must be a non-empty tuple of token ids in 0\.\.255"),
+    ("prompt-empty", {"prompt": ()}, r"prompt=\(\) must be a non-empty tuple"),
+    ("significance-str", {"significance": "0.1"}, r"significance='0\.1' must be a number in \(0, 1\)"),
+    ("seed-too-big", {"seed": 2**64}, r"seed=18446744073709551616 must be an int"),
+    ("too-few-samples", {"temperature": 20.0, "num_samples": 100}, r"num_samples=100 is too few for this distribution"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("case", "kw", "message"), CHECKER_ARGS, ids=[c[0] for c in CHECKER_ARGS])
+def test_the_checker_refuses_arguments_it_cannot_use(
+    case: str, kw: dict[str, Any], message: str, models: EmbeddedModels
+) -> None:
+    """Bad checker arguments, or too few samples to bin, are named errors, never a pass."""
+    args: dict[str, Any] = {"temperature": 1.0, **kw}
+    with pytest.raises(InvalidConfig, match=message):
+        check_lossless_in_distribution(EAGLE, models=models, **args)
+
+
+def test_an_unknown_kernel_backend_is_refused_at_construction() -> None:
+    """RejectionSamplingAcceptance(backend=...) is checked when the rule is built."""
+    with pytest.raises(InvalidConfig, match=r"backend='bogus' is not one of"):
+        specstrat.RejectionSamplingAcceptance(backend="bogus")  # type: ignore[arg-type]
