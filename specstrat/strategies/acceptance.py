@@ -93,6 +93,27 @@ def _logits_along(logits: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
     return logits.gather(1, rows[:, :, None].expand(-1, -1, logits.shape[2]))
 
 
+@dataclass(frozen=True, slots=True)
+class _Chain:
+    """One verify step seen along each request's first chain: its nodes and length, their
+    tokens, the target's logits at the root and each node, and ``p`` after sampling."""
+
+    nodes: torch.Tensor
+    length: torch.Tensor
+    tokens: torch.Tensor
+    logits: torch.Tensor
+    p: torch.Tensor
+
+    @classmethod
+    def of(cls, inputs: VerifyInputs, sampling: SamplingBatch) -> _Chain:
+        drafts = inputs.drafts
+        bs, n = drafts.tokens.shape
+        nodes, length = _first_chain(drafts)
+        logits = _logits_along(inputs.logits, nodes)
+        p = sampling.repeat(n + 1).probs(logits.reshape(bs * (n + 1), -1)).reshape(bs, n + 1, -1)
+        return cls(nodes, length, drafts.tokens.gather(1, nodes.clamp(min=0)), logits, p)
+
+
 def _along(nodes: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor) -> torch.Tensor:
     """The first ``accepted`` nodes of each chain, ``-1`` after."""
     cols = torch.arange(nodes.shape[1], device=nodes.device)[None, :]
@@ -127,24 +148,23 @@ class RejectionSamplingAcceptance:
     def accept(self, inputs: VerifyInputs) -> Acceptance:
         """Accepted paths and bonus tokens, sampled rows and greedy rows alike."""
         drafts = inputs.drafts
-        bs, n = drafts.tokens.shape
         greedy = GreedyAcceptance().accept(inputs)
         sampling = SamplingBatch.of(inputs.sampling, drafts.tokens.device)
         if bool(sampling.greedy.all()):
             return greedy
-        nodes, length = _first_chain(drafts)
-        logits = _logits_along(inputs.logits, nodes)
-        p = sampling.repeat(n + 1).probs(logits.reshape(bs * (n + 1), -1)).reshape(bs, n + 1, -1)
-        tokens = drafts.tokens.gather(1, nodes.clamp(min=0))
+        chain = _Chain.of(inputs, sampling)
         q = None
         if drafts.q is not None:
-            q = drafts.q.gather(1, nodes.clamp(min=0)[:, :, None].expand(-1, -1, drafts.q.shape[2]))
+            at = chain.nodes.clamp(min=0)[:, :, None].expand(-1, -1, drafts.q.shape[2])
+            q = drafts.q.gather(1, at)
         accepted, bonus = rejection_sample(
-            p, tokens, length, sampling.seed, inputs.positions, q, backend=self.backend
-        )
+            chain.p, chain.tokens, chain.length, sampling.seed, inputs.positions, q,
+            backend=self.backend,
+        )  # fmt: skip
         take_greedy = sampling.greedy
+        path = _along(chain.nodes, chain.length, accepted)
         return Acceptance(
-            torch.where(take_greedy[:, None], greedy.accept_index, _along(nodes, length, accepted)),
+            torch.where(take_greedy[:, None], greedy.accept_index, path),
             torch.where(take_greedy, greedy.accept_lengths, accepted),
             torch.where(take_greedy, greedy.bonus_tokens, bonus),
         )
@@ -176,17 +196,13 @@ class TypicalAcceptance:
 
     def accept(self, inputs: VerifyInputs) -> Acceptance:
         """The longest typical prefix of each chain, then a sampled bonus token."""
-        drafts = inputs.drafts
-        bs, n = drafts.tokens.shape
-        sampling = SamplingBatch.of(inputs.sampling, drafts.tokens.device)
-        nodes, length = _first_chain(drafts)
-        logits = _logits_along(inputs.logits, nodes)
-        flat = logits.reshape(bs * (n + 1), -1)
-        p = sampling.repeat(n + 1).probs(flat).reshape(bs, n + 1, -1)
+        bs, n = inputs.drafts.tokens.shape
+        sampling = SamplingBatch.of(inputs.sampling, inputs.drafts.tokens.device)
+        chain = _Chain.of(inputs, sampling)
+        p, nodes, length, logits = chain.p, chain.nodes, chain.length, chain.logits
         entropy = -(p * p.clamp(min=1e-30).log()).sum(-1)  # [bs, n + 1]
         bar = torch.clamp(self.posterior_alpha * torch.exp(-entropy), max=self.posterior_threshold)
-        tokens = drafts.tokens.gather(1, nodes.clamp(min=0))
-        px = p[:, :n].gather(2, tokens[:, :, None]).squeeze(2)
+        px = p[:, :n].gather(2, chain.tokens[:, :, None]).squeeze(2)
         real = torch.arange(n, device=p.device)[None, :] < length[:, None]
         typical = (px > bar[:, :n]) & real
         accepted = typical.to(torch.int64).cumprod(dim=1).sum(dim=1)
