@@ -1,4 +1,5 @@
-"""GPU check for the kernels: real Triton vs the twins, CUDA-graph capture/replay, timings.
+"""GPU check for the kernels: real Triton vs the twins, CUDA-graph capture/replay, timings
+(the TARGET_VERIFY metadata, the relay gather and rejection sampling).
 
 Needs a CUDA device (run through ``bench/gpu_check.sh``). Prints PASS/FAIL lines, then a table of
 microseconds per build (``triton.testing.do_bench``) for the fused path vs the eager baseline,
@@ -28,6 +29,7 @@ from specstrat.kernels import (
     gather_relay,
     gather_relay_ref,
 )
+from specstrat.kernels.sampling import rejection_sample
 
 DEV = "cuda"
 BATCH_SIZES = (1, 16, 64, 256, 1024)
@@ -101,6 +103,57 @@ def check_kernels_against_twins() -> None:
         for k, v in want.present().items()
     )
     check(exact, "relay gather == index_select, bit for bit (5 fields, 1024 rows, H=4096 bf16)")
+
+
+def sampling_inputs(bs: int, n: int, vocab: int) -> dict[str, Any]:
+    """Rejection-sampling inputs on the GPU (float64 probabilities: the kernel computes in fp64)."""
+    gen = torch.Generator().manual_seed(bs * 7 + n)
+    p = torch.softmax(torch.randn(bs, n + 1, vocab, generator=gen, dtype=torch.float64), -1)
+    q = torch.softmax(torch.randn(bs, n, vocab, generator=gen, dtype=torch.float64), -1)
+    cpu = {
+        "p": p, "q": q, "tokens": torch.randint(0, vocab, (bs, n), generator=gen),
+        "lengths": torch.randint(0, n + 1, (bs,), generator=gen),
+        "seeds": torch.randint(0, 2**62, (bs,), generator=gen),
+        "positions": torch.randint(0, 4000, (bs,), generator=gen),
+    }  # fmt: skip
+    return {k: v.to(DEV) for k, v in cpu.items()}
+
+
+def check_rejection_sampling() -> None:
+    ok = True
+    for bs, n, vocab in ((1, 3, 256), (64, 3, 256), (256, 7, 1000), (1024, 3, 32000)):
+        x = sampling_inputs(bs, n, vocab)
+        for q in (x["q"], None):
+            args = {**x, "q": q}
+            kernel = rejection_sample(**args, backend="triton")
+            twin = rejection_sample(**args, backend="torch")
+            ok &= all(torch.equal(a, b) for a, b in zip(kernel, twin, strict=True))
+    check(ok, "rejection_sample Triton == twin on CUDA (bs up to 1024, vocab up to 32000)")
+    x = sampling_inputs(48, 3, 256)
+    stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm-up compiles the kernel outside the capture
+        rejection_sample(**x, backend="triton")
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = rejection_sample(**x, backend="triton")
+    ok = True
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        for _ in range(5):
+            x["seeds"].copy_(torch.randint(0, 2**62, (48,), device=DEV))
+            graph.replay()
+            torch.cuda.set_sync_debug_mode("default")
+            want = rejection_sample(**x, backend="torch")
+            ok &= all(torch.equal(a, b) for a, b in zip(captured, want, strict=True))
+            torch.cuda.set_sync_debug_mode("error")
+    except RuntimeError as exc:
+        ok = False
+        print(f"    {exc}")
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    check(ok, "rejection_sample captured in a CUDA graph; 5 replays == twin, no host sync")
 
 
 def check_graph_capture() -> None:
@@ -198,6 +251,7 @@ def main() -> int:
     print(f"device: {torch.cuda.get_device_name()}, torch {torch.__version__}")
     check_kernels_against_twins()
     check_graph_capture()
+    check_rejection_sampling()
     timings()
     print(f"\n{len(failures)} failed" if failures else "\nall GPU checks passed")
     return 1 if failures else 0
