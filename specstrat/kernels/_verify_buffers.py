@@ -57,10 +57,12 @@ class VerifyMetadataBuffers:
         return cls(zeros(padded_bs + 1), zeros(padded_bs), zeros(padded_bs + 1), pages)
 
     @classmethod
-    def _uninitialized(
+    def uninitialized(
         cls, padded_bs: int, max_pages: int | None, device: torch.device
     ) -> VerifyMetadataBuffers:
-        # Both paths write every element, so the allocating forms skip the zero-fill launches.
+        """Buffers without the zero fill: for the allocating launchers, whose kernel and twin
+        write every element (so the fill's launches would be wasted)."""
+
         def empty(*shape: int) -> torch.Tensor:
             return torch.empty(shape, dtype=torch.int32, device=device)
 

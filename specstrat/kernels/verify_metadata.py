@@ -137,6 +137,20 @@ def _check_values(
     return True
 
 
+def _max_k(
+    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
+    device_twin: torch.Tensor | None,
+    bs: int,
+    tokens: int,
+) -> int | None:
+    """The host bound on keys per request, from the CPU mirror (checked against the device
+    lengths when those are read); ``None`` without a mirror."""
+    if seq_lens_cpu is None:
+        return None
+    mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=device_twin)
+    return (int(mirror.max()) if bs else 0) + tokens
+
+
 def build_verify_metadata(
     seq_lens: torch.Tensor,
     num_tokens: int,
@@ -164,12 +178,8 @@ def build_verify_metadata(
     max_pages = paging.max_pages if paging is not None else None
     check_total("cu_seqlens_q", bs * tokens, "query tokens of the batch")
     read = _check_values(seq_lens, tokens, bs, paging, max_pages, validate)
-    max_k = None
-    if seq_lens_cpu is not None:
-        twin = seq_lens if read else None
-        mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
-        max_k = (int(mirror.max()) if bs else 0) + tokens
-    out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
+    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, tokens)
+    out = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, tokens, out, paging, backend)
     return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
 
@@ -222,11 +232,7 @@ def build_verify_metadata_into(
     page_cols = buffers.page_table.shape[1] if buffers.page_table is not None else None
     check_total("cu_seqlens_q", padded_bs * tokens, "query tokens of the padded batch")
     read = _check_values(seq_lens, tokens, padded_bs, paging, page_cols, validate)
-    max_k = None
-    if seq_lens_cpu is not None:
-        twin = seq_lens if read else None
-        mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
-        max_k = (int(mirror.max()) if bs else 0) + tokens
+    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, tokens)
     _run(seq_lens, tokens, buffers, paging, backend)
     return VerifyMetadata(buffers, bs, page_size, tokens, tokens, max_k)
 
@@ -271,6 +277,6 @@ def build_ragged_verify_metadata(
         max_q = int(tok_mirror.max()) if bs else 0
         if seq_mirror is not None:
             max_k = int((seq_mirror + tok_mirror).max()) if bs else 0
-    out = VerifyMetadataBuffers._uninitialized(bs, max_pages, seq_lens.device)
+    out = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, ntok, out, paging, backend)
     return VerifyMetadata(out, bs, page_size, None, max_q, max_k)
