@@ -11,7 +11,7 @@ equal target-only decoding and every request slot and KV slot must come back.
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 
@@ -32,6 +32,23 @@ __all__ = ["check_acceptance_rule", "check_drafter"]
 
 def _fail(hook: str, text: str, detail: str) -> ConformanceError:
     return ConformanceError(f"{hook} broke the obligation '{text}': {detail}")
+
+
+_T = TypeVar("_T")
+
+
+def _declared(
+    hook: str, field: str, protocol: type, impl: object, attribute: str, kind: type[_T]
+) -> _T:
+    """``impl`` implements ``protocol``; its ``attribute`` is a ``kind``, returned."""
+    try:
+        check_strategy(field, protocol, impl)
+    except SpecstratError as exc:
+        raise _fail(hook, f"implements {protocol.__name__}", str(exc)) from exc
+    value = getattr(impl, attribute, None)
+    if not isinstance(value, kind):
+        raise _fail(hook, f"{attribute} is a {kind.__name__}", f"found {value!r}")
+    return value
 
 
 def _trees(vocab: int, gen: torch.Generator) -> list[tuple[str, DraftTree, torch.Tensor]]:
@@ -60,13 +77,7 @@ def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> No
     the vocabulary, the same answer for the same greedy inputs, and — when it claims to be
     lossless — exactly the greedy answer at temperature 0."""
     hook = f"AcceptanceRule {type(rule).__name__}"
-    try:
-        check_strategy("acceptance", AcceptanceRule, rule)
-    except SpecstratError as exc:
-        raise _fail(hook, "implements AcceptanceRule", str(exc)) from exc
-    lossless = getattr(rule, "lossless", None)
-    if not isinstance(lossless, bool):
-        raise _fail(hook, "lossless is a bool", f"found {lossless!r}")
+    lossless = _declared(hook, "acceptance", AcceptanceRule, rule, "lossless", bool)
     rule = cast(AcceptanceRule, rule)
     gen = torch.Generator().manual_seed(seed)
     for name, drafts, logits in _trees(vocab, gen):
@@ -114,13 +125,7 @@ def check_drafter(
     from specstrat.runtime.demo import workload
 
     hook = f"DrafterFactory {type(factory).__name__}"
-    try:
-        check_strategy("drafter", DrafterFactory, factory)
-    except SpecstratError as exc:
-        raise _fail(hook, "implements DrafterFactory", str(exc)) from exc
-    needs = getattr(factory, "needs", None)
-    if not isinstance(needs, DrafterNeeds):
-        raise _fail(hook, "needs is a DrafterNeeds", f"found {needs!r}")
+    needs = _declared(hook, "drafter", DrafterFactory, factory, "needs", DrafterNeeds)
     drafter = cast("DrafterFactory[Any]", factory)
     loaded: LoadedModels = models or EmbeddedModels.load()
     hidden = torch.zeros(3, loaded.target.shape.hidden_size, dtype=torch.float64)
