@@ -1,20 +1,20 @@
 """The built-in algorithms, composed from built-in strategies (DESIGN.md §3's table).
 
-| name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV | drafter       |
-|------------|------------------------|--------------------------|----------------|------|--------|----------|---------------|
-| NONE       | no                     | -                        | none           | no   | no     | no       | none          |
-| EAGLE      | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | EAGLE head    |
-| EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | EAGLE head    |
-| STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      | draft LM      |
-| NGRAM      | no                     | D, D                     | none           | no   | no     | no       | prompt lookup |
-| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | draft LM      |
-| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | draft LM      |
+| name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV | ragged | drafter       |
+|------------|------------------------|--------------------------|----------------|------|--------|----------|--------|---------------|
+| NONE       | no                     | -                        | none           | no   | no     | no       | no     | none          |
+| EAGLE      | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | no     | EAGLE head    |
+| EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | no     | EAGLE head    |
+| STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      | no     | draft LM      |
+| NGRAM      | no                     | D, D                     | none           | no   | no     | no       | no     | prompt lookup |
+| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | no     | draft LM      |
+| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | yes    | draft LM      |
 
 Every built-in accepts by rejection sampling (``RejectionSamplingAcceptance``: lossless in
 distribution, and exactly greedy decoding for requests with temperature 0).
 
-NGRAM is the one built-in with ``supports_ragged_verify``: prompt lookup may find fewer than D
-tokens for a request.
+The rows match SGLang 0.5.23's enum, ``supports_ragged_verify`` included: DSPARK is the one
+built-in with it, NGRAM is not (prompt lookup with ragged verify is a composition, in the README).
 """
 
 from __future__ import annotations
@@ -97,7 +97,7 @@ STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
 )
 NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="NGRAM",
-    capabilities=Capabilities(supports_ragged_verify=True),
+    capabilities=Capabilities(),
     target_verify=_TARGET_ONLY,
     future_map=_SLOTS,
     disagg=_NO_STATE,
@@ -115,7 +115,7 @@ DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
 )
 DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     name="DSPARK",
-    capabilities=Capabilities(has_draft_kv=True),
+    capabilities=Capabilities(has_draft_kv=True, supports_ragged_verify=True),
     target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
     future_map=_SLOTS,
     disagg=DsparkDisaggDraftBuilder(),

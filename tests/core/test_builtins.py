@@ -62,7 +62,7 @@ def test_dspark_draft_worker_never_verifies_zero_tokens() -> None:
     assert specstrat.DSPARK.get_num_tokens_per_req_for_target_verify(1, True) == 1
 
 
-def test_ngram_is_the_ragged_builtin() -> None:
-    """Only NGRAM declares ragged verification among the built-ins."""
+def test_dspark_is_the_ragged_builtin() -> None:
+    """Only DSPARK declares ragged verification among the built-ins (as in SGLang 0.5.23)."""
     ragged = [a.name for a in specstrat.BUILTINS if a.capabilities.supports_ragged_verify]
-    assert ragged == ["NGRAM"]
+    assert ragged == ["DSPARK"]

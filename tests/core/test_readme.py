@@ -29,3 +29,11 @@ def test_readme_names_the_two_commands() -> None:
     """make demo and make test are the README's set-up commands."""
     assert "make demo" in README
     assert "make test" in README
+
+
+def test_readme_ragged_lookup_is_the_tested_composition() -> None:
+    """The README's NGRAM_RAGGED composition is the one tests/runtime/custom_algos.py runs."""
+    source = (ROOT / "tests/runtime/custom_algos.py").read_text()
+    start = source.index("NGRAM_RAGGED = replace(")
+    block = source[start : source.index("\n)\n", start) + 3]
+    assert f"```python\n{block}```" in README

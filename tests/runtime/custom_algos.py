@@ -1,7 +1,7 @@
 """A custom algorithm with its own disaggregation builder and draft-input type (importable by the
 prefill process the disaggregation tests spawn)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import ClassVar
 
 import torch
@@ -14,6 +14,13 @@ from specstrat import (
     PrebuiltBatch,
     RelayPayload,
     SpecAlgorithm,
+)
+
+# Prompt lookup that verifies only what it found (SGLang's NGRAM row has no ragged verify).
+NGRAM_RAGGED = replace(
+    NGRAM,
+    name="NGRAM_RAGGED",
+    capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True),
 )
 
 

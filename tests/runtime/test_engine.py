@@ -30,6 +30,7 @@ from specstrat.runtime import (
     Request,
 )
 from specstrat.runtime.demo import workload
+from tests.runtime.custom_algos import NGRAM_RAGGED
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
 
@@ -54,7 +55,7 @@ def short_ngram() -> SpecAlgorithm[None]:
     )
 
 
-ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, short_ngram()]
+ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, NGRAM_RAGGED, short_ngram()]
 
 
 @pytest.fixture(scope="module")
@@ -97,11 +98,12 @@ def test_lossless_matrix(
 def test_ragged_verify_runs_only_found_drafts(
     models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
-    """NGRAM verifies only the tokens prompt lookup found: fewer target tokens, same output."""
+    """Prompt lookup with ragged verify verifies only the tokens it found: fewer target
+    tokens, same output."""
     runs = {}
     for ragged in (True, False):
         config = EngineConfig(context_len=512, max_running_requests=8, ragged_verify=ragged)
-        engine = Engine(NGRAM, models, config)
+        engine = Engine(NGRAM_RAGGED, models, config)
         assert engine.run(REQUESTS) == target_only
         runs[ragged] = engine.stats
     full = runs[False].verified_requests * 4  # T = D = 4 tokens per request per verify
