@@ -7,7 +7,9 @@
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
    (target, draft LM and EAGLE head);
 4. one speculative step against one plain decode step, split into draft (drafter.propose),
-   verify forward, acceptance and the rest (scheduler: resolve, KV rewind, commit, relay).
+   verify forward, acceptance and the rest (scheduler: resolve, KV rewind, commit, relay);
+5. chain vs top-k tree at equal verify budgets (4, 8, 16): acceptance length and tokens/s vs
+   target-only, for EAGLE and STANDALONE (``--section trees`` runs only this one).
 
 Usage: ``python bench/e2e.py [--repeats N] [--requests N]``. One intra-op thread (tiny tensors).
 """
@@ -30,6 +32,7 @@ from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime.demo import workload
 from specstrat.runtime.models.model import EagleHead, TinyLM
 from specstrat.runtime.worker import ModelWorker
+from specstrat.strategies import TopkTree
 
 
 def timed_run(
@@ -185,17 +188,61 @@ def step_split(models: EmbeddedModels, requests: list[Request], repeats: int) ->
         )
 
 
+#: Tree shapes (topk, num_steps) measured at each verify budget; topk 1 is the chain.
+TREES: dict[int, tuple[tuple[int, int], ...]] = {
+    4: ((1, 3), (2, 3), (3, 2)),
+    8: ((1, 7), (2, 4), (2, 7), (3, 5), (4, 4)),
+    16: ((1, 15), (2, 8), (3, 6), (4, 5), (4, 8)),
+}
+
+
+def trees(models: EmbeddedModels, requests: list[Request], repeats: int) -> None:
+    print("\n5. chain vs top-k tree at equal verify budgets (sync, greedy)")
+    print(
+        f"{'algorithm':<11} {'budget':>6} {'topk':>5} {'steps':>6} {'acceptance':>11}"
+        f" {'tokens/s':>9} {'vs target-only':>15}"
+    )
+    for name in ("EAGLE", "STANDALONE"):
+        for budget, shapes in TREES.items():
+            seconds: dict[tuple[int, int], list[float]] = {shape: [] for shape in shapes}
+            base: list[float] = []
+            accept: dict[tuple[int, int], float] = {}
+            tokens = 0
+            for _ in range(repeats):
+                base.append(timed_run(specstrat.NONE, models, requests, overlap=False)[0])
+                for topk, steps in shapes:
+                    algo = replace(specstrat.get(name), tree=TopkTree(topk=topk, num_steps=steps))
+                    wall, engine = timed_run(
+                        algo, models, requests, num_draft_tokens=budget, overlap=False
+                    )
+                    seconds[(topk, steps)].append(wall)
+                    accept[(topk, steps)] = engine.stats.acceptance_length
+                    tokens = engine.stats.generated_tokens
+            b = statistics.median(base)
+            for (topk, steps), walls in seconds.items():
+                wall = statistics.median(walls)
+                print(
+                    f"{name:<11} {budget:>6} {topk:>5} {steps:>6} {accept[(topk, steps)]:>11.2f}"
+                    f" {tokens / wall:>9.0f} {b / wall:>14.2f}x"
+                )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
+    parser.add_argument("--section", choices=("all", "trees"), default="all")
     args = parser.parse_args()
     torch.set_num_threads(1)
     models = EmbeddedModels.load()
+    if args.section == "trees":
+        trees(models, workload(args.requests), args.repeats)
+        return
     speed(models, workload(args.requests), args.repeats)
     overhead(models)
     overlap(models, args.repeats)
     step_split(models, workload(args.requests), args.repeats)
+    trees(models, workload(args.requests), args.repeats)
 
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import inspect
 import re
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any, Generic
 
 import torch
@@ -27,7 +27,9 @@ from specstrat.protocols import (
     FutureMap,
     FutureMapFactory,
     TargetVerifyPolicy,
+    TreePolicy,
 )
+from specstrat.strategies.tree import ChainTree
 
 __all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy", "required_capabilities"]
 
@@ -38,6 +40,7 @@ HOOKS: dict[str, type] = {
     "disagg": DisaggDraftBuilder,
     "drafter": DrafterFactory,
     "acceptance": AcceptanceRule,
+    "tree": TreePolicy,
 }
 
 
@@ -156,7 +159,9 @@ class SpecAlgorithm(Generic[DraftT_co]):
     ``name`` is an identifier (registry lookups are case-insensitive); ``target_verify``,
     ``future_map`` and ``disagg`` satisfy :class:`~specstrat.protocols.TargetVerifyPolicy`,
     :class:`~specstrat.protocols.FutureMapFactory` and
-    :class:`~specstrat.protocols.DisaggDraftBuilder` respectively.
+    :class:`~specstrat.protocols.DisaggDraftBuilder` respectively; ``drafter`` and
+    ``acceptance`` decide how it drafts and accepts; ``tree`` (a
+    :class:`~specstrat.protocols.TreePolicy`, default a chain) the draft tree it verifies.
     """
 
     name: str
@@ -166,6 +171,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
     disagg: DisaggDraftBuilder[DraftT_co]
     drafter: DrafterFactory[DraftT_co]
     acceptance: AcceptanceRule
+    tree: TreePolicy = field(default_factory=ChainTree)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):

@@ -9,6 +9,7 @@ import os
 import subprocess
 import sys
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -18,6 +19,7 @@ from specstrat.algorithm import HOOKS, SpecAlgorithm
 from specstrat.drafting import SamplingParams
 from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
+from specstrat.strategies.tree import TopkTree
 from specstrat.testing.conformance import run_conformance
 
 __all__ = ["main"]
@@ -134,6 +136,13 @@ def _demo(args: argparse.Namespace) -> int:
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
     )
+    if args.topk is not None or args.steps is not None:  # a tree; without both flags a chain
+        base = default_registry().get(algo) if isinstance(algo, str) else algo
+        tree = TopkTree(
+            topk=1 if args.topk is None else args.topk,
+            num_steps=args.draft_tokens - 1 if args.steps is None else args.steps,
+        )
+        algo = replace(base, tree=tree)
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     try:
@@ -188,9 +197,20 @@ def _parser() -> argparse.ArgumentParser:
         "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
     )
     demo.add_argument("--requests", type=_positive, default=16, help="requests in the workload")
-    demo.add_argument("--draft-tokens", type=_positive, default=4, help="D, num_draft_tokens")
+    demo.add_argument(
+        "--draft-tokens",
+        type=_positive,
+        default=4,
+        help="D, num_draft_tokens (with a tree: its verify budget, root included)",
+    )
     demo.add_argument(
         "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"
+    )
+    demo.add_argument(
+        "--topk", type=_positive, help="tree: children per kept node (default: a chain, topk 1)"
+    )
+    demo.add_argument(
+        "--steps", type=_positive, help="tree: expansion steps, its depth (default: D - 1)"
     )
     demo.add_argument("--json", action="store_true", help="print the summary as JSON")
     demo.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")

@@ -30,6 +30,7 @@ __all__ = [
     "DrafterNeeds",
     "SamplingParams",
     "StepOutcome",
+    "TreeShape",
     "VerifyInputs",
 ]
 
@@ -89,6 +90,56 @@ class SamplingParams:
 
 #: Greedy decoding, the engine's default for every request.
 GREEDY = SamplingParams()
+
+
+def _tree_capacity(topk: int, num_steps: int) -> int:
+    """Nodes a top-k expansion of ``num_steps`` steps can offer: ``topk`` at the first step,
+    then ``topk`` children of each of the ``topk`` kept nodes per further step."""
+    return 0 if num_steps == 0 else topk + (num_steps - 1) * topk * topk
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TreeShape:
+    """The draft tree a step may propose, named as SGLang's server arguments.
+
+    ``topk`` (``speculative_eagle_topk``): children expanded per kept node, and nodes kept per
+    depth; ``num_steps`` (``speculative_num_steps``): expansion steps, i.e. the tree's depth;
+    ``num_draft_tokens`` (``speculative_num_draft_tokens``): the verify budget, the root plus
+    the ``num_draft_tokens - 1`` best nodes by cumulative log-probability. ``topk = 1`` is a
+    chain.
+    """
+
+    topk: int
+    num_steps: int
+    num_draft_tokens: int
+
+    def __post_init__(self) -> None:
+        for name, least in (("topk", 1), ("num_steps", 0), ("num_draft_tokens", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise InvalidConfig(f"TreeShape.{name}={value!r} must be an int >= {least}")
+        capacity = _tree_capacity(self.topk, self.num_steps)
+        if self.num_draft_tokens - 1 > capacity:
+            raise InvalidConfig(
+                f"num_draft_tokens={self.num_draft_tokens} needs {self.num_draft_tokens - 1} "
+                f"draft nodes but topk={self.topk}, num_steps={self.num_steps} expand at most "
+                f"{capacity}; lower num_draft_tokens or raise topk/num_steps"
+            )
+
+    @classmethod
+    def chain(cls, num_draft_tokens: int) -> TreeShape:
+        """A chain of ``num_draft_tokens - 1`` nodes: topk 1, that many steps."""
+        return cls(topk=1, num_steps=num_draft_tokens - 1, num_draft_tokens=num_draft_tokens)
+
+    @property
+    def max_nodes(self) -> int:
+        """Draft nodes per request the target verifies (the root excluded)."""
+        return self.num_draft_tokens - 1
+
+    @property
+    def is_chain(self) -> bool:
+        """Whether the shape is a chain (topk 1)."""
+        return self.topk == 1
 
 
 @dataclass(frozen=True, slots=True)
@@ -211,7 +262,8 @@ class DraftStep:
     positions; ``relay`` whatever the drafter's last ``commit`` or ``admit`` stashed;
     ``max_nodes`` the most nodes per request the target verifies; ``sampling`` each request's
     parameters (a drafter that samples draws node ``j`` with draw index 2 at position
-    ``seq_lens + 1 + j``, see :mod:`specstrat.sampling`).
+    ``seq_lens + 1 + j``, see :mod:`specstrat.sampling`); ``tree`` the shape the algorithm's
+    tree policy allows (``None``: a chain of ``max_nodes``; read it as :attr:`shape`).
     """
 
     slots: tuple[int, ...]
@@ -220,6 +272,19 @@ class DraftStep:
     relay: RelayPayload
     max_nodes: int
     sampling: tuple[SamplingParams, ...]
+    tree: TreeShape | None = None
+
+    def __post_init__(self) -> None:
+        if self.tree is not None and self.tree.max_nodes != self.max_nodes:
+            raise InvalidConfig(
+                f"DraftStep.tree has num_draft_tokens={self.tree.num_draft_tokens} but "
+                f"max_nodes={self.max_nodes}; the tree's budget is max_nodes + 1"
+            )
+
+    @property
+    def shape(self) -> TreeShape:
+        """The tree this step may propose (a chain of ``max_nodes`` unless the policy says)."""
+        return self.tree if self.tree is not None else TreeShape.chain(self.max_nodes + 1)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -262,12 +327,14 @@ class DrafterNeeds:
     ``target_hidden_states``: reads the target's hidden states (the algorithm must carry them);
     ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``prefill_fields``:
     the relay fields the prefill side of disaggregation must send for it (``topk_*`` need
-    ``need_topk``, ``hidden_states`` need ``carries_draft_hidden_states``).
+    ``need_topk``, ``hidden_states`` need ``carries_draft_hidden_states``); ``trees``: drafts
+    the trees a tree policy with ``topk > 1`` asks for (else the engine refuses such a policy).
     """
 
     target_hidden_states: bool = False
     draft_model: bool = False
     prefill_fields: frozenset[RelayField] = frozenset()
+    trees: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -276,7 +343,8 @@ class DrafterContext:
 
     ``new_kv_runner(model)`` gives a model its own request pool and KV cache (a draft LM);
     ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
-    pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run.
+    pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run; ``tree`` the
+    shape every step may propose (from the algorithm's tree policy; ``None``: a chain).
     """
 
     models: LoadedModels
@@ -286,3 +354,4 @@ class DrafterContext:
     max_running_requests: int
     context_len: int
     device: torch.device
+    tree: TreeShape | None = None

@@ -167,6 +167,19 @@ class KVForward(Protocol):
         row per token."""
         ...
 
+    def extend_tree(
+        self,
+        slots: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``tokens [bs, k]`` as draft-tree nodes at ``positions [bs, k]`` (prefix +
+        depth): new token ``j`` of request ``i`` sees the columns before the request's last
+        ``W = mask.shape[2]`` (the tree, new tokens included) and the tree columns where
+        ``mask[i, j]`` is True. Logits and hidden, ``bs * k`` rows."""
+        ...
+
     def lengths(self, slots: Sequence[int]) -> list[int]:
         """Cached positions per request."""
         ...

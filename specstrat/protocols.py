@@ -22,6 +22,7 @@ from specstrat.drafting import (
     DraftStep,
     DraftTree,
     StepOutcome,
+    TreeShape,
     VerifyInputs,
 )
 from specstrat.models import LoadedModels
@@ -39,6 +40,7 @@ __all__ = [
     "FutureMap",
     "FutureMapFactory",
     "TargetVerifyPolicy",
+    "TreePolicy",
 ]
 
 DraftT_co = TypeVar("DraftT_co", covariant=True)
@@ -65,6 +67,25 @@ class TargetVerifyPolicy(Protocol):
         self, num_draft_tokens: int, is_draft_worker: bool
     ) -> int:
         """Tokens per request ``T`` that TARGET_VERIFY processes on this worker."""
+        ...
+
+
+@runtime_checkable
+class TreePolicy(Protocol):
+    """The draft tree an algorithm verifies: top-k expansion, depth and budget (EAGLE-2 style).
+
+    Called once at engine start with the target's verify width ``T`` (the budget, root
+    included); the engine hands the answer to the drafter in every
+    :class:`~specstrat.drafting.DraftStep` and refuses, naming the drafter, a ``topk > 1``
+    shape for a drafter whose ``needs.trees`` is False.
+
+    Guarantees: pure; returns a :class:`~specstrat.drafting.TreeShape` whose
+    ``num_draft_tokens`` is ``num_draft_tokens``; a bad combination raises
+    :class:`~specstrat.errors.InvalidConfig` naming the value.
+    """
+
+    def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+        """The tree for a verify budget of ``num_draft_tokens`` tokens per request."""
         ...
 
 

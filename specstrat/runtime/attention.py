@@ -3,7 +3,9 @@
 Every mode goes through here: EXTEND and DRAFT_EXTEND with ragged metadata, DECODE with T = 1,
 TARGET_VERIFY with T from the algorithm's policy. Query ``j`` of request ``i`` sits at position
 ``cache_seqlens[i] - q_len[i] + j`` and sees keys ``0..that position`` of its own page-table row,
-so a wrong ``cu_seqlens_q``, ``cache_seqlens`` or page table yields wrong tokens.
+so a wrong ``cu_seqlens_q``, ``cache_seqlens`` or page table yields wrong tokens. With a draft
+tree (``batch.tree``), a query also sees, among its request's tree columns, only those its tree
+mask allows: its ancestors and itself.
 """
 
 from __future__ import annotations
@@ -12,10 +14,27 @@ import torch
 import torch.nn.functional as F
 
 from specstrat.errors import InvalidConfig
-from specstrat.runtime.forward import ForwardBatch
+from specstrat.runtime.forward import ForwardBatch, TreeAttention
 from specstrat.runtime.memory import KVPool
 
 __all__ = ["PagedAttention"]
+
+
+def _tree_visible(tree: TreeAttention, k_pos: torch.Tensor, max_q: int) -> torch.Tensor:
+    """``[bs, max_q, max_k]``: prefix columns, and tree columns the tree mask allows."""
+    mask, start = tree.mask, tree.start.to(k_pos.device)
+    width = mask.shape[2]
+    col = k_pos[None, :] - start[:, None]  # [bs, max_k]: column within the tree
+    inside = (col >= 0) & (col < width)
+    index = col.clamp(0, max(width - 1, 0))[:, None, :].expand(-1, max_q, -1)
+    padded = mask[:, :max_q] if mask.shape[1] >= max_q else _pad_rows(mask, max_q)
+    allowed = padded.gather(2, index) if width else torch.zeros_like(index, dtype=torch.bool)
+    return (col < 0)[:, None, :] | (inside[:, None, :] & allowed)
+
+
+def _pad_rows(mask: torch.Tensor, rows: int) -> torch.Tensor:
+    extra = mask.new_zeros(mask.shape[0], rows - mask.shape[1], mask.shape[2])
+    return torch.cat([mask, extra], dim=1)
 
 
 class PagedAttention:
@@ -40,6 +59,8 @@ class PagedAttention:
         visible = (k_pos[None, None, :] < cache[:, None, None]) & (
             k_pos[None, None, :] <= q_pos[:, :, None]
         )
+        if batch.tree is not None:
+            visible &= _tree_visible(batch.tree, k_pos, batch.max_q)
         # Query rows past a request's length are discarded; key 0 keeps their softmax finite.
         self.mask = (visible | (k_pos == 0)[None, None, :])[:, None]
         if meta.page_table is None:

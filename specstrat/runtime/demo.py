@@ -63,7 +63,7 @@ def workload(
 
 @dataclass(frozen=True, slots=True)
 class DemoSummary:
-    """The demo's figures."""
+    """The demo's figures (``topk``/``num_steps``: the draft tree; topk 1 is a chain)."""
 
     algorithm: str
     overlap: bool
@@ -80,9 +80,13 @@ class DemoSummary:
     acceptance_rule_lossless: bool
     temperature: float
     lossless_check: str
+    topk: int
+    num_steps: int
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
+        if self.topk > 1:
+            parts.append(f"tree topk {self.topk}, {self.num_steps} steps")
         if self.temperature:
             parts.append(f"temperature {self.temperature:g}")
         if self.disagg:
@@ -193,6 +197,8 @@ def run_demo(
         acceptance_rule_lossless=spec_algo.lossless,
         temperature=sampling.temperature,
         lossless_check=note,
+        topk=spec.tree.topk,
+        num_steps=spec.tree.num_steps,
     )
     return summary, spec_out
 

@@ -23,7 +23,7 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm, check_strategy
 from specstrat.contracts import hook_error
-from specstrat.drafting import DrafterContext
+from specstrat.drafting import DrafterContext, TreeShape
 from specstrat.errors import DisaggError, EngineStateError, InvalidConfig, SpecstratError
 from specstrat.models import CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
@@ -120,6 +120,7 @@ class Engine:
             max_total_tokens=cfg.kv_tokens,
         )
         self._workers = [self.target]
+        self.tree = self._tree_shape()
         self.drafter = self._create_drafter()
         self.graph_runner = (
             GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
@@ -135,7 +136,7 @@ class Engine:
         self.future_map: FutureMap = self.init_overlap(self.target.device)
         self.stats = RunStats()
         self.steps = StepRunner(
-            algo, self.target, self.drafter, verifier, self.future_map, self.stats
+            algo, self.target, self.drafter, verifier, self.future_map, self.stats, self.tree
         )
         self.scheduler = Scheduler(self.target, self.steps, self.stats, self._reserve)
         self._rids: set[str] = set()
@@ -169,6 +170,32 @@ class Engine:
             )
         return tokens
 
+    def _tree_shape(self) -> TreeShape:
+        """The draft tree for the target's verify width, from the algorithm's tree policy;
+        refused for a drafter that drafts chains only when the tree is not one."""
+        algo = self.algo
+        policy = type(algo.tree).__name__
+        try:
+            shape = algo.tree.tree_shape(self.tokens_per_req)
+        except SpecstratError:
+            raise
+        except Exception as exc:
+            raise hook_error(
+                algo.name, "tree.tree_shape", f"raised {type(exc).__name__}: {exc}"
+            ) from exc
+        if not isinstance(shape, TreeShape) or shape.num_draft_tokens != self.tokens_per_req:
+            raise InvalidConfig(
+                f"{algo.name}: tree={policy}.tree_shape({self.tokens_per_req}) returned "
+                f"{shape!r}; it must be a TreeShape with num_draft_tokens={self.tokens_per_req}"
+            )
+        if not shape.is_chain and not algo.drafter.needs.trees:
+            raise InvalidConfig(
+                f"{algo.name}: tree={policy} asks for topk={shape.topk} but drafter="
+                f"{type(algo.drafter).__name__} drafts chains only (needs.trees=False); use "
+                "tree=ChainTree() or a drafter that drafts trees"
+            )
+        return shape
+
     def _new_runner(self, model: CausalLM) -> DraftKV:
         """A KV runner for a drafter's model, sized like the target's pools."""
         cfg = self.config
@@ -191,6 +218,7 @@ class Engine:
             max_running_requests=cfg.max_running_requests,
             context_len=cfg.context_len,
             device=self.target.device,
+            tree=self.tree,
         )
         try:
             drafter = algo.drafter.create_drafter(context)

@@ -9,7 +9,7 @@ import torch
 
 from specstrat.kernels import VerifyMetadata
 
-__all__ = ["ForwardBatch", "ForwardMode"]
+__all__ = ["ForwardBatch", "ForwardMode", "TreeAttention"]
 
 
 class ForwardMode(enum.Enum):
@@ -29,12 +29,26 @@ class ForwardMode(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class TreeAttention:
+    """Tree attention over the last ``W`` key columns of each request (a draft tree).
+
+    ``start`` ``[bs]``: each request's first tree column; ``mask`` ``[bs, max_q, W]`` bool: query
+    ``j`` of request ``i`` sees tree column ``start[i] + c`` only where ``mask[i, j, c]`` (its
+    ancestors and itself). Columns before ``start`` (the committed prefix) stay visible.
+    """
+
+    start: torch.Tensor
+    mask: torch.Tensor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ForwardBatch:
     """Flat inputs of one forward plus the metadata its attention reads.
 
     ``input_ids``, ``positions`` and ``out_cache_loc`` (KV slots the new tokens write) have one
     entry per token, padding rows included in the graph form. ``max_q``/``max_k`` are host bounds
     on per-request query and key lengths (from CPU mirrors, never read back from the device).
+    ``tree``: tree attention for draft trees (``None``: causal over the new tokens).
     """
 
     mode: ForwardMode
@@ -44,3 +58,4 @@ class ForwardBatch:
     metadata: VerifyMetadata
     max_q: int
     max_k: int
+    tree: TreeAttention | None = None

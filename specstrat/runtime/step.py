@@ -29,6 +29,7 @@ from specstrat.drafting import (
     DraftTree,
     SamplingParams,
     StepOutcome,
+    TreeShape,
     VerifyInputs,
 )
 from specstrat.kernels.sampling import DRAW_SAMPLE
@@ -70,9 +71,11 @@ class StepRunner:
         verifier: Verifier,
         relay: FutureMap,
         stats: RunStats,
+        tree: TreeShape,
     ) -> None:
         self.algo, self.worker, self.drafter = algo, worker, drafter
         self.verifier, self.relay, self.stats = verifier, relay, stats
+        self.tree = tree
         self.max_nodes = verifier.tokens_per_req - 1
         self.vocab = worker.shape.vocab_size
         # Slots admitted PREBUILT whose first resolve is still to come: the builder relayed
@@ -234,6 +237,7 @@ class StepRunner:
             relay=relay,
             max_nodes=self.max_nodes,
             sampling=tuple(self._sampling[s] for s in slots),
+            tree=self.tree,
         )
         return step, host
 
@@ -259,10 +263,11 @@ class StepRunner:
         check_drafts(
             self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab, self.worker.device
         )
-        if not drafts.is_chain():
+        if step.shape.is_chain and not drafts.is_chain():
             raise hook_error(
-                self.algo.name, "drafter.propose", "proposed a tree that is not a chain; this "
-                "engine verifies chains (node j's parent j - 1)"
+                self.algo.name, "drafter.propose", "proposed a tree that is not a chain, but "
+                f"tree={type(self.algo.tree).__name__} asks for a chain (topk 1); compose the "
+                "algorithm with tree=TopkTree(topk=..., num_steps=...) to verify trees"
             )  # fmt: skip
         return drafts
 
@@ -286,8 +291,9 @@ class StepRunner:
         host: _HostStep,
         tracing: bool,
     ) -> dict[int, Produced]:
-        for slot, length, a in zip(step.slots, host.lengths, host.counts, strict=True):
-            self.worker.rewind(slot, length + a + 1)  # keep the root and the accepted path
+        for slot, length, path in zip(step.slots, host.lengths, host.paths, strict=True):
+            # Keep the root and the accepted path, moved into place; free the other nodes.
+            self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
         at_bonus = [path[-1] + 1 if path else 0 for path in host.paths]
         rows = torch.arange(len(step.slots))

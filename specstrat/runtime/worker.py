@@ -19,10 +19,10 @@ from specstrat.errors import InvalidConfig
 from specstrat.kernels import VerifyMetadata, build_ragged_verify_metadata, build_verify_metadata
 from specstrat.models import CausalLM
 from specstrat.runtime.attention import PagedAttention
-from specstrat.runtime.forward import ForwardBatch, ForwardMode
+from specstrat.runtime.forward import ForwardBatch, ForwardMode, TreeAttention
 from specstrat.runtime.memory import KVPool, RequestPool
 
-__all__ = ["KVRunner", "ModelWorker", "PreparedTokens", "kv_bytes"]
+__all__ = ["KVRunner", "ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
 
 _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
@@ -37,6 +37,16 @@ class PreparedTokens:
     counts: list[int]
     positions: list[int]
     locations: list[int]
+
+
+@dataclass(frozen=True, slots=True)
+class TreeTokens:
+    """New tokens that are draft-tree nodes: ``positions`` ``[bs, k]`` (prefix + depth) and
+    ``mask`` ``[bs, k, W]``, which of the last ``W`` columns (the tree, new tokens included)
+    each new token sees."""
+
+    positions: torch.Tensor
+    mask: torch.Tensor
 
 
 def kv_bytes(model: CausalLM, max_total_tokens: int, dtype: torch.dtype) -> int:
@@ -123,6 +133,30 @@ class ModelWorker:
         for slot, token in zip(slots, tokens, strict=True):
             self.requests.last[slot] = token
 
+    def keep_path(self, slot: int, start: int, nodes: Sequence[int]) -> None:
+        """Keep, after the first ``start`` positions, the tree nodes at offsets ``nodes`` (an
+        accepted root-to-node path, in order) and free the rest: the path's KV slots move into
+        place in the page table (page size 1: no KV is copied)."""
+        old = len(self.requests.tokens[slot])
+        if not 0 <= start <= old or any(not 0 <= n < old - start for n in nodes):
+            raise InvalidConfig(
+                f"keep_path(slot={slot}, start={start}, nodes={list(nodes)}) outside the "
+                f"{old} cached positions"
+            )
+        if list(nodes) == list(range(len(nodes))):  # a chain prefix: nothing moves
+            self.rewind(slot, start + len(nodes))
+            return
+        row = self.requests.req_to_token[slot]
+        locs = row[start:old].tolist()
+        tokens = self.requests.tokens[slot]
+        kept_tokens = [tokens[start + n] for n in nodes]
+        kept = [locs[n] for n in nodes]
+        keep = set(nodes)
+        self.kv.free([int(x) for i, x in enumerate(locs) if i not in keep])
+        row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype)
+        del tokens[start:]
+        tokens.extend(kept_tokens)
+
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their slots are reused."""
         old = len(self.requests.tokens[slot])
@@ -177,11 +211,19 @@ class ModelWorker:
         )
 
     def forward(
-        self, mode: ForwardMode, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+        self,
+        mode: ForwardMode,
+        slots: Sequence[int],
+        tokens: Sequence[Sequence[int]],
+        *,
+        tree: TreeTokens | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Run ``tokens[i]`` after request ``slots[i]``; logits and hidden, one row per token.
 
-        DECODE needs one token per request; TARGET_VERIFY with unequal counts is ragged.
+        DECODE needs one token per request; TARGET_VERIFY with unequal counts is ragged. With
+        ``tree`` the new tokens are draft-tree nodes: their positions are ``tree.positions``
+        and each sees the prefix before the last ``tree.mask.shape[2]`` columns plus the tree
+        columns its mask row allows.
         """
         if mode is ForwardMode.PREBUILT:
             raise InvalidConfig("mode=PREBUILT runs no forward; use admit_prebuilt")
@@ -193,14 +235,23 @@ class ModelWorker:
         prepared = self.place(slots, tokens)
         meta = self.metadata(mode, prepared)
         dev = self.device
+        positions = torch.tensor(prepared.positions, dtype=torch.int64, device=dev)
+        attention = None
+        if tree is not None:
+            positions = tree.positions.to(dev).reshape(-1)
+            ends = torch.tensor(
+                [p + c for p, c in zip(prepared.prefix, counts, strict=True)], device=dev
+            )
+            attention = TreeAttention(start=ends - tree.mask.shape[2], mask=tree.mask.to(dev))
         return self.execute(
             mode,
             input_ids=torch.tensor([t for seq in tokens for t in seq], device=dev),
-            positions=torch.tensor(prepared.positions, dtype=torch.int64, device=dev),
+            positions=positions,
             out_cache_loc=torch.tensor(prepared.locations, dtype=torch.int64, device=dev),
             metadata=meta,
             max_q=max(counts),
             max_k=max(p + c for p, c in zip(prepared.prefix, counts, strict=True)),
+            tree=attention,
         )
 
     def execute(
@@ -213,9 +264,11 @@ class ModelWorker:
         metadata: VerifyMetadata,
         max_q: int,
         max_k: int,
+        tree: TreeAttention | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """The model over one batch, attention reading ``metadata``; the one place a
-        :class:`~specstrat.runtime.forward.ForwardBatch` is built (eager and graph paths)."""
+        """The model over one batch, attention reading ``metadata`` (and ``tree``, for draft
+        trees); the one place a :class:`~specstrat.runtime.forward.ForwardBatch` is built (eager
+        and graph paths)."""
         batch = ForwardBatch(
             mode=mode,
             input_ids=input_ids,
@@ -224,6 +277,7 @@ class ModelWorker:
             metadata=metadata,
             max_q=max_q,
             max_k=max_k,
+            tree=tree,
         )
         with torch.inference_mode():
             logits, hidden = self.model(
@@ -295,6 +349,17 @@ class KVRunner:
         single = all(len(t) == 1 for t in tokens)
         mode = ForwardMode.DECODE if single else ForwardMode.DRAFT_EXTEND
         return self.worker.forward(mode, slots, tokens)
+
+    def extend_tree(
+        self,
+        slots: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``tokens [bs, k]`` as draft-tree nodes (see :class:`TreeTokens`)."""
+        mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.TARGET_VERIFY
+        return self.worker.forward(mode, slots, tokens.tolist(), tree=TreeTokens(positions, mask))
 
     def lengths(self, slots: Sequence[int]) -> list[int]:
         """Cached positions per request."""

@@ -30,9 +30,12 @@ from specstrat.strategies.future_map import (
     SlotFutureMapFactory,
     ring_capacity,
 )
+from specstrat.strategies.tree import ChainTree, TopkTree
 from specstrat.strategies.verify import FixedWidthVerifyPolicy
 
 __all__ = [
+    "ChainTree",
+    "TopkTree",
     "DflashDisaggDraftBuilder",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",

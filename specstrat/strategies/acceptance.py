@@ -14,7 +14,7 @@ import torch
 from specstrat.drafting import Acceptance, DraftTree, VerifyInputs
 from specstrat.errors import InvalidConfig
 from specstrat.kernels import Backend
-from specstrat.kernels.sampling import DRAW_SAMPLE, rejection_sample
+from specstrat.kernels.sampling import DRAW_SAMPLE, rejection_sample, sample_from, uniform
 from specstrat.sampling import SamplingBatch, choose_tokens
 
 __all__ = ["GreedyAcceptance", "RejectionSamplingAcceptance", "TypicalAcceptance"]
@@ -120,18 +120,76 @@ def _along(nodes: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor) ->
     return torch.where(cols < accepted[:, None], nodes, -1)
 
 
+#: Draw indices of tree acceptance: node ``j``'s accept/reject decision uses draw ``_DRAW_NODE + j``.
+_DRAW_NODE = 8
+
+
+def _tree_sample(
+    inputs: VerifyInputs, sampling: SamplingBatch
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Multi-draft recursive rejection sampling over a tree (SpecInfer), each node a
+    deterministic proposal: path ``[bs, n]``, its length and the bonus token.
+
+    At the current node the target's distribution ``r`` (after sampling parameters) is offered
+    its children in index order: child ``x`` is accepted with probability ``r(x)``; on
+    rejection ``r`` loses ``x`` and is renormalised. With no child accepted the bonus is drawn
+    from what is left of ``r``. Sequential rejection of one-hot proposals leaves ``r``'s
+    distribution intact, so every token keeps the target's distribution whatever the tree.
+    """
+    drafts = inputs.drafts
+    bs, n = drafts.tokens.shape
+    dev = drafts.tokens.device
+    p = sampling.repeat(n + 1).probs(inputs.logits.reshape(bs * (n + 1), -1)).reshape(bs, n + 1, -1)
+    rows = torch.arange(bs, device=dev)
+    real = torch.arange(n, device=dev)[None, :] < drafts.lengths[:, None]
+    current = torch.full((bs,), -1, dtype=torch.int64, device=dev)
+    path = torch.full((bs, n), -1, dtype=torch.int64, device=dev)
+    length = torch.zeros(bs, dtype=torch.int64, device=dev)
+    alive = torch.ones(bs, dtype=torch.bool, device=dev)
+    bonus = torch.full((bs,), -1, dtype=torch.int64, device=dev)
+    for depth in range(n + 1):
+        residual = p[rows, current + 1].clone()
+        taken = torch.zeros(bs, dtype=torch.bool, device=dev)
+        for j in range(n):
+            offered = alive & ~taken & real[:, j] & (drafts.parents[:, j] == current)
+            x = drafts.tokens[:, j]
+            share = residual[rows, x] / residual.sum(-1).clamp(min=1e-300)
+            u = uniform(sampling.seed, inputs.positions + 1 + depth, _DRAW_NODE + j)
+            ok = offered & (u < share)
+            residual[rows, x] = torch.where(offered & ~ok, 0.0, residual[rows, x])
+            col = min(depth, n - 1)  # at depth n no node is left to accept
+            path[:, col] = torch.where(ok, j, path[:, col])
+            current = torch.where(ok, j, current)
+            taken |= ok
+        ended = alive & ~taken
+        empty = residual.sum(-1, keepdim=True) <= 0
+        residual = torch.where(empty, p[rows, current + 1], residual)
+        drawn = sample_from(
+            residual, uniform(sampling.seed, inputs.positions + 1 + depth, DRAW_SAMPLE)
+        )
+        bonus = torch.where(ended, drawn, bonus)
+        length += taken.to(torch.int64)
+        alive &= taken
+        if not bool(alive.any()):
+            break
+    return path, length, bonus
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RejectionSamplingAcceptance:
     """Speculative sampling: lossless in distribution under each request's sampling parameters.
 
-    Along each request's chain (for a tree: the chain of first children), draft token ``x`` is
-    accepted with probability ``min(1, p(x) / q(x))``; at the first rejection the token is drawn
-    from the normalised residual ``max(0, p - q)``; after a fully accepted chain the bonus token
-    is drawn from ``p``. ``p`` and ``q`` are after temperature, top-k and top-p; a drafter that
-    gives no ``q`` is deterministic (``q`` one-hot). Requests with temperature 0 take the greedy
-    answer (:class:`GreedyAcceptance`, over the whole tree), so greedy output is unchanged. One
-    launch of :func:`~specstrat.kernels.sampling.rejection_sample` for the batch; its random
-    numbers depend on the request's seed and the token's position only.
+    Along each request's chain, draft token ``x`` is accepted with probability
+    ``min(1, p(x) / q(x))``; at the first rejection the token is drawn from the normalised
+    residual ``max(0, p - q)``; after a fully accepted chain the bonus token is drawn from ``p``.
+    ``p`` and ``q`` are after temperature, top-k and top-p; a drafter that gives no ``q`` is
+    deterministic (``q`` one-hot). One launch of
+    :func:`~specstrat.kernels.sampling.rejection_sample` for the batch; its random numbers
+    depend on the request's seed and the token's position only. A tree that is not a chain is
+    accepted by multi-draft recursive rejection sampling (SpecInfer), each child a one-hot
+    proposal offered in index order (lossless whatever the tree; ``q`` is not read there).
+    Requests with temperature 0 take the greedy answer (:class:`GreedyAcceptance`, over the
+    whole tree), so greedy output is unchanged.
     """
 
     backend: Backend = "auto"
@@ -152,6 +210,14 @@ class RejectionSamplingAcceptance:
         sampling = SamplingBatch.of(inputs.sampling, drafts.tokens.device)
         if bool(sampling.greedy.all()):
             return greedy
+        take_greedy = sampling.greedy
+        if not drafts.is_chain():
+            path, accepted, bonus = _tree_sample(inputs, sampling)
+            return Acceptance(
+                torch.where(take_greedy[:, None], greedy.accept_index, path),
+                torch.where(take_greedy, greedy.accept_lengths, accepted),
+                torch.where(take_greedy, greedy.bonus_tokens, bonus),
+            )
         chain = _Chain.of(inputs, sampling)
         q = None
         if drafts.q is not None:
@@ -161,7 +227,6 @@ class RejectionSamplingAcceptance:
             chain.p, chain.tokens, chain.length, sampling.seed, inputs.positions, q,
             backend=self.backend,
         )  # fmt: skip
-        take_greedy = sampling.greedy
         path = _along(chain.nodes, chain.length, accepted)
         return Acceptance(
             torch.where(take_greedy[:, None], greedy.accept_index, path),

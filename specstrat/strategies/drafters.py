@@ -26,6 +26,7 @@ from specstrat.errors import InvalidConfig
 from specstrat.models import DraftKV, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
+from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = [
     "DraftModelDrafter",
@@ -207,7 +208,8 @@ class DraftModelDrafter:
             self.runner.free(mine)
 
     def propose(self, step: DraftStep) -> DraftTree:
-        """``max_nodes`` greedy tokens from the draft LM (none when T = 1)."""
+        """``max_nodes`` tokens from the draft LM (none when T = 1): a chain, one token per
+        forward, or the step's top-k tree, one forward per depth."""
         bs, steps, dev = len(step.slots), step.max_nodes, step.last_tokens.device
         if not steps or not bs:
             return _empty_tree(bs, dev)
@@ -219,6 +221,8 @@ class DraftModelDrafter:
         ]
         logits, _ = self.runner.extend(own, catch_up)
         ends = torch.tensor([len(c) for c in catch_up], device=logits.device).cumsum(0) - 1
+        if not step.shape.is_chain:
+            return self._tree(step, own, logits[ends])
         chooser = DraftChooser(step)
         token = chooser.pick(logits[ends])
         for _ in range(steps - 1):
@@ -226,10 +230,34 @@ class DraftModelDrafter:
             token = chooser.pick(logits)
         return chooser.tree(dev)
 
+    def _tree(self, step: DraftStep, own: list[int], root_logits: torch.Tensor) -> DraftTree:
+        """EAGLE-2's top-k tree over the draft LM: each depth's kept nodes run in one
+        tree-attention forward (each sees the prefix, its ancestors and itself); the tree's KV
+        is dropped afterwards, so the draft KV ends at the root."""
+        shape, bs = step.shape, len(step.slots)
+        k, dev = shape.topk, root_logits.device
+        root_len = self.runner.lengths(own)
+        expansion = TreeExpansion(shape)
+        expansion.start(root_logits.log_softmax(-1))
+        rows = torch.zeros(bs, k, 0, dtype=torch.bool, device=dev)  # frontier's ancestor columns
+        placed = 0
+        for depth in range(1, shape.num_steps):
+            eye = torch.eye(k, dtype=torch.bool, device=dev).expand(bs, k, k)
+            mask = torch.cat([rows, eye], dim=2)  # [bs, k, placed + k]
+            positions = (step.seq_lens.to(dev) + depth)[:, None].expand(bs, k)
+            logits, _ = self.runner.extend_tree(own, expansion.frontier, positions, mask)
+            parent = expansion.expand(logits.log_softmax(-1).view(bs, k, -1))
+            rows = mask.gather(1, parent[:, :, None].expand(-1, -1, mask.shape[2]))
+            placed += k
+        for slot, length in zip(own, root_len, strict=True):
+            self.runner.rewind(slot, length)
+        return expansion.tree(torch.full((bs,), step.max_nodes, dtype=torch.int64, device=dev))
+
     def commit(self, outcome: StepOutcome) -> RelayPayload:
-        """Keep the draft KV of accepted drafts only (drafting fed all but the last draft)."""
+        """Keep the draft KV of accepted drafts only (drafting fed all but the last draft; a
+        tree's KV is gone already: the next catch-up feeds the accepted path)."""
         steps = outcome.drafts.num_nodes
-        if steps:
+        if steps and outcome.step.shape.is_chain:
             accepted = outcome.acceptance.accept_lengths.tolist()
             seq_lens = outcome.step.seq_lens.tolist()
             for slot, a, n in zip(outcome.step.slots, accepted, seq_lens, strict=True):
@@ -243,8 +271,8 @@ class DraftModelDrafterFactory:
 
     @property
     def needs(self) -> DrafterNeeds:
-        """A draft LM with its own KV."""
-        return DrafterNeeds(draft_model=True)
+        """A draft LM with its own KV; drafts trees too."""
+        return DrafterNeeds(draft_model=True, trees=True)
 
     def create_drafter(self, context: DrafterContext) -> DraftModelDrafter:
         """A drafter over a KV runner the engine makes for the draft LM."""

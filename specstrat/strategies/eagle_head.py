@@ -15,12 +15,14 @@ from specstrat.drafting import (
     DraftStep,
     DraftTree,
     StepOutcome,
+    TreeShape,
 )
 from specstrat.errors import InvalidConfig
 from specstrat.models import DraftHead, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
 from specstrat.strategies.disagg import EagleDraftInput
+from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = ["EagleHeadDrafter", "EagleHeadDrafterFactory"]
 
@@ -74,6 +76,11 @@ class EagleHeadDrafter:
         if relay.topk_index is None or relay.topk_p is None or relay.hidden_states is None:
             filler = step.last_tokens[:, None].expand(bs, steps).contiguous()  # no state yet
             return DraftTree.chain(filler, lengths=torch.zeros(bs, dtype=torch.int64, device=dev))
+        ready = torch.tensor([s in self.ready for s in step.slots], device=dev)
+        lengths = torch.where(ready, steps, 0).to(torch.int64)
+        if not step.shape.is_chain:
+            first = relay.topk_p.clamp(min=1e-30).log()
+            return self._tree(step.shape, first, relay.topk_index, relay.hidden_states, lengths)
         chooser = DraftChooser(step)
         # The first node from the relayed top-k: its log-probabilities, -inf outside the top-k.
         first = torch.full((bs, self.vocab_size), float("-inf"), dtype=relay.topk_p.dtype)
@@ -83,8 +90,34 @@ class EagleHeadDrafter:
             for _ in range(steps - 1):
                 logits, hidden = self.head(hidden, token)
                 token = chooser.pick(logits)
-        ready = torch.tensor([s in self.ready for s in step.slots], device=dev)
-        return chooser.tree(dev, lengths=torch.where(ready, steps, 0).to(torch.int64))
+        return chooser.tree(dev, lengths=lengths)
+
+    def _tree(
+        self,
+        shape: TreeShape,
+        first: torch.Tensor,
+        first_tokens: torch.Tensor,
+        hidden_states: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> DraftTree:
+        """EAGLE-2's top-k tree: the relayed top-k (``first`` log-probabilities of
+        ``first_tokens``) first, then the head expands each kept node from its parent's
+        predicted hidden state."""
+        k, bs = shape.topk, first.shape[0]
+        expansion = TreeExpansion(shape)
+        expansion.start(first, first_tokens)
+        hidden = hidden_states[:, None].expand(bs, k, -1)
+        with torch.inference_mode():
+            for _ in range(shape.num_steps - 1):
+                logits, new_hidden = self.head(
+                    hidden.reshape(bs * k, -1), expansion.frontier.reshape(-1)
+                )
+                parent = expansion.expand(logits.log_softmax(-1).view(bs, k, -1))
+                new_hidden = new_hidden.view(bs, k, -1)
+                hidden = new_hidden.gather(
+                    1, parent[:, :, None].expand(-1, -1, new_hidden.shape[2])
+                )
+        return expansion.tree(lengths)
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """The next step's first draft token, from the target's hidden state at the bonus."""
@@ -109,6 +142,7 @@ class EagleHeadDrafterFactory:
         return DrafterNeeds(
             target_hidden_states=True,
             prefill_fields=frozenset({"topk_p", "topk_index", "hidden_states"}),
+            trees=True,
         )
 
     def _head(self, models: LoadedModels) -> DraftHead:
@@ -120,7 +154,12 @@ class EagleHeadDrafterFactory:
         return models.head
 
     def create_drafter(self, context: DrafterContext) -> EagleHeadDrafter:
-        """A head drafter over the loaded head."""
+        """A head drafter over the loaded head; a tree's ``topk`` must fit the relayed top-k."""
+        if context.tree is not None and context.tree.topk > self.topk:
+            raise InvalidConfig(
+                f"tree topk={context.tree.topk} exceeds the {self.topk} candidates the head "
+                f"relays; use EagleHeadDrafterFactory(topk={context.tree.topk}) or a smaller tree"
+            )
         vocab = context.models.target.shape.vocab_size
         return EagleHeadDrafter(self._head(context.models), self.topk, vocab)
 

@@ -184,6 +184,7 @@ def test_describe_lists_strategies_and_capabilities() -> None:
         "disagg": "EagleDisaggDraftBuilder",
         "drafter": "EagleHeadDrafterFactory",
         "acceptance": "RejectionSamplingAcceptance",
+        "tree": "ChainTree",
     }
     assert info["capabilities"]["carries_draft_hidden_states"] is True
 

@@ -158,7 +158,7 @@ FAULTS: list[tuple[str, Callable[[], Any], str]] = [
     ("propose-out-of-vocab", lambda: drafting("propose", out_of_vocab),
      r"proposed token ids \[\d+.*\] outside the vocabulary 0\.\.255"),
     ("propose-branching-tree", lambda: drafting("propose", branching),
-     r"proposed a tree that is not a chain"),
+     r"proposed a tree that is not a chain, but tree=ChainTree asks for a chain"),
     ("accept-too-long", lambda: accepting(accept_all),
      r"EAGLE\.acceptance\.accept: request 0 accepted 4 drafts but 3 were proposed"),
     ("accept-not-a-path", lambda: accepting(skip_a_node),

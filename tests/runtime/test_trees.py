@@ -1,0 +1,272 @@
+"""Tree drafting and tree verification: EAGLE-2 top-k trees, tree attention, KV compaction."""
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+import torch
+
+import specstrat
+from specstrat import InvalidConfig, SpecAlgorithm
+from specstrat.drafting import SamplingParams, TreeShape, VerifyInputs
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ModelWorker
+from specstrat.runtime.demo import workload
+from specstrat.runtime.forward import ForwardMode
+from specstrat.runtime.models.model import TinyLM
+from specstrat.runtime.verify import tree_layout
+from specstrat.runtime.worker import TreeTokens
+from specstrat.strategies import (
+    ChainTree,
+    EagleHeadDrafterFactory,
+    RejectionSamplingAcceptance,
+    TopkTree,
+)
+from specstrat.testing import check_lossless_in_distribution
+from tests.runtime.conftest import make_worker
+
+REQUESTS = workload(6, seed=5)
+TREE_ALGOS = [specstrat.EAGLE, specstrat.EAGLE3, specstrat.STANDALONE]
+
+
+def run(algo: SpecAlgorithm[Any], models: EmbeddedModels, d: int, **config: Any) -> Engine:
+    engine = Engine(algo, models, EngineConfig(context_len=512, num_draft_tokens=d, **config))
+    engine.run(REQUESTS)
+    return engine
+
+
+@pytest.fixture(scope="module")
+def target_only(models: EmbeddedModels) -> dict[str, list[int]]:
+    """Plain greedy decoding of the workload."""
+    return Engine(specstrat.NONE, models, EngineConfig(context_len=512)).run(REQUESTS)
+
+
+def tree(algo: SpecAlgorithm[Any], topk: int, steps: int) -> SpecAlgorithm[Any]:
+    return replace(algo, tree=TopkTree(topk=topk, num_steps=steps))
+
+
+@pytest.mark.parametrize("algo", TREE_ALGOS, ids=lambda a: a.name)
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_trees_are_lossless(
+    algo: SpecAlgorithm[Any],
+    overlap: bool,
+    models: EmbeddedModels,
+    target_only: dict[str, list[int]],
+) -> None:
+    """A top-k tree (topk 3, 3 steps, budget 6) reproduces target-only greedy decoding."""
+    engine = Engine(
+        tree(algo, 3, 3), models, EngineConfig(context_len=512, num_draft_tokens=6, overlap=overlap)
+    )
+    assert engine.run(REQUESTS) == target_only
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("algo", TREE_ALGOS, ids=lambda a: a.name)
+@pytest.mark.parametrize(("topk", "steps", "budget"), [(2, 3, 4), (4, 2, 8), (2, 7, 8), (4, 5, 16)])
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_tree_matrix_is_lossless(
+    algo: SpecAlgorithm[Any],
+    topk: int,
+    steps: int,
+    budget: int,
+    overlap: bool,
+    models: EmbeddedModels,
+    target_only: dict[str, list[int]],
+) -> None:
+    """Every tree algorithm x topk 2..4 x budget 4..16 x mode equals target-only greedy."""
+    engine = Engine(
+        tree(algo, topk, steps),
+        models,
+        EngineConfig(context_len=512, num_draft_tokens=budget, overlap=overlap),
+    )
+    assert engine.run(REQUESTS) == target_only
+
+
+@pytest.mark.parametrize("algo", TREE_ALGOS, ids=lambda a: a.name)
+def test_topk_one_is_the_chain(algo: SpecAlgorithm[Any], models: EmbeddedModels) -> None:
+    """TopkTree(topk=1) drafts exactly the chain: same outputs, same acceptance counts."""
+    requests = workload(6, seed=5, sampling=SamplingParams(temperature=0.8, seed=3))
+    outputs, stats = [], []
+    for policy in (ChainTree(), TopkTree(topk=1, num_steps=3)):
+        engine = Engine(replace(algo, tree=policy), models, EngineConfig(context_len=512))
+        outputs.append(engine.run(requests))
+        stats.append(engine.stats.accepted_by_position)
+    assert outputs[0] == outputs[1]
+    assert stats[0] == stats[1]
+
+
+def test_a_tree_accepts_more_than_a_chain_of_the_same_budget(models: EmbeddedModels) -> None:
+    """At a verify budget of 8, EAGLE's tree (topk 2, 7 steps) accepts more per step."""
+    chain = run(specstrat.EAGLE, models, 8).stats.acceptance_length
+    wide = run(tree(specstrat.EAGLE, 2, 7), models, 8).stats.acceptance_length
+    assert wide > chain
+
+
+def test_tree_is_lossless_disaggregated(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """A tree EAGLE prefilled in another process decodes target-only's tokens."""
+    from specstrat.runtime.disagg import run_disaggregated
+
+    config = EngineConfig(context_len=512, num_draft_tokens=6)
+    result = run_disaggregated(tree(specstrat.EAGLE, 2, 4), REQUESTS, config, models=models)
+    assert result.outputs == target_only
+
+
+# -- validation --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"topk": 0, "num_steps": 3}, r"TopkTree.topk=0 must be an int >= 1"),
+        ({"topk": 2, "num_steps": 0}, r"TopkTree.num_steps=0 must be an int >= 1"),
+        ({"topk": True, "num_steps": 3}, r"TopkTree.topk=True must be an int >= 1"),
+    ],
+)
+def test_tree_policy_values_are_checked(kwargs: dict[str, Any], message: str) -> None:
+    """A TopkTree with a bad topk or depth is refused, naming the value."""
+    with pytest.raises(InvalidConfig, match=message):
+        TopkTree(**kwargs)
+
+
+def test_a_budget_the_tree_cannot_fill_is_refused(models: EmbeddedModels) -> None:
+    """Budget 8 with topk 2 and 2 steps (at most 6 nodes) is refused at engine start."""
+    with pytest.raises(InvalidConfig, match=r"num_draft_tokens=8 needs 7 draft nodes but topk=2"):
+        Engine(tree(specstrat.EAGLE, 2, 2), models, EngineConfig(num_draft_tokens=8))
+
+
+def test_tree_shape_values_are_checked() -> None:
+    """TreeShape refuses a topk of 0 and a negative depth, naming them."""
+    with pytest.raises(InvalidConfig, match=r"TreeShape.topk=0 must be an int >= 1"):
+        TreeShape(topk=0, num_steps=1, num_draft_tokens=2)
+    with pytest.raises(InvalidConfig, match=r"TreeShape.num_steps=-1 must be an int >= 0"):
+        TreeShape(topk=1, num_steps=-1, num_draft_tokens=1)
+
+
+def test_a_chain_only_drafter_refuses_a_tree(models: EmbeddedModels) -> None:
+    """Prompt lookup drafts chains only: a topk-2 tree is refused at engine start."""
+    with pytest.raises(InvalidConfig, match=r"drafter=NgramDrafterFactory drafts chains only"):
+        Engine(tree(specstrat.NGRAM, 2, 3), models, EngineConfig())
+
+
+def test_the_head_must_relay_enough_candidates(models: EmbeddedModels) -> None:
+    """A tree topk above the head's relayed top-k is refused, naming both."""
+    algo = replace(
+        specstrat.EAGLE, drafter=EagleHeadDrafterFactory(topk=2), tree=TopkTree(topk=3, num_steps=2)
+    )
+    with pytest.raises(InvalidConfig, match=r"tree topk=3 exceeds the 2 candidates the head"):
+        Engine(algo, models, EngineConfig())
+
+
+def test_a_policy_returning_the_wrong_budget_is_refused(models: EmbeddedModels) -> None:
+    """A tree policy whose shape has another budget than T is named at engine start."""
+
+    class Fixed:
+        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+            return TreeShape(topk=2, num_steps=3, num_draft_tokens=3)
+
+    with pytest.raises(InvalidConfig, match=r"tree=Fixed.tree_shape\(4\) returned"):
+        Engine(replace(specstrat.EAGLE, tree=Fixed()), models, EngineConfig())
+
+
+# -- tree attention and KV compaction ----------------------------------------------------------
+
+PARENTS = torch.tensor([[-1, -1, 0, 0, 2]])  # root -> {0, 1}; 0 -> {2, 3}; 2 -> {4}
+TOKENS = [5, 9, 11, 13, 17, 19]  # the root, then nodes 0..4
+
+
+def tree_forward(worker: ModelWorker, mask: torch.Tensor) -> torch.Tensor:
+    slot = worker.alloc_request()
+    worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3, 4]])
+    depth, _ = tree_layout(PARENTS)
+    logits, _ = worker.forward(
+        ForwardMode.TARGET_VERIFY, [slot], [TOKENS], tree=TreeTokens(4 + depth, mask)
+    )
+    worker.free_request(slot)
+    return logits
+
+
+def test_each_tree_node_sees_exactly_its_path(tiny: TinyLM) -> None:
+    """A node's logits under the tree mask equal a plain forward of its root-to-node path."""
+    worker = make_worker(tiny)
+    _, mask = tree_layout(PARENTS)
+    logits = tree_forward(worker, mask)
+    paths = {0: [0], 1: [1], 2: [0, 2], 3: [0, 3], 4: [0, 2, 4]}
+    for node, path in paths.items():
+        slot = worker.alloc_request()
+        chain = [1, 2, 3, 4, TOKENS[0], *(TOKENS[j + 1] for j in path)]
+        want, _ = worker.forward(ForwardMode.EXTEND, [slot], [chain])
+        worker.free_request(slot)
+        torch.testing.assert_close(logits[node + 1], want[-1])
+
+
+def test_attention_reads_the_tree_mask(tiny: TinyLM) -> None:
+    """Letting node 1 see node 0 (one mask bit) changes node 1's logits."""
+    worker = make_worker(tiny)
+    _, mask = tree_layout(PARENTS)
+    right = tree_forward(worker, mask)
+    wrong_mask = mask.clone()
+    wrong_mask[0, 2, 1] = True  # node 1 (row 2) sees node 0 (column 1), not its ancestor
+    wrong = tree_forward(worker, wrong_mask)
+    assert not torch.allclose(right[2], wrong[2])
+    torch.testing.assert_close(right[1], wrong[1])
+
+
+def test_keep_path_compacts_the_accepted_path(tiny: TinyLM) -> None:
+    """keep_path moves the accepted nodes' KV slots into place and frees the others."""
+    worker = make_worker(tiny)
+    slot = worker.alloc_request()
+    worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3, 10, 11, 12, 13]])
+    row = worker.requests.req_to_token[slot]
+    locs = row[:7].tolist()
+    free_before = worker.kv.available
+    worker.keep_path(slot, 3, [0, 2, 3])
+    assert list(worker.tokens(slot)) == [1, 2, 3, 10, 12, 13]
+    assert row[:6].tolist() == [*locs[:3], locs[3], locs[5], locs[6]]
+    assert worker.kv.available == free_before + 1
+
+
+def test_keep_path_refuses_nodes_outside_the_cache(tiny: TinyLM) -> None:
+    """A node offset past the cached tokens is refused, naming the call."""
+    worker = make_worker(tiny)
+    slot = worker.alloc_request()
+    worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3]])
+    with pytest.raises(
+        InvalidConfig, match=r"keep_path\(slot=\d+, start=1, nodes=\[0, 5\]\) outside the 3"
+    ):
+        worker.keep_path(slot, 1, [0, 5])
+
+
+# -- sampled tree acceptance --------------------------------------------------------------------
+
+
+def test_sampled_tree_acceptance_keeps_the_target_distribution() -> None:
+    """Over many seeds, the first token after a two-child tree follows p (chi-square)."""
+    vocab, rows = 6, 6000
+    logits = torch.log(torch.tensor([0.3, 0.25, 0.2, 0.1, 0.1, 0.05], dtype=torch.float64))
+    inputs = VerifyInputs(
+        drafts=specstrat.DraftTree(
+            torch.tensor([[0, 1, 2]]).expand(rows, 3).contiguous(),
+            torch.tensor([[-1, -1, 0]]).expand(rows, 3).contiguous(),
+            torch.full((rows,), 3, dtype=torch.int64),
+        ),
+        logits=logits.expand(rows, 4, vocab).contiguous(),
+        positions=torch.zeros(rows, dtype=torch.int64),
+        sampling=tuple(SamplingParams(temperature=1.0, seed=s) for s in range(rows)),
+    )
+    out = RejectionSamplingAcceptance().accept(inputs)
+    node = out.accept_index[:, 0].clamp(min=0)[:, None]
+    drafted = inputs.drafts.tokens.gather(1, node).squeeze(1)
+    first = torch.where(out.accept_lengths > 0, drafted, out.bonus_tokens)
+    counts = torch.bincount(first, minlength=vocab).double()
+    expected = logits.exp() * rows
+    chi2 = float(((counts - expected) ** 2 / expected).sum())
+    assert chi2 < 20.5  # chi-square, 5 degrees of freedom, p = 0.001
+
+
+@pytest.mark.slow
+def test_sampled_trees_are_lossless_in_distribution(models: EmbeddedModels) -> None:
+    """EAGLE with a top-k tree samples the target's joint distribution of two tokens."""
+    check_lossless_in_distribution(
+        tree(specstrat.EAGLE, 2, 3), temperature=0.8, num_samples=2000, models=models
+    )
