@@ -1,4 +1,5 @@
-"""Triton kernels for TARGET_VERIFY metadata (uniform, graph, ragged and tree) and the relay gather, each with its torch twin.
+"""Triton kernels for TARGET_VERIFY metadata (uniform, graph, ragged and tree) and the relay
+gather, each with its torch twin.
 
 Dispatch: the Triton kernel for CUDA tensors when triton imports, the twin otherwise; every
 launcher takes ``backend="auto" | "triton" | "torch"`` to override. The package imports and works

@@ -204,7 +204,8 @@ def _tree_verify_kernel(  # type: ignore[no-untyped-def]
             up = cur >= 0
             sees = sees | ((tok[None, :] == cur[:, None]) & up[:, None])
             depth += up.to(tl.int64)
-            climb = up & (cur >= 1)
+            # In-row reads only: an unvalidated bad parent gives wrong metadata, never a stray read.
+            climb = up & (cur >= 1) & (cur <= num_nodes)
             above = tl.load(tree_row + cur - 1, mask=climb & real, other=-1).to(tl.int64)
             cur = tl.where(climb, above + 1, -1)
         tile = row * t * t + tok[:, None] * t + tok[None, :]

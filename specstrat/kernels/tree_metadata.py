@@ -214,8 +214,12 @@ def _run(
         HAS_PAGES=base.page_table is not None,
         BLOCK_ROWS=_BLOCK_ROWS,
         BLOCK_PAGES=_BLOCK_PAGES,
-        # One program holds a [T, T] tile; sized for EAGLE-2 trees (T <= 64), not swept on a GPU.
+        # One program holds a [T, T] tile: sized for EAGLE-2 trees (T <= 64).
         BLOCK_T=max(2, 1 << n.bit_length()),
+        # ptxas -v for sm_90 (compiled, not run: no GPU was lent): 4 warps spill 1-3 KB of stack
+        # with a page table (the base body's 128x64 page tile) and 8 warps 88 bytes; without a
+        # page table 8 warps spill nothing up to T = 64. Not timed on a GPU yet.
+        num_warps=8,
     )
 
 

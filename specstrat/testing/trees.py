@@ -55,7 +55,8 @@ def _parent_rows(draw: st.DrawFn, bs: int, n: int) -> list[list[int]]:
         elif shape == "star":
             rows.append([-1] * n)
         elif shape == "eagle":
-            # Level by level: topk children under each node of a random previous-level subset.
+            # Level by level, as EAGLE expands top-k: topk children under one drawn node of the
+            # previous level (the re-ranked tree keeps the rest of that level as leaves).
             topk = draw(st.integers(1, 4))
             row = [-1] * min(topk, n)
             level = list(range(len(row)))
