@@ -320,8 +320,28 @@ def check_tree_verify_metadata(meta: TreeVerifyMetadata, batch: TreeVerifyBatch)
 
 
 def _check_links(b: int, parent: list[int], live: int, nxt: list[int], sib: list[int]) -> None:
-    """next_token/next_sibling of row ``b``: exact children lists, filler unlinked, chain walks."""
+    """next_token/next_sibling of row ``b``: chain walks first (they name a link that skips or
+    jumps across the tree), then the exact children lists and the unlinked filler."""
     t = len(parent)
+    # Depth-first over the links from the root: each root-to-leaf walk is a chain of consecutive
+    # parent links, and the walks reach every live token exactly once (a revisit ends the walk).
+    seen, stack = [0], [[0]]
+    while stack and len(seen) <= t:
+        path = stack.pop()
+        for child in _walk(nxt, sib, path[-1], t):
+            _require(
+                0 <= child < t and parent[child] == path[-1],
+                "every root-to-leaf walk is a chain of the draft",
+                f"row {b}: walk {[*path, child]} steps to token {child}, which does not hang "
+                f"under {path[-1]}",
+            )
+            seen.append(child)
+            stack.append([*path, child])
+    _require(
+        sorted(seen) == list(range(live)),
+        "the walks reach every live token exactly once",
+        f"row {b}: reached {sorted(seen)}, live tokens 0..{live - 1}",
+    )
     for i in range(t):
         want = [k for k in range(1, live) if parent[k] == i] if i < live else []
         got = _walk(nxt, sib, i, t)
@@ -336,22 +356,3 @@ def _check_links(b: int, parent: list[int], live: int, nxt: list[int], sib: list
                 "the root and filler have no next sibling",
                 f"row {b} token {i}: next_sibling {sib[i]}",
             )
-    # Depth-first over the links: each root-to-leaf walk is a chain of consecutive parent links,
-    # and the walks reach every live token exactly once.
-    seen, stack = [0], [[0]]
-    while stack:
-        path = stack.pop()
-        children = _walk(nxt, sib, path[-1], t)
-        for child in children:
-            _require(
-                parent[child] == path[-1],
-                "every root-to-leaf walk is a chain of the draft",
-                f"row {b}: walk {[*path, child]} steps to {child}, whose parent is {parent[child]}",
-            )
-            seen.append(child)
-            stack.append([*path, child])
-    _require(
-        sorted(seen) == list(range(live)),
-        "the walks reach every live token exactly once",
-        f"row {b}: reached {sorted(seen)}, live tokens 0..{live - 1}",
-    )

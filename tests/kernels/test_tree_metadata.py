@@ -224,10 +224,13 @@ def corrupt(
     [
         ("tree_mask", (0, 3, 2), True, "a token sees exactly itself and its ancestors"),
         ("tree_mask", (1, 4, 0), False, "a token sees exactly itself and its ancestors"),
-        ("retrive_next_sibling", (0, 3), -1, "enumerate exactly the live children"),
-        ("retrive_next_sibling", (0, 4), 3, "enumerate exactly the live children"),
+        ("retrive_next_sibling", (0, 3), -1, "reach every live token exactly once"),
+        ("retrive_next_sibling", (0, 4), 3, "reach every live token exactly once"),
         ("retrive_next_sibling", (1, 0), 1, "the root and filler have no next sibling"),
-        ("retrive_next_token", (1, 4), 1, "enumerate exactly the live children"),
+        ("retrive_next_token", (1, 4), 1, "every root-to-leaf walk is a chain"),
+        ("retrive_next_token", (0, 5), 2, "every root-to-leaf walk is a chain"),
+        ("retrive_next_token", (1, 5), 1, "enumerate exactly the live children"),
+        ("retrive_next_sibling", (1, 5), 4, "the root and filler have no next sibling"),
         ("positions", (6,), 11, "position = seq_len \\+ depth"),
         ("retrive_index", (1, 2), 2, "retrive_index = b \\* T \\+ i"),
         ("retrive_next_token", (2, 0), 1, "a padding row has no links"),
@@ -250,7 +253,7 @@ def test_checker_catches_a_walk_off_the_tree() -> None:
         parents=torch.tensor([[-1, 0, 1]]), lengths=torch.tensor([3]), seq_lens=torch.tensor([1])
     )
     meta = batch.build(backend="torch")
-    with pytest.raises(ConformanceError, match="enumerate exactly the live children"):
+    with pytest.raises(ConformanceError, match="every root-to-leaf walk is a chain of the draft"):
         check_tree_verify_metadata(corrupt(meta, "retrive_next_token", (0, 1), 3), batch)
 
 
