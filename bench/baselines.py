@@ -67,3 +67,88 @@ def eager_ragged(
     max_k = int(cache.max().item())
     pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
     return cu_q, cache, cu_k, pages.to(torch.int32), max_q, max_k
+
+
+def eager_tree_structure(
+    parents: torch.Tensor,
+    lengths: torch.Tensor,
+    seq_lens: torch.Tensor,
+    tree_mask: torch.Tensor,
+    positions: torch.Tensor,
+    retrieve: torch.Tensor,
+) -> None:
+    """What SGLang's tree kernel computes, as eager torch ops over the batch (one token at a
+    time, as its Triton fallback walks them): the ancestor mask, positions and the retrieve links,
+    the links by prepending each child to its parent's list from the highest index down.
+
+    On a GPU SGLang runs this part as one CUDA kernel; the bench counts it both ways.
+    """
+    bs, n = parents.shape
+    t = n + 1
+    rows = torch.arange(bs, device=parents.device)
+    mask = tree_mask.view(bs, t, t)
+    mask.copy_(torch.eye(t, dtype=torch.bool, device=parents.device).expand(bs, t, t))
+    depth = torch.zeros((bs, t), dtype=torch.long, device=parents.device)
+    parent = F.pad(parents + 1, (1, 0), value=-1)
+    for i in range(1, t):
+        mask[:, i] |= mask[rows, parent[:, i]]
+        depth[:, i] = depth[rows, parent[:, i]] + 1
+    positions.copy_((seq_lens[:, None] + depth).flatten())
+    index, next_token, next_sibling = retrieve
+    index.copy_(rows[:, None] * t + torch.arange(t, device=parents.device))
+    for i in range(n, 0, -1):
+        live = lengths >= i
+        p = parent[:, i]
+        first = next_token[rows, p]
+        next_sibling[:, i] = torch.where(live, first, next_sibling[:, i])
+        next_token[rows, p] = torch.where(live, i, first)
+
+
+def eager_tree(
+    parents: torch.Tensor,
+    lengths: torch.Tensor,
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> tuple[torch.Tensor, ...]:
+    """Tree verify metadata the way SGLang's Python side prepares it around its tree kernel:
+    freshly filled mask and retrieve buffers (``torch.full``), an empty positions buffer, the tree
+    itself, then the attention backend's own eager metadata with ``T = N + 1`` tokens per row."""
+    bs, n = parents.shape
+    t = n + 1
+    device = seq_lens.device
+    tree_mask = torch.full((t * bs * t,), True, dtype=torch.bool, device=device)
+    retrieve = torch.full((3, bs, t), -1, dtype=torch.long, device=device)
+    positions = torch.empty((bs * t,), dtype=torch.long, device=device)
+    eager_tree_structure(parents, lengths, seq_lens, tree_mask, positions, retrieve)
+    attention = eager_uniform(seq_lens, bs * t, req_pool_indices, req_to_token, page_size)
+    return (tree_mask, positions, *retrieve, *attention[:4])
+
+
+def eager_tree_graph(
+    bufs: tuple[torch.Tensor, ...],
+    parents: torch.Tensor,
+    lengths: torch.Tensor,
+    seq_lens: torch.Tensor,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> int:
+    """Replay-time tree update of static buffers, rebuilt eagerly outside the graph: SGLang's
+    ``tree_mask_buf.fill_(True)``, fresh retrieve and positions buffers, the tree, copies into
+    the captured buffers, then the uniform static-buffer update."""
+    cu_q, cache, cu_k, pages, positions_buf, mask_buf, *retrieve_bufs = bufs
+    bs, n = parents.shape
+    t = n + 1
+    device = seq_lens.device
+    mask_buf.fill_(True)
+    retrieve = torch.full((3, bs, t), -1, dtype=torch.long, device=device)
+    positions = torch.empty((bs * t,), dtype=torch.long, device=device)
+    eager_tree_structure(parents, lengths, seq_lens, mask_buf, positions, retrieve)
+    positions_buf[: bs * t].copy_(positions)
+    for buf, links in zip(retrieve_bufs, retrieve, strict=True):
+        buf[:bs].copy_(links)
+    return eager_graph(
+        (cu_q, cache, cu_k, pages), seq_lens, t, req_pool_indices, req_to_token, page_size
+    )

@@ -1,4 +1,5 @@
-"""Triton kernels for TARGET_VERIFY metadata and the relay gather, each with its torch twin.
+"""Triton kernels for TARGET_VERIFY metadata (uniform, graph, ragged and tree) and the relay
+gather, each with its torch twin.
 
 Dispatch: the Triton kernel for CUDA tensors when triton imports, the twin otherwise; every
 launcher takes ``backend="auto" | "triton" | "torch"`` to override. The package imports and works
@@ -7,6 +8,13 @@ where triton is absent.
 
 from specstrat.kernels._triton import HAS_TRITON, INTERPRETED, Backend
 from specstrat.kernels.relay_gather import gather_relay, gather_relay_ref
+from specstrat.kernels.tree_metadata import (
+    TreeVerifyMetadata,
+    TreeVerifyMetadataBuffers,
+    build_tree_verify_metadata,
+    build_tree_verify_metadata_into,
+    tree_verify_metadata_ref,
+)
 from specstrat.kernels.verify_metadata import (
     PAD_PAGE,
     PAD_SEQ_LEN,
@@ -24,12 +32,17 @@ __all__ = [
     "PAD_PAGE",
     "PAD_SEQ_LEN",
     "Backend",
+    "TreeVerifyMetadata",
+    "TreeVerifyMetadataBuffers",
     "VerifyMetadata",
     "VerifyMetadataBuffers",
     "build_ragged_verify_metadata",
+    "build_tree_verify_metadata",
+    "build_tree_verify_metadata_into",
     "build_verify_metadata",
     "build_verify_metadata_into",
     "gather_relay",
     "gather_relay_ref",
+    "tree_verify_metadata_ref",
     "verify_metadata_ref",
 ]

@@ -2,7 +2,8 @@
 
 Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy: ``check_drafter``,
 ``check_acceptance_rule``, ...) in your own tests;
-property-test metadata with ``verify_batches`` and ``check_verify_metadata``.
+property-test metadata with ``verify_batches`` and ``check_verify_metadata`` (tree verification:
+``tree_verify_batches`` and ``check_tree_verify_metadata``).
 """
 
 from specstrat.testing.conformance import (
@@ -28,6 +29,12 @@ from specstrat.testing.strategies import (
     slot_tensors,
     verify_batches,
 )
+from specstrat.testing.trees import (
+    TreeVerifyBatch,
+    check_tree_verify_metadata,
+    draft_trees,
+    tree_verify_batches,
+)
 
 __all__ = [
     "CheckResult",
@@ -35,6 +42,7 @@ __all__ = [
     "FaultyDrafterFactory",
     "FaultyFutureMapFactory",
     "LosslessReport",
+    "TreeVerifyBatch",
     "VerifyBatch",
     "check_acceptance_rule",
     "check_algorithm",
@@ -43,11 +51,14 @@ __all__ = [
     "check_future_map_factory",
     "check_lossless_in_distribution",
     "check_target_verify_policy",
+    "check_tree_verify_metadata",
     "check_verify_metadata",
+    "draft_trees",
     "num_draft_tokens",
     "prebuilt_batches",
     "relay_payloads",
     "run_conformance",
     "slot_tensors",
+    "tree_verify_batches",
     "verify_batches",
 ]
