@@ -1,7 +1,7 @@
 """Ragged TARGET_VERIFY replayed through the graph runner's token buckets equals the eager forward."""
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 import torch
@@ -55,12 +55,24 @@ CASES: list[tuple[list[int], int]] = [
 ]
 
 
+class Replay(NamedTuple):
+    """One ragged step run eagerly and through the runner, on two identical workers."""
+
+    eager: torch.Tensor
+    eager_hidden: torch.Tensor
+    replayed: torch.Tensor
+    replayed_hidden: torch.Tensor
+    eager_worker: ModelWorker
+    graph_worker: ModelWorker
+    runner: GraphRunner
+
+
 def ragged_replay(
     models: EmbeddedModels,
     counts: list[int],
     *,
     patch: Callable[[GraphRunner], None] | None = None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, ModelWorker, ModelWorker]:
+) -> Replay:
     """Eager ragged forward and bucketed replay of the same step on two identical workers."""
     bs = len(counts)
     tokens = rows(counts, seed=sum(counts) * 31 + bs)
@@ -72,25 +84,25 @@ def ragged_replay(
     eager, e_hidden = eager_worker.forward(ForwardMode.TARGET_VERIFY, e_slots, tokens)
     assert runner.can_run_ragged(bs, sum(counts))
     replayed, r_hidden = runner.replay_ragged(g_slots, tokens)
-    return eager, e_hidden, replayed, r_hidden, eager_worker, graph_worker
+    return Replay(eager, e_hidden, replayed, r_hidden, eager_worker, graph_worker, runner)
 
 
 @pytest.mark.parametrize(("counts", "bucket"), CASES, ids=[str(c[0]) for c in CASES])
 def test_ragged_replay_equals_eager(models: EmbeddedModels, counts: list[int], bucket: int) -> None:
     """Logits and hidden of every real token equal the eager ragged forward's (float64)."""
-    runner = GraphRunner(make_worker(models.target), specstrat.DSPARK, D, buckets=BUCKETS)
-    assert runner.ragged_bucket(len(counts), sum(counts)) == bucket
-    eager, e_hidden, replayed, r_hidden, _, _ = ragged_replay(models, counts)
-    assert replayed.shape == (sum(counts), eager.shape[-1])
-    torch.testing.assert_close(replayed, eager, rtol=1e-12, atol=1e-12)
-    torch.testing.assert_close(r_hidden, e_hidden, rtol=1e-12, atol=1e-12)
-    assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
+    run = ragged_replay(models, counts)
+    assert run.runner.ragged_bucket(len(counts), sum(counts)) == bucket
+    assert run.replayed.shape == (sum(counts), run.eager.shape[-1])
+    torch.testing.assert_close(run.replayed, run.eager, rtol=1e-12, atol=1e-12)
+    torch.testing.assert_close(run.replayed_hidden, run.eager_hidden, rtol=1e-12, atol=1e-12)
+    assert torch.equal(run.replayed.argmax(-1), run.eager.argmax(-1))
 
 
 def test_padding_rows_touch_only_slot_0(models: EmbeddedModels) -> None:
     """After a padded replay every real KV slot and request row equals the eager worker's
     (to float64 rounding: the two forwards batch the same tokens in different shapes)."""
-    _, _, _, _, eager_worker, graph_worker = ragged_replay(models, [1, 3, 2])
+    run = ragged_replay(models, [1, 3, 2])
+    eager_worker, graph_worker = run.eager_worker, run.graph_worker
     for got, want in (
         (graph_worker.kv.k, eager_worker.kv.k),
         (graph_worker.kv.v, eager_worker.kv.v),
@@ -115,8 +127,8 @@ def test_capture_bounds_give_the_same_logits(models: EmbeddedModels) -> None:
 
         runner._run = run  # type: ignore[method-assign]
 
-    eager, _, replayed, _, _, _ = ragged_replay(models, [1, 1, 1], patch=as_if_captured)
-    torch.testing.assert_close(replayed, eager, rtol=1e-12, atol=1e-12)
+    run = ragged_replay(models, [1, 1, 1], patch=as_if_captured)
+    torch.testing.assert_close(run.replayed, run.eager, rtol=1e-12, atol=1e-12)
 
 
 def test_bucket_rule() -> None:
