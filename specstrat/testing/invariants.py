@@ -238,7 +238,7 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
         want_k = int(cache[:rows].max()) if rows else 0
         _require(
             meta.max_seq_len_k >= want_k,
-            "max_seq_len_k bounds every real row's cache_seqlens",
+            "max_seq_len_k bounds every real row's cache_seqlens (ragged graph: every row)",
             f"{meta.max_seq_len_k} < {want_k}",
         )
     _check_pages(meta, batch, cache, padded_bs)

@@ -4,7 +4,7 @@ from typing import Any
 
 import pytest
 import torch
-from hypothesis import given
+from hypothesis import given, settings
 from torch.utils._python_dispatch import TorchDispatchMode
 
 import specstrat.kernels.verify_metadata as vm
@@ -83,6 +83,14 @@ def test_no_padding_row_and_an_exact_bucket() -> None:
 @given(verify_batches(forms=("ragged_graph",)))
 def test_property(batch: VerifyBatch) -> None:
     """Any ragged-graph batch: kernel == twin, every invariant holds."""
+    both(batch)
+
+
+@pytest.mark.slow
+@settings(max_examples=100)
+@given(verify_batches(forms=("ragged_graph",), max_bs=300, max_pad=200, max_seq_len=1 << 16))
+def test_property_across_row_blocks(batch: VerifyBatch) -> None:
+    """Batches and padding spanning several 128-row blocks: kernel == twin, invariants hold."""
     both(batch)
 
 
