@@ -152,3 +152,36 @@ def eager_tree_graph(
     return eager_graph(
         (cu_q, cache, cu_k, pages), seq_lens, t, req_pool_indices, req_to_token, page_size
     )
+
+
+def eager_ragged_graph(
+    bufs: tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor],
+    seq_lens: torch.Tensor,
+    num_tokens_per_req: torch.Tensor,
+    padded_tokens: int,
+    req_pool_indices: torch.Tensor,
+    req_to_token: torch.Tensor,
+    page_size: int,
+) -> tuple[int, int]:
+    """A ragged step padded to a token bucket the way SGLang's eager path does it: the padding
+    widths (``padded_to_bucket``), the query offsets (``build_qo_indptr``), the key geometry, then
+    copies into the static buffers; ``max().item()`` sizes the page table."""
+    cu_q, cache_buf, cu_k, page_buf = bufs
+    bs, padded_bs = seq_lens.shape[0], cache_buf.shape[0]
+    num_pad = padded_bs - bs
+    widths = num_tokens_per_req.to(torch.int32)
+    leftover = padded_tokens - widths.to(torch.int64).sum()
+    base = leftover // num_pad
+    rem = leftover - base * num_pad
+    pad_block = base + (torch.arange(num_pad, device=widths.device) < rem)
+    widths = torch.cat([widths, pad_block.to(torch.int32)])
+    cu_q.copy_(F.pad(torch.cumsum(widths, dim=0, dtype=torch.int32), (1, 0)))
+    cache_buf[:bs].copy_(seq_lens + num_tokens_per_req)
+    cache_buf[bs:].copy_(pad_block)
+    cu_k[1:].copy_(torch.cumsum(cache_buf, dim=0, dtype=torch.int32))
+    max_q = int(widths.max().item())
+    max_k = int(cache_buf.max().item())
+    pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
+    page_buf[:bs, : pages.shape[1]].copy_(pages)
+    page_buf[bs:].fill_(0)
+    return max_q, max_k

@@ -14,6 +14,10 @@ and its graph form, EAGLE-2-sized trees of ``TREE_NODES`` nodes) are set against
 the eager attention metadata. SGLang runs the tree itself as one CUDA kernel, so the table shows
 the eager count twice: every op eager, and "SGLang-shaped" with the tree part counted as 1 launch.
 
+The bucketed ragged form ("bucketed" rows) pads ``bs`` ragged rows (1..T tokens) to a bucket of
+``bs + max(1, bs // 8)`` rows and ``T`` tokens per row; its baseline is SGLang's eager
+``padded_to_bucket`` + ``build_qo_indptr`` + key geometry, copied into the static buffers.
+
 Time: the torch twin (``backend="torch"``) against the eager baseline, both on the CPU,
 interleaved in one run; the ratio is eager time / twin time (above 1: the twin is faster).
 Usage: ``python bench/metadata.py [--repeats N] [--stat median|min] [--threads K]``. On a machine
@@ -41,6 +45,7 @@ import torch
 from baselines import (
     eager_graph,
     eager_ragged,
+    eager_ragged_graph,
     eager_tree,
     eager_tree_graph,
     eager_tree_structure,
@@ -225,6 +230,7 @@ def main() -> None:
             print(
                 f"{form:<8} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | {eager_s / twin_s:>18.2f}x"
             )
+    ragged_graph_rows(args.repeats)
     print()
     print(f"tree forms: N={TREE_NODES} draft nodes, T={TREE_NODES + 1} verify tokens per request")
     header = f"{'form':<10} {'bs':>5} | {'fused launches':>14} {'syncs':>5} | {'eager launches':>14} {'syncs':>5} | {'SGLang-shaped':>13} | {'eager/twin CPU time':>19}"
@@ -243,6 +249,75 @@ def main() -> None:
             print(
                 f"{form:<10} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | {sl:>13} | {eager_s / twin_s:>18.2f}x"
             )
+
+
+def bucket(bs: int) -> tuple[int, int]:
+    """The bench's token bucket for ``bs`` ragged rows: ``bs // 8`` (at least 1) padding rows
+    and ``T`` tokens per row, so the padding rows take what the real rows leave."""
+    padded_bs = bs + max(1, bs // 8)
+    return padded_bs, padded_bs * T
+
+
+def ragged_graph_inputs(bs: int, device: str) -> dict[str, Any]:
+    """Inputs of one bucketed ragged build: widths 1..T and static buffers for the bucket."""
+    x: dict[str, Any] = inputs(bs, device)
+    padded_bs, padded_tokens = bucket(bs)
+    bufs = vm.VerifyMetadataBuffers.allocate(padded_bs, max_pages=-(-CTX // PAGE), device=device)
+    return {**x, "bufs": bufs, "padded_tokens": padded_tokens}
+
+
+def fused_ragged_graph(x: dict[str, Any], backend: Any) -> object:
+    return vm.build_ragged_verify_metadata_into(
+        x["bufs"],
+        x["seq_lens"],
+        x["ntok"],
+        padded_tokens=x["padded_tokens"],
+        req_pool_indices=x["rpi"],
+        req_to_token=x["rtt"],
+        page_size=PAGE,
+        backend=backend,
+    )
+
+
+def eager_ragged_graph_build(x: dict[str, Any]) -> object:
+    b = x["bufs"]
+    bufs = (b.cu_seqlens_q, b.cache_seqlens, b.cu_seqlens_k, b.page_table)
+    return eager_ragged_graph(
+        bufs, x["seq_lens"], x["ntok"], x["padded_tokens"], x["rpi"], x["rtt"], PAGE
+    )
+
+
+def count_ragged_graph(bs: int) -> tuple[int, int, int, int]:
+    """Launches and syncs of the fused bucketed ragged build (on meta tensors, the launch
+    recorded as in :func:`count_fused`) and of the eager baseline (on CPU tensors)."""
+    launched: list[object] = []
+    on_meta = ragged_graph_inputs(bs, "meta")
+    with (
+        patch.object(vm, "launch", lambda kernel, grid, *a, **kw: launched.append(grid)),
+        patch.object(vm, "resolve_backend", lambda backend, *tensors: "triton"),
+        OpCounter() as fused_counter,
+    ):
+        fused_ragged_graph(on_meta, "triton")
+    x = ragged_graph_inputs(bs, "cpu")
+    with OpCounter() as eager_counter:
+        eager_ragged_graph_build(x)
+    fused_launches = fused_counter.launches + len(launched)
+    return fused_launches, fused_counter.syncs, eager_counter.launches, eager_counter.syncs
+
+
+def ragged_graph_rows(repeats: int) -> None:
+    """The bucketed ragged form's rows ("bucketed"), printed like the other forms'."""
+    for bs in BATCH_SIZES:
+        fl, fs, el, es = count_ragged_graph(bs)
+        x = ragged_graph_inputs(bs, "cpu")
+        twin_s = eager_s = 0.0
+        for _ in range(3):  # interleave, so machine noise hits both sides alike
+            twin_s += median_seconds(partial(fused_ragged_graph, x, "torch"), repeats)
+            eager_s += median_seconds(partial(eager_ragged_graph_build, x), repeats)
+        print(
+            f"{'bucketed':<8} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | "
+            f"{eager_s / twin_s:>18.2f}x"
+        )
 
 
 if __name__ == "__main__":

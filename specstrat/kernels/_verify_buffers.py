@@ -79,11 +79,12 @@ class VerifyMetadataBuffers:
 class VerifyMetadata:
     """TARGET_VERIFY metadata: the buffers plus the host-side facts attention needs.
 
-    ``bs`` real rows come first; rows ``bs..padded_bs`` are padding (graph form only).
-    ``max_seq_len_q`` is ``T`` (uniform) or the max of the host mirror of per-request tokens
-    (ragged; ``None`` without one). ``max_seq_len_k`` is a host bound from the CPU mirror of
-    ``seq_lens``, or ``None`` when the caller had none (never read back from the device).
-    ``tokens_per_req`` is ``T`` for the uniform and graph forms and ``None`` for ragged.
+    ``bs`` real rows come first; rows ``bs..padded_bs`` are padding (graph and ragged graph
+    forms). ``max_seq_len_q`` is ``T`` (uniform) or the max of the host mirror of per-request
+    tokens (ragged; ``None`` without one; the ragged graph form's covers its padding rows too).
+    ``max_seq_len_k`` is a host bound from the CPU mirror of ``seq_lens``, or ``None`` when the
+    caller had none (never read back from the device). ``tokens_per_req`` is ``T`` for the
+    uniform and graph forms and ``None`` for the ragged ones.
     """
 
     buffers: VerifyMetadataBuffers

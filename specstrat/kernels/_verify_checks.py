@@ -16,18 +16,24 @@ from dataclasses import dataclass
 from typing import Final
 
 import torch
+import torch.nn.functional as F
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int, index_tensor
 from specstrat.kernels._triton import cdiv
+from specstrat.kernels._verify_buffers import PAD_SEQ_LEN
 
 __all__ = [
     "INT32_MAX",
     "Paging",
+    "bucket_tokens",
+    "check_bucket",
     "check_paging",
     "check_total",
     "check_values",
     "host_mirror",
+    "ragged_bounds",
+    "ragged_mirrors",
     "uniform_tokens",
 ]
 
@@ -92,6 +98,40 @@ def uniform_tokens(num_tokens: int, bs: int) -> int:
     return num_tokens // bs
 
 
+def bucket_tokens(padded_tokens: int, bs: int, padded_bs: int) -> int:
+    """The bucket's token count, refusing what needs no tensor read: fewer tokens than real rows
+    (each verifies >= 1), or tokens past the int32 prefix sum."""
+    padded_tokens = host_int("padded_tokens", padded_tokens, minimum=0)
+    if padded_tokens < bs:
+        raise InvalidConfig(
+            f"padded_tokens={padded_tokens} is less than bs={bs}; every real row verifies >= 1 "
+            "token, so pick a token bucket >= sum(num_tokens_per_req)"
+        )
+    check_total("cu_seqlens_q", padded_tokens, "query tokens of the bucket")
+    if bs == 0:  # no widths to read: the real tokens are known to be 0
+        check_bucket(
+            0, "num_tokens_per_req", bs=0, padded_bs=padded_bs, padded_tokens=padded_tokens
+        )
+    return padded_tokens
+
+
+def check_bucket(real: int, source: str, *, bs: int, padded_bs: int, padded_tokens: int) -> None:
+    """``real`` tokens (the sum of ``source``) fit the bucket, and any leftover has a padding
+    row to go to (SGLang would widen the last real row instead; here real rows keep their
+    widths)."""
+    if real > padded_tokens:
+        raise InvalidConfig(
+            f"{source} sums to {real} tokens, more than padded_tokens={padded_tokens}; "
+            f"pick the smallest token bucket >= {real}"
+        )
+    if padded_bs == bs and real < padded_tokens:
+        raise InvalidConfig(
+            f"padded_tokens={padded_tokens} leaves {padded_tokens - real} tokens past the {real} "
+            f"real ones but padded_bs=bs={bs} has no padding row to take them; use buffers with "
+            f"padded_bs > bs, or padded_tokens={real}"
+        )
+
+
 def _first(mask: torch.Tensor) -> int | None:
     """Flat index of the first ``True`` in ``mask``, or ``None`` (one host read, two on failure)."""
     if not bool(mask.any()):
@@ -115,11 +155,13 @@ def check_values(
     padded_bs: int,
     paging: Paging | None,
     page_cols: int | None,
+    padded_tokens: int | None = None,
 ) -> None:
     """Value checks of one build; the caller has settled (with ``reads_values``) that they may run.
 
     ``tokens`` is ``T`` (uniform/graph) or per-request counts (ragged); ``padded_bs - bs`` padding
-    rows each add ``T`` tokens. ``page_cols`` is the width of the page table being written.
+    rows each add ``T`` tokens, or share what the real rows leave of ``padded_tokens`` (bucketed
+    ragged). ``page_cols`` is the width of the page table being written.
     """
     bs = seq_lens.shape[0]
     seq = seq_lens.to(torch.int64)
@@ -141,8 +183,12 @@ def check_values(
             f"cache_seqlens[{i}]=seq_lens[{i}] + tokens={int(seq[i]) + int(tok[i])} exceeds the "
             f"int32 max {INT32_MAX}; sequences that long do not fit int32 metadata"
         )
-    cache = seq + tok
     total_q = int(tok.sum()) + pad_tokens
+    if padded_tokens is not None:
+        source = "num_tokens_per_req"
+        check_bucket(total_q, source, bs=bs, padded_bs=padded_bs, padded_tokens=padded_tokens)
+        total_q = padded_tokens
+    cache = seq + tok
     check_total("cu_seqlens_q", total_q, "query tokens of the batch")
     check_total("cu_seqlens_k", int(seq.sum()) + total_q, "sum of cache_seqlens")
     if paging is not None and bs:
@@ -224,3 +270,40 @@ def host_mirror(
                 f"must be a copy of {source} taken at this step"
             )
     return values
+
+
+def ragged_mirrors(
+    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
+    num_tokens_per_req_cpu: Sequence[int] | torch.Tensor | None,
+    seq_lens: torch.Tensor,
+    ntok: torch.Tensor,
+    *,
+    read: bool,
+) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """The ragged forms' host mirrors, checked (against the device tensors when ``read``)."""
+    bs = seq_lens.shape[0]
+    seq_mirror = tok_mirror = None
+    if seq_lens_cpu is not None:
+        twin = seq_lens if read else None
+        seq_mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=twin)
+    if num_tokens_per_req_cpu is not None:
+        twin = ntok if read else None
+        name = "num_tokens_per_req_cpu"
+        tok_mirror = host_mirror(name, num_tokens_per_req_cpu, bs, minimum=1, device_twin=twin)
+    return seq_mirror, tok_mirror
+
+
+def ragged_bounds(
+    seq_mirror: torch.Tensor | None, tok_mirror: torch.Tensor | None
+) -> tuple[int | None, int | None]:
+    """``max_seq_len_q`` and ``max_seq_len_k`` over every row of the mirrors (``None`` without
+    the mirrors they need); the mirrors are CPU tensors, so this reads nothing from a device."""
+    if tok_mirror is None:
+        return None, None
+    rows = tok_mirror.shape[0]
+    max_q = int(tok_mirror.max()) if rows else 0
+    if seq_mirror is None:
+        return max_q, None
+    if seq_mirror.shape[0] < rows:  # bucketed: padding rows stand for PAD_SEQ_LEN
+        seq_mirror = F.pad(seq_mirror, (0, rows - seq_mirror.shape[0]), value=PAD_SEQ_LEN)
+    return max_q, int((seq_mirror + tok_mirror).max()) if rows else 0

@@ -14,12 +14,28 @@ import torch.nn.functional as F
 from specstrat.kernels._triton import jit, tl
 from specstrat.kernels._verify_buffers import PAD_PAGE, PAD_SEQ_LEN, VerifyMetadataBuffers
 
-__all__ = ["verify_metadata_ref"]
+__all__ = ["bucket_widths_ref", "verify_metadata_ref"]
 
 # One program covers 128 rows: decode batches of <=128 need a single program and no prefix loop.
 # Not yet swept on a GPU (no device was lent to the session that wrote this).
 _BLOCK_ROWS: Final = 128
 _BLOCK_PAGES: Final = 64
+
+
+@jit
+def _bucket_tokens(tok, rows, bs, padded_bs, leftover):  # type: ignore[no-untyped-def]
+    """Widths of ``rows`` in a bucket: real rows keep ``tok``; the ``leftover`` tokens go to the
+    padding rows, ``base + 1`` to the first ``rem`` of them and ``base`` to the rest (0 when
+    ``leftover`` is smaller than the number of padding rows); with no padding row the last real
+    row takes them (SGLang's rule; the launchers refuse that case wherever they can check)."""
+    # A tensor even where Triton specialises padded_bs or bs (== 1) to a constexpr.
+    num_pad = tl.zeros((), dtype=tl.int64) + padded_bs - bs
+    safe = tl.maximum(num_pad, 1)
+    base = leftover // safe
+    rem = leftover - base * safe
+    pad = base + tl.where(rows - bs < rem, 1, 0).to(tl.int64)
+    tok = tl.where((rows >= bs) & (rows < padded_bs), pad, tok)
+    return tok + tl.where((rows == bs - 1) & (num_pad == 0), leftover, 0)
 
 
 @jit
@@ -35,16 +51,29 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
     bs,
     padded_bs,
     tokens_per_req,
+    padded_tokens,
     req_to_token_width,
     max_pages,
     page_size,
     RAGGED: tl.constexpr,
+    BUCKETED: tl.constexpr,
     HAS_PAGES: tl.constexpr,
     BLOCK_ROWS: tl.constexpr,
     BLOCK_PAGES: tl.constexpr,
 ):
     pid = tl.program_id(0).to(tl.int64)
     row0 = pid * BLOCK_ROWS
+    # Bucketed ragged form: the tokens the real rows leave in the bucket, split over padding rows
+    # as SGLang's PaddedToBucket does (see _bucket_tokens). Every program sums all real widths:
+    # O(bs) per program, like the carry loop below, and still one launch.
+    leftover = tl.zeros((), dtype=tl.int64)
+    if BUCKETED:
+        real_sum = tl.zeros((), dtype=tl.int64)
+        for start in range(0, bs, BLOCK_ROWS):
+            real_rows = start + tl.arange(0, BLOCK_ROWS)
+            widths = tl.load(tokens_ptr + real_rows, mask=real_rows < bs, other=0)
+            real_sum += tl.sum(widths.to(tl.int64), axis=0)
+        leftover = tl.maximum(padded_tokens - real_sum, 0)
     # Rows before this program's block: their token and key totals are this block's carries.
     # O(bs) per program, and bs / BLOCK_ROWS programs: cheaper than a second launch.
     carry_q = tl.zeros((), dtype=tl.int64)
@@ -55,6 +84,8 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
         prev_seq = tl.load(seq_lens_ptr + prev, mask=prev_real, other=0).to(tl.int64)
         if RAGGED:
             prev_tok = tl.load(tokens_ptr + prev, mask=prev_real, other=0).to(tl.int64)
+            if BUCKETED:
+                prev_tok = _bucket_tokens(prev_tok, prev, bs, padded_bs, leftover)  # type: ignore[no-untyped-call]
         else:
             prev_tok = tl.where(prev < padded_bs, tokens_per_req, 0).to(tl.int64)
         carry_q += tl.sum(prev_tok, axis=0)
@@ -66,6 +97,8 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
     seq = tl.load(seq_lens_ptr + rows, mask=real, other=0).to(tl.int64)  # padding: PAD_SEQ_LEN
     if RAGGED:
         tok = tl.load(tokens_ptr + rows, mask=real, other=0).to(tl.int64)
+        if BUCKETED:
+            tok = _bucket_tokens(tok, rows, bs, padded_bs, leftover)  # type: ignore[no-untyped-call]
     else:
         tok = tl.where(in_bucket, tokens_per_req, 0).to(tl.int64)
     cache = seq + tok
@@ -98,6 +131,30 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
             )
 
 
+def bucket_widths_ref(widths: torch.Tensor, padded_bs: int, padded_tokens: int) -> torch.Tensor:
+    """Per-row widths of a token bucket, ``[padded_bs]`` int64, on ``widths.device``, no host read.
+
+    SGLang 0.5.23's ``PaddedToBucket`` rule (full-coverage variant): real rows keep ``widths``;
+    ``leftover = padded_tokens - sum(widths)`` (0 if negative) is split over the
+    ``padded_bs - bs`` padding rows as ``base = leftover // num_pad`` each plus one more for the
+    first ``leftover % num_pad`` of them, so a padding row gets 0 when ``leftover < num_pad``.
+    With no padding row the last real row takes the leftover (the launchers refuse that case
+    wherever they can read the widths).
+    """
+    bs = widths.shape[0]
+    tok = widths.to(torch.int64)
+    # Reads every real width (one reduction on the device); leftover stays a 0-d device tensor.
+    leftover = (padded_tokens - tok.sum()).clamp(min=0)
+    num_pad = padded_bs - bs
+    if num_pad == 0:
+        if bs == 0:
+            return tok
+        return torch.cat([tok[:-1], tok[-1:] + leftover])
+    base = leftover // num_pad
+    extra = torch.arange(num_pad, device=widths.device) < leftover - base * num_pad
+    return torch.cat([tok, base + extra.to(torch.int64)])
+
+
 def verify_metadata_ref(
     seq_lens: torch.Tensor,
     tokens: int | torch.Tensor,
@@ -105,17 +162,23 @@ def verify_metadata_ref(
     req_pool_indices: torch.Tensor | None = None,
     req_to_token: torch.Tensor | None = None,
     page_size: int = 1,
+    padded_tokens: int | None = None,
 ) -> None:
     """Torch twin of the kernel: writes the metadata for ``seq_lens`` into ``out``.
 
     ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor:
-    ragged form, where ``out.padded_bs == bs``). The launchers validate; this only computes.
+    ragged form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the
+    bucketed ragged form, whose padding rows share the bucket's leftover tokens as
+    :func:`bucket_widths_ref` says). The launchers validate; this only computes.
     """
     bs, padded_bs = seq_lens.shape[0], out.padded_bs
     dev = seq_lens.device
-    # Per-row query tokens: the real rows' counts, then T for each padding row.
+    # Per-row query tokens: the real rows' counts, then T (graph) or the bucket's share
+    # (bucketed ragged) for each padding row.
     if isinstance(tokens, int):
         tok = torch.full((padded_bs,), tokens, dtype=torch.int64, device=dev)
+    elif padded_tokens is not None:
+        tok = bucket_widths_ref(tokens, padded_bs, padded_tokens)
     else:
         tok = tokens.to(torch.int64)
     # Per-row prefix length: seq_lens, then PAD_SEQ_LEN for each padding row.

@@ -8,6 +8,16 @@ padding request row 0 and KV slot 0), rebuilds the metadata in place
 and runs the model on the static tensors. On CUDA the model forward is captured once per bucket
 in a ``torch.cuda.CUDAGraph`` (keys bounded by ``context_len``) and replayed; on the CPU the same
 static-buffer path runs eagerly.
+
+Ragged steps (request ``i`` verifies ``1 <= counts[i] <= T`` tokens) replay from the same
+buckets. Token buckets are the batch buckets times ``T`` (SGLang's rule for compact ragged
+verify graphs): bucket ``B`` holds ``B`` rows and ``B * T`` tokens. A ragged batch of ``bs``
+requests and ``S = sum(counts)`` tokens takes the smallest ``B >= bs`` with a padding row for
+the ``B * T - S`` leftover tokens (``B > bs``, or ``S == B * T``); the metadata comes from
+:func:`~specstrat.kernels.build_ragged_verify_metadata_into`, whose padding rows share the
+leftover as SGLang's ``padded_to_bucket`` does. Padding tokens write KV slot 0, like the uniform
+form's. Each bucket captures a second CUDA graph for ragged replays: attention there is sized for
+the widest padding row any batch can leave, ``B * (T - 1) + 1`` query rows.
 """
 
 from __future__ import annotations
@@ -19,7 +29,11 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
-from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata_into
+from specstrat.kernels import (
+    VerifyMetadataBuffers,
+    build_ragged_verify_metadata_into,
+    build_verify_metadata_into,
+)
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.worker import ModelWorker
 
@@ -36,11 +50,13 @@ class _Bucket:
         self.padded_bs = padded_bs
         self.input_ids, self.positions, self.out_cache_loc = zeros(n), zeros(n), zeros(n)
         self.req_pool_indices, self.seq_lens = zeros(padded_bs), zeros(padded_bs)
+        self.widths = zeros(padded_bs)  # per-request tokens of a ragged replay
         self.metadata = VerifyMetadataBuffers.allocate(
             padded_bs, max_pages=worker.context_len, device=dev
         )
-        self.graph: Any = None  # torch.cuda.CUDAGraph once captured
-        self.outputs: tuple[torch.Tensor, torch.Tensor] | None = None
+        # Keyed by ragged (True) or uniform (False): the two replay shapes capture apart.
+        self.graphs: dict[bool, Any] = {}  # torch.cuda.CUDAGraph once captured
+        self.outputs: dict[bool, tuple[torch.Tensor, torch.Tensor]] = {}
 
 
 class GraphRunner:
@@ -133,18 +149,108 @@ class GraphRunner:
         logits, hidden = self._run(bucket, forward)
         return logits[:n], hidden[:n]
 
+    def ragged_bucket(self, bs: int, total_tokens: int) -> int | None:
+        """The batch bucket a ragged step of ``bs`` requests and ``total_tokens`` tokens replays
+        from (it has ``bucket * T`` tokens), or ``None`` when none fits."""
+        t = self.tokens_per_req
+        if bs < 1 or not bs <= total_tokens <= bs * t:
+            return None
+        for b in self._buckets:
+            if b > bs or (b == bs and total_tokens == b * t):
+                return b
+        return None
+
+    def can_run_ragged(self, bs: int, total_tokens: int) -> bool:
+        """Whether a ragged step of ``bs`` requests (``1..T`` tokens each) and ``total_tokens``
+        tokens fits a bucket (see the module docstring for the rule)."""
+        return self.ragged_bucket(bs, total_tokens) is not None
+
+    @property
+    def ragged_buckets(self) -> tuple[tuple[int, int], ...]:
+        """``(padded_bs, padded_tokens)`` of every bucket: ``(B, B * T)``, ascending."""
+        return tuple((b, b * self.tokens_per_req) for b in self._buckets)
+
+    def replay_ragged(
+        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Ragged TARGET_VERIFY: ``tokens[i]`` (``1..T`` tokens) after request ``slots[i]``.
+
+        Returns logits ``[sum(counts), V]`` and hidden ``[sum(counts), H]``, the real tokens in
+        order, as the eager ``worker.forward(ForwardMode.TARGET_VERIFY, slots, tokens)`` does.
+        Raises :class:`~specstrat.errors.InvalidConfig` (before anything is placed) when a
+        count is outside ``1..T`` or no bucket fits (check :meth:`can_run_ragged` first).
+        """
+        counts = [len(row) for row in tokens]
+        t = self.tokens_per_req
+        if len(counts) != len(slots):
+            raise InvalidConfig(f"{len(slots)} slots but {len(counts)} token rows; pass one each")
+        if (bad := next((c for c in counts if not 1 <= c <= t), None)) is not None:
+            raise InvalidConfig(
+                f"a ragged row has {bad} tokens; each verifies 1..T={t} (the runner's width)"
+            )
+        bs, total = len(counts), sum(counts)
+        size = self.ragged_bucket(bs, total)
+        if size is None:
+            raise InvalidConfig(
+                f"no bucket holds a ragged step of bs={bs} and {total} tokens (buckets "
+                f"{self.ragged_buckets}); run it eagerly or add a bucket > {bs}"
+            )
+        bucket = self._buckets[size]
+        prepared = self.worker.place(slots, tokens)
+        dev = self.worker.device
+        # Real tokens first; padding tokens: id 0 at position 0, KV slot 0, request row 0.
+        flat = [tok for row in tokens for tok in row]
+        bucket.input_ids.zero_()[:total].copy_(torch.tensor(flat, device=dev))
+        bucket.positions.zero_()[:total].copy_(torch.tensor(prepared.positions, device=dev))
+        bucket.out_cache_loc.zero_()[:total].copy_(torch.tensor(prepared.locations, device=dev))
+        bucket.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
+        bucket.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        bucket.widths.zero_()[:bs].copy_(torch.tensor(counts, device=dev))
+        meta = build_ragged_verify_metadata_into(
+            bucket.metadata,
+            bucket.seq_lens[:bs],
+            bucket.widths[:bs],
+            padded_tokens=size * t,
+            req_pool_indices=bucket.req_pool_indices[:bs],
+            req_to_token=self.worker.requests.req_to_token,
+            seq_lens_cpu=prepared.prefix,
+            num_tokens_per_req_cpu=counts,
+        )
+        if self.use_cuda_graph:  # captured once: bounds for any batch this bucket takes
+            max_q, max_k = size * (t - 1) + 1, self.worker.context_len
+        else:
+            max_q, max_k = meta.max_seq_len_q or t, meta.max_seq_len_k or t
+
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
+            return self.worker.execute(
+                ForwardMode.TARGET_VERIFY,
+                input_ids=bucket.input_ids,
+                positions=bucket.positions,
+                out_cache_loc=bucket.out_cache_loc,
+                metadata=meta,
+                max_q=max_q,
+                max_k=max_k,
+            )
+
+        logits, hidden = self._run(bucket, forward, ragged=True)
+        return logits[:total], hidden[:total]
+
     def _run(
-        self, bucket: _Bucket, forward: Callable[[], tuple[torch.Tensor, torch.Tensor]]
+        self,
+        bucket: _Bucket,
+        forward: Callable[[], tuple[torch.Tensor, torch.Tensor]],
+        *,
+        ragged: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.use_cuda_graph:
             return forward()
-        if bucket.graph is None:  # capture once per bucket, after a warm-up run
+        if ragged not in bucket.graphs:  # capture once per bucket and shape, after a warm-up
             forward()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                bucket.outputs = forward()
-            bucket.graph = graph
-        bucket.graph.replay()
-        if bucket.outputs is None:
+                bucket.outputs[ragged] = forward()
+            bucket.graphs[ragged] = graph
+        bucket.graphs[ragged].replay()
+        if ragged not in bucket.outputs:
             raise KernelError(f"bucket {bucket.padded_bs} has a graph but no captured outputs")
-        return bucket.outputs
+        return bucket.outputs[ragged]

@@ -19,22 +19,25 @@ from specstrat.kernels import (
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
+    build_ragged_verify_metadata_into,
     build_verify_metadata,
     build_verify_metadata_into,
 )
 
 __all__ = ["VerifyBatch", "check_verify_metadata"]
 
-Form = Literal["uniform", "graph", "ragged"]
+Form = Literal["uniform", "graph", "ragged", "ragged_graph"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class VerifyBatch:
-    """Inputs of one TARGET_VERIFY metadata build, in one of the three forms.
+    """Inputs of one TARGET_VERIFY metadata build, in one of the four forms.
 
     Uniform: ``tokens_per_req`` set, ``padded_bs`` None. Graph: ``tokens_per_req`` and
-    ``padded_bs >= bs`` set. Ragged: ``num_tokens_per_req`` set. ``num_draft_tokens`` is D when
-    ``tokens_per_req`` came from a policy (the checker then also asserts ``1 <= T <= D + 1``).
+    ``padded_bs >= bs`` set. Ragged: ``num_tokens_per_req`` set. Ragged graph (bucketed):
+    ``num_tokens_per_req``, ``padded_bs`` and ``padded_tokens`` set. ``num_draft_tokens`` is D
+    when ``tokens_per_req`` came from a policy (the checker then also asserts
+    ``1 <= T <= D + 1``).
     """
 
     seq_lens: torch.Tensor
@@ -45,14 +48,24 @@ class VerifyBatch:
     req_to_token: torch.Tensor | None = None
     page_size: int = 1
     num_draft_tokens: int | None = None
+    padded_tokens: int | None = None
 
     def __post_init__(self) -> None:
         if (self.tokens_per_req is None) == (self.num_tokens_per_req is None):
             raise InvalidConfig(
                 "set exactly one of tokens_per_req (uniform/graph) and num_tokens_per_req (ragged)"
             )
-        if self.padded_bs is not None and self.num_tokens_per_req is not None:
-            raise InvalidConfig("padded_bs is for the graph form; the ragged form has no padding")
+        bucketed = self.padded_tokens is not None
+        if bucketed and (self.num_tokens_per_req is None or self.padded_bs is None):
+            raise InvalidConfig(
+                f"padded_tokens={self.padded_tokens} is for the ragged graph form; set it with "
+                "num_tokens_per_req and padded_bs"
+            )
+        if self.padded_bs is not None and self.num_tokens_per_req is not None and not bucketed:
+            raise InvalidConfig(
+                f"padded_bs={self.padded_bs} with num_tokens_per_req needs padded_tokens (the "
+                "ragged graph form); the plain ragged form has no padding"
+            )
 
     @property
     def bs(self) -> int:
@@ -63,7 +76,7 @@ class VerifyBatch:
     def form(self) -> Form:
         """Which builder this batch is for."""
         if self.num_tokens_per_req is not None:
-            return "ragged"
+            return "ragged" if self.padded_tokens is None else "ragged_graph"
         return "uniform" if self.padded_bs is None else "graph"
 
     def tokens(self) -> torch.Tensor:
@@ -72,11 +85,23 @@ class VerifyBatch:
             return self.num_tokens_per_req.to(torch.int64)
         return torch.full((self.bs,), self.tokens_per_req or 0, dtype=torch.int64)
 
+    def padding_tokens(self) -> torch.Tensor:
+        """Query tokens of each padding row, ``[padded_bs - bs]`` int64: ``T`` in the graph form;
+        in the ragged graph form the bucket's leftover ``L = padded_tokens - sum(widths)`` split
+        as SGLang's ``padded_to_bucket`` does: ``L // pad + 1`` for the first ``L % pad`` rows,
+        ``L // pad`` for the rest (so 0 when ``L < pad``)."""
+        pad = (self.padded_bs or self.bs) - self.bs
+        if self.padded_tokens is None:
+            return torch.full((pad,), self.tokens_per_req or 0, dtype=torch.int64)
+        leftover = self.padded_tokens - int(self.tokens().sum())
+        base, rem = divmod(leftover, pad) if pad else (0, 0)
+        return torch.tensor([base + 1] * rem + [base] * (pad - rem), dtype=torch.int64)
+
     def build(self, backend: Backend = "auto") -> VerifyMetadata:
         """Run the library's builder for this batch's form."""
         rpi, rtt, page_size = self.req_pool_indices, self.req_to_token, self.page_size
         seq_cpu = self.seq_lens.cpu()
-        if self.num_tokens_per_req is not None:
+        if self.num_tokens_per_req is not None and self.padded_tokens is None:
             return build_ragged_verify_metadata(
                 self.seq_lens,
                 self.num_tokens_per_req,
@@ -109,6 +134,19 @@ class VerifyBatch:
             tensor.fill_(-7)
         if buffers.page_table is not None:
             buffers.page_table.fill_(-7)
+        if self.num_tokens_per_req is not None and self.padded_tokens is not None:
+            return build_ragged_verify_metadata_into(
+                buffers,
+                self.seq_lens,
+                self.num_tokens_per_req,
+                padded_tokens=self.padded_tokens,
+                req_pool_indices=rpi,
+                req_to_token=rtt,
+                page_size=page_size,
+                seq_lens_cpu=seq_cpu,
+                num_tokens_per_req_cpu=self.num_tokens_per_req.cpu(),
+                backend=backend,
+            )
         return build_verify_metadata_into(
             buffers,
             self.seq_lens,
@@ -137,8 +175,10 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
 
     Dtypes and shapes; ``cu_seqlens_q`` and ``cu_seqlens_k`` start at 0 and step by each row's
     tokens and ``cache_seqlens``; ``cache_seqlens = seq_lens + tokens``; padding rows stand for
-    :data:`~specstrat.kernels.PAD_SEQ_LEN` with ``T`` tokens and only
-    :data:`~specstrat.kernels.PAD_PAGE` pages; host bounds; ``1 <= T <= D + 1``; page ids.
+    :data:`~specstrat.kernels.PAD_SEQ_LEN` with ``T`` tokens (ragged graph: their share of the
+    bucket, see :meth:`VerifyBatch.padding_tokens`, and ``cu_seqlens_q[-1] == padded_tokens``)
+    and only :data:`~specstrat.kernels.PAD_PAGE` pages; host bounds; ``1 <= T <= D + 1``; page
+    ids.
     """
     bs = batch.bs
     padded_bs = batch.padded_bs if batch.padded_bs is not None else bs
@@ -160,7 +200,7 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
         d = batch.num_draft_tokens
         _require(1 <= t <= d + 1, "1 <= T <= num_draft_tokens + 1", f"T={t}, D={d}")
     pad = padded_bs - bs
-    tokens = torch.cat([batch.tokens(), torch.full((pad,), t or 0, dtype=torch.int64)])
+    tokens = torch.cat([batch.tokens(), batch.padding_tokens()])
     seq = torch.cat(
         [batch.seq_lens.cpu().to(torch.int64), torch.full((pad,), PAD_SEQ_LEN, dtype=torch.int64)]
     )
@@ -172,24 +212,33 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
     )
     _equal(cu_q.diff(), tokens, "cu_seqlens_q steps by each row's tokens (T, never D)")
     _equal(cu_k.diff(), cache, "cu_seqlens_k steps by cache_seqlens")
-    if batch.form != "ragged":
+    if batch.padded_tokens is not None:
+        _require(
+            int(cu_q[-1]) == batch.padded_tokens and bool((tokens >= 0).all()),
+            "the bucket's padded_tokens are all covered, padding rows of width >= 0",
+            f"cu_seqlens_q[-1]={int(cu_q[-1])}, padded_tokens={batch.padded_tokens}",
+        )
+    if batch.form not in ("ragged", "ragged_graph"):
         # An empty uniform batch has 0 tokens, so T = 0 // 0 is defined as 0.
         want_t = t if bs or batch.form == "graph" else 0
         _require(
             meta.max_seq_len_q == want_t, "max_seq_len_q = T", f"{meta.max_seq_len_q} != {want_t}"
         )
-    elif bs:
-        want_q = int(batch.tokens().max())
+    elif padded_bs:
+        # Ragged graph: padding rows are attended too, so the bound covers them.
+        rows = padded_bs if batch.form == "ragged_graph" else bs
+        want_q = int(tokens[:rows].max())
         _require(
             meta.max_seq_len_q in (None, want_q),
             "max_seq_len_q is the largest per-request token count",
             f"{meta.max_seq_len_q} != {want_q}",
         )
     if meta.max_seq_len_k is not None:
-        want_k = int(cache[:bs].max()) if bs else 0
+        rows = padded_bs if batch.form == "ragged_graph" else bs
+        want_k = int(cache[:rows].max()) if rows else 0
         _require(
             meta.max_seq_len_k >= want_k,
-            "max_seq_len_k bounds every real row's cache_seqlens",
+            "max_seq_len_k bounds every real row's cache_seqlens (ragged graph: every row)",
             f"{meta.max_seq_len_k} < {want_k}",
         )
     _check_pages(meta, batch, cache, padded_bs)

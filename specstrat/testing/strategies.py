@@ -29,7 +29,7 @@ __all__ = [
     "verify_batches",
 ]
 
-_FORMS: tuple[Form, ...] = ("uniform", "graph", "ragged")
+_FORMS: tuple[Form, ...] = ("uniform", "graph", "ragged", "ragged_graph")
 
 
 def num_draft_tokens(max_value: int = 16) -> st.SearchStrategy[int]:
@@ -117,6 +117,9 @@ def verify_batches(
     With a ``policy``, ``T = policy.get_num_tokens_per_req_for_target_verify(D, is_draft_worker)``
     for a drawn ``D`` and worker, so T may differ from D. Paged batches draw a context of at most
     4096 tokens (the request-to-token table is materialised); unpaged ones reach ``max_seq_len``.
+    Ragged and ragged-graph widths are drawn in ``1..D + 1``. A ragged-graph batch adds up to
+    ``max_pad`` padding rows and a token bucket of ``sum(widths)`` plus up to ``D + 1`` tokens
+    per padding row (none without padding rows), so padding rows of width 0 are drawn too.
     """
     form = draw(st.sampled_from(list(forms)))
     bs = draw(st.integers(0, max_bs))
@@ -127,7 +130,7 @@ def verify_batches(
     else:
         t = draw(st.integers(1, d + 1))
     ragged = None
-    if form == "ragged":
+    if form in ("ragged", "ragged_graph"):
         widths = draw(st.lists(st.integers(1, d + 1), min_size=bs, max_size=bs))
         ragged = torch.tensor(widths, dtype=torch.int64)
     widest = d + 1 if ragged is not None else t
@@ -144,11 +147,19 @@ def verify_batches(
         rpi = torch.randperm(pool, generator=gen)[:bs].to(torch.int64)
     else:
         seqs = draw(st.lists(st.integers(0, max_seq_len), min_size=bs, max_size=bs))
+    padded_bs = padded_tokens = None
+    if form == "graph":
+        padded_bs = bs + draw(st.integers(0, max_pad))
+    elif form == "ragged_graph" and ragged is not None:
+        pad = draw(st.integers(0, max_pad))
+        padded_bs = bs + pad
+        padded_tokens = int(ragged.sum()) + draw(st.integers(0, pad * (d + 1)))
     return VerifyBatch(
         seq_lens=torch.tensor(seqs, dtype=torch.int64),
         tokens_per_req=None if ragged is not None else t,
         num_tokens_per_req=ragged,
-        padded_bs=bs + draw(st.integers(0, max_pad)) if form == "graph" else None,
+        padded_bs=padded_bs,
+        padded_tokens=padded_tokens,
         req_pool_indices=rpi,
         req_to_token=rtt,
         page_size=page_size,

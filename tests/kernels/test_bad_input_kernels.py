@@ -13,6 +13,7 @@ from specstrat.kernels import (
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
+    build_ragged_verify_metadata_into,
     build_verify_metadata,
     build_verify_metadata_into,
     gather_relay,
@@ -41,6 +42,25 @@ def graph(
 def ragged(seq: torch.Tensor, ntok: torch.Tensor | None = None, **kw: Any) -> VerifyMetadata:
     """Ragged form with one token per request unless ``ntok`` says otherwise."""
     return build_ragged_verify_metadata(seq, torch.ones_like(seq) if ntok is None else ntok, **kw)
+
+
+def bucketed(
+    seq: torch.Tensor,
+    ntok: torch.Tensor | None = None,
+    *,
+    padded_bs: int = 5,
+    padded_tokens: int = 12,
+    pages: int | None = None,
+    **kw: Any,
+) -> VerifyMetadata:
+    """Ragged graph form into fresh buffers (one token per request unless ``ntok`` says)."""
+    if pages is None and "req_to_token" in kw:
+        pages = -(-kw["req_to_token"].shape[1] // kw["page_size"])
+    buffers = VerifyMetadataBuffers.allocate(padded_bs, max_pages=pages)
+    widths = torch.ones_like(seq) if ntok is None else ntok
+    return build_ragged_verify_metadata_into(
+        buffers, seq, widths, padded_tokens=padded_tokens, **kw
+    )
 
 
 def relay(index: list[int], **kw: Any) -> RelayPayload:
@@ -182,6 +202,54 @@ CASES: list[tuple[str, Any, str]] = [
         r"num_tokens_per_req_cpu\[1\]=0 must be >= 1",
     ),
     (
+        "ragged-graph-negative-seq",
+        lambda **kw: bucketed(torch.tensor([3, -2]), **kw),
+        r"seq_lens\[1\]=-2 is negative",
+    ),
+    (
+        "ragged-graph-zero-width-real-row",
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 0, 2]), **kw),
+        r"num_tokens_per_req\[1\]=0 is < 1; every request verifies >= 1 token",
+    ),
+    (
+        "ragged-graph-real-tokens-past-bucket",
+        lambda **kw: bucketed(SEQ, torch.tensor([4, 4, 5]), **kw),
+        r"num_tokens_per_req sums to 13 tokens, more than padded_tokens=12; pick the smallest "
+        r"token bucket >= 13",
+    ),
+    (
+        "ragged-graph-leftover-without-padding-row",
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 2, 3]), padded_bs=3, **kw),
+        r"padded_tokens=12 leaves 6 tokens past the 6 real ones but padded_bs=bs=3 has no "
+        r"padding row to take them; use buffers with padded_bs > bs, or padded_tokens=6",
+    ),
+    (
+        "ragged-graph-cu-q-past-int32",
+        lambda **kw: bucketed(SEQ, padded_tokens=BIG, **kw),
+        r"cu_seqlens_q\[-1\]=2147483648 \(query tokens of the bucket\)",
+    ),
+    (
+        "ragged-graph-cu-k-past-int32-by-padding",
+        lambda **kw: bucketed(torch.tensor([BIG - 10]), padded_tokens=20, **kw),
+        r"cu_seqlens_k\[-1\]=2147483658 \(sum of cache_seqlens\)",
+    ),
+    (
+        "ragged-graph-req-to-token-narrow",
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 4]), **NARROW, **kw),
+        r"cache_seqlens\[2\]=13 .* req_to_token.shape\[1\]=12",
+    ),
+    (
+        "ragged-graph-page-table-narrow",
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 8]), pages=2, **PAGING, **kw),
+        r"row 2 needs 3 pages \(cache_seqlens\[2\]=17, page_size=8\) but buffers.page_table "
+        r"has 2 columns; allocate the buffers with max_pages >= 3",
+    ),
+    (
+        "ragged-graph-token-mirror-disagrees",
+        lambda **kw: bucketed(SEQ, seq_lens_cpu=SEQ, num_tokens_per_req_cpu=[1, 1, 2], **kw),
+        r"num_tokens_per_req_cpu\[2\]=2 but num_tokens_per_req\[2\]=1",
+    ),
+    (
         "relay-index-past-rows",
         lambda **kw: relay([0, 5], **kw),
         r"index range 0\.\.5 is outside the source's 3 rows; every index must lie in 0\.\.2",
@@ -218,13 +286,14 @@ def test_garbage_is_refused_by_name(
         call(backend=backend, validate=validate)
 
 
-@pytest.mark.parametrize("launcher", ["uniform", "graph", "ragged", "relay"])
+@pytest.mark.parametrize("launcher", ["uniform", "graph", "ragged", "ragged_graph", "relay"])
 def test_validate_must_be_a_bool(launcher: str) -> None:
     """validate='yes' is refused naming the value, in every launcher."""
     calls: dict[str, Callable[[], object]] = {
         "uniform": lambda: build_verify_metadata(SEQ, 3, validate="yes"),  # type: ignore[arg-type]
         "graph": lambda: graph(SEQ, 1, validate="yes"),
         "ragged": lambda: ragged(SEQ, validate="yes"),
+        "ragged_graph": lambda: bucketed(SEQ, validate="yes"),
         "relay": lambda: relay([0], validate="yes"),
     }
     with pytest.raises(InvalidConfig, match=r"validate='yes' must be True or False"):
@@ -256,10 +325,21 @@ def at_the_limits(form: str, backend: Backend, validate: bool) -> VerifyMetadata
     if form == "graph":
         return graph(seq, 4, padded_bs=6, pages=2, seq_lens_cpu=seq, **kw)
     ntok = torch.tensor([1, 4, 4, 2])
+    if form == "ragged_graph":  # 11 real tokens, 5 leftover over 2 padding rows
+        return bucketed(
+            seq,
+            ntok,
+            padded_bs=6,
+            padded_tokens=16,
+            pages=2,
+            seq_lens_cpu=seq,
+            num_tokens_per_req_cpu=ntok.tolist(),
+            **kw,
+        )
     return ragged(seq, ntok, seq_lens_cpu=seq, num_tokens_per_req_cpu=ntok.tolist(), **kw)
 
 
-@pytest.mark.parametrize("form", ["uniform", "graph", "ragged"])
+@pytest.mark.parametrize("form", ["uniform", "graph", "ragged", "ragged_graph"])
 def test_valid_inputs_give_identical_results(form: str) -> None:
     """Valid inputs on the limits build the same metadata on every backend, validate on or off."""
     base = at_the_limits(form, "torch", False)
@@ -317,6 +397,10 @@ def on_meta(form: str, validate: bool) -> None:
     elif form == "ragged":
         ntok = torch.ones(3, dtype=I64, device=dev)
         build_ragged_verify_metadata(seq, ntok, num_tokens_per_req_cpu=[1, 1, 1], **kw)
+    elif form == "ragged_graph":
+        ntok = torch.ones(3, dtype=I64, device=dev)
+        buffers = VerifyMetadataBuffers.allocate(4, max_pages=8, device=dev)
+        build_ragged_verify_metadata_into(buffers, seq, ntok, padded_tokens=5, **kw)
     else:
         source = RelayPayload(bonus_tokens=torch.zeros(3, dtype=I64, device=dev))
         gather_relay(
@@ -324,7 +408,7 @@ def on_meta(form: str, validate: bool) -> None:
         )
 
 
-@pytest.mark.parametrize("form", ["uniform", "graph", "ragged", "relay"])
+@pytest.mark.parametrize("form", ["uniform", "graph", "ragged", "ragged_graph", "relay"])
 def test_validate_opts_in_to_device_reads(form: str) -> None:
     """Off the CPU the checks read device values only with validate=True (the default stays sync-free)."""
     quiet, checked = _FakeDeviceReads(), _FakeDeviceReads()
