@@ -30,11 +30,13 @@ import torch
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import (
+    TreeVerifyMetadataBuffers,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata_into,
+    build_tree_verify_metadata_into,
     build_verify_metadata_into,
 )
-from specstrat.runtime.forward import ForwardMode
+from specstrat.runtime.forward import ForwardMode, TreeAttention
 from specstrat.runtime.worker import ModelWorker
 
 __all__ = ["GraphRunner"]
@@ -54,9 +56,22 @@ class _Bucket:
         self.metadata = VerifyMetadataBuffers.allocate(
             padded_bs, max_pages=worker.context_len, device=dev
         )
-        # Keyed by ragged (True) or uniform (False): the two replay shapes capture apart.
-        self.graphs: dict[bool, Any] = {}  # torch.cuda.CUDAGraph once captured
-        self.outputs: dict[bool, tuple[torch.Tensor, torch.Tensor]] = {}
+        # Keyed by replay shape ("uniform", "ragged", "tree"): each captures apart.
+        self.graphs: dict[str, Any] = {}  # torch.cuda.CUDAGraph once captured
+        self.outputs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.tree: _TreeBuffers | None = None  # allocated at the first tree replay
+
+
+class _TreeBuffers:
+    """A bucket's static tree inputs and metadata (sharing the bucket's uniform buffers)."""
+
+    def __init__(self, bucket: _Bucket, tokens: int) -> None:
+        dev = bucket.seq_lens.device
+        self.parents = torch.full((bucket.padded_bs, tokens - 1), -1, dtype=torch.int64, device=dev)
+        self.lengths = torch.zeros(bucket.padded_bs, dtype=torch.int64, device=dev)
+        self.metadata = TreeVerifyMetadataBuffers.uninitialized(bucket.metadata, tokens)
+        self.metadata.tree_mask.zero_()
+        self.metadata.positions.zero_()
 
 
 class GraphRunner:
@@ -146,7 +161,64 @@ class GraphRunner:
                 max_k=max_k,
             )
 
-        logits, hidden = self._run(bucket, forward)
+        logits, hidden = self._run(bucket, forward, "uniform")
+        return logits[:n], hidden[:n]
+
+    def replay_tree(
+        self,
+        slots: Sequence[int],
+        tokens: torch.Tensor,
+        parents: torch.Tensor,
+        lengths: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Tree TARGET_VERIFY of ``tokens [bs, T]`` (the root, then the nodes of a draft tree
+        with ``parents [bs, T - 1]`` and ``lengths [bs]``): positions ``seq_len + depth`` and
+        tree masks from :func:`~specstrat.kernels.build_tree_verify_metadata_into` (one launch,
+        no host sync). Logits and hidden, ``bs * T`` rows."""
+        bs, t = tokens.shape
+        if t != self.tokens_per_req or tuple(parents.shape) != (bs, t - 1):
+            raise InvalidConfig(
+                f"tree tokens {tuple(tokens.shape)} and parents {tuple(parents.shape)}; this "
+                f"runner verifies T={self.tokens_per_req} (parents [bs, T - 1])"
+            )
+        if not self.can_run(bs):
+            raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
+        bucket = self._buckets[min(b for b in self._buckets if b >= bs)]
+        tree = bucket.tree = bucket.tree or _TreeBuffers(bucket, t)
+        prepared = self.worker.place(slots, tokens.tolist())
+        n, dev = bs * t, self.worker.device
+        bucket.input_ids.zero_()[:n].copy_(tokens.reshape(-1))
+        bucket.out_cache_loc.zero_()[:n].copy_(torch.tensor(prepared.locations, device=dev))
+        bucket.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
+        bucket.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        tree.parents.fill_(-1)[:bs].copy_(parents)
+        tree.lengths.zero_()[:bs].copy_(lengths)
+        meta = build_tree_verify_metadata_into(
+            tree.metadata,
+            tree.parents[:bs],
+            tree.lengths[:bs],
+            bucket.seq_lens[:bs],
+            req_pool_indices=bucket.req_pool_indices[:bs],
+            req_to_token=self.worker.requests.req_to_token,
+            seq_lens_cpu=prepared.prefix,
+        )
+        base = meta.base
+        max_k = self.worker.context_len if self.use_cuda_graph else (base.max_seq_len_k or t)
+        attention = TreeAttention(start=bucket.seq_lens, mask=meta.tree_mask)
+
+        def forward() -> tuple[torch.Tensor, torch.Tensor]:
+            return self.worker.execute(
+                ForwardMode.TARGET_VERIFY,
+                input_ids=bucket.input_ids,
+                positions=meta.positions,
+                out_cache_loc=bucket.out_cache_loc,
+                metadata=base,
+                max_q=t,
+                max_k=max_k,
+                tree=attention,
+            )
+
+        logits, hidden = self._run(bucket, forward, "tree")
         return logits[:n], hidden[:n]
 
     def ragged_bucket(self, bs: int, total_tokens: int) -> int | None:
@@ -232,25 +304,24 @@ class GraphRunner:
                 max_k=max_k,
             )
 
-        logits, hidden = self._run(bucket, forward, ragged=True)
+        logits, hidden = self._run(bucket, forward, "ragged")
         return logits[:total], hidden[:total]
 
     def _run(
         self,
         bucket: _Bucket,
         forward: Callable[[], tuple[torch.Tensor, torch.Tensor]],
-        *,
-        ragged: bool = False,
+        shape: str,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         if not self.use_cuda_graph:
             return forward()
-        if ragged not in bucket.graphs:  # capture once per bucket and shape, after a warm-up
+        if shape not in bucket.graphs:  # capture once per bucket and shape, after a warm-up
             forward()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
-                bucket.outputs[ragged] = forward()
-            bucket.graphs[ragged] = graph
-        bucket.graphs[ragged].replay()
-        if ragged not in bucket.outputs:
+                bucket.outputs[shape] = forward()
+            bucket.graphs[shape] = graph
+        bucket.graphs[shape].replay()
+        if shape not in bucket.outputs:
             raise KernelError(f"bucket {bucket.padded_bs} has a graph but no captured outputs")
-        return bucket.outputs[ragged]
+        return bucket.outputs[shape]

@@ -3,8 +3,9 @@
 The verify row of a request is the last verified token followed by its draft nodes, ``T`` tokens
 wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
 batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
-each request's real nodes (ragged metadata). A draft that is not a chain is verified as a tree:
-every node at position ``seq_len + depth``, attending to the prefix, its ancestors and itself.
+each request's real nodes (ragged metadata, replayed from the buckets' token buckets too). A
+draft that is not a chain is verified as a tree: every node at position ``seq_len + depth``,
+attending to the prefix, its ancestors and itself (the tree metadata kernel's mask).
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import torch
 
 from specstrat.drafting import DraftTree
+from specstrat.kernels import build_tree_verify_metadata
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.graph_runner import GraphRunner
 from specstrat.runtime.worker import ModelWorker, TreeTokens
 
-__all__ = ["VerifyResult", "Verifier", "tree_layout"]
+__all__ = ["VerifyResult", "Verifier"]
 
 VerifyResult = tuple[torch.Tensor, torch.Tensor, int]
 
@@ -57,20 +59,32 @@ class Verifier:
         return logits.view(bs, t, -1), hidden.view(bs, t, -1), bs * t
 
     def _tree(self, slots: list[int], rows: torch.Tensor, drafts: DraftTree) -> VerifyResult:
+        """Tree verify: through the graph buckets when one fits, else eagerly; positions and
+        tree masks from the tree metadata kernel either way."""
         bs, t = rows.shape
         dev = self.worker.device
-        seq_lens = torch.tensor([self.worker.length(s) for s in slots], device=dev)
-        depth, mask = tree_layout(drafts.parents.to(dev))
-        tree = TreeTokens(seq_lens[:, None] + depth, mask)
-        logits, hidden = self.worker.forward(
-            ForwardMode.TARGET_VERIFY, slots, rows.tolist(), tree=tree
-        )
+        parents, lengths = drafts.parents.to(dev), drafts.lengths.to(dev)
+        if self.graph_runner is not None and self.graph_runner.can_run(bs):
+            logits, hidden = self.graph_runner.replay_tree(slots, rows, parents, lengths)
+        else:
+            lens = [self.worker.length(s) for s in slots]
+            meta = build_tree_verify_metadata(
+                parents, lengths, torch.tensor(lens, device=dev), seq_lens_cpu=lens
+            )
+            tree = TreeTokens(meta.positions.view(bs, t), meta.tree_mask)
+            logits, hidden = self.worker.forward(
+                ForwardMode.TARGET_VERIFY, slots, rows.tolist(), tree=tree
+            )
         return logits.view(bs, t, -1), hidden.view(bs, t, -1), bs * t
 
     def _ragged(self, slots: list[int], rows: torch.Tensor, counts: list[int]) -> VerifyResult:
         bs, t = rows.shape
         tokens = [row[:count] for row, count in zip(rows.tolist(), counts, strict=True)]
-        flat_logits, flat_hidden = self.worker.forward(ForwardMode.TARGET_VERIFY, slots, tokens)
+        runner = self.graph_runner
+        if runner is not None and runner.can_run_ragged(bs, sum(counts)):
+            flat_logits, flat_hidden = runner.replay_ragged(slots, tokens)
+        else:
+            flat_logits, flat_hidden = self.worker.forward(ForwardMode.TARGET_VERIFY, slots, tokens)
         per_row = torch.tensor(counts)
         row_index = torch.repeat_interleave(torch.arange(bs), per_row)
         col_index = torch.arange(len(row_index)) - torch.repeat_interleave(
@@ -81,19 +95,3 @@ class Verifier:
         hidden = flat_hidden.new_zeros(bs, t, flat_hidden.shape[-1])
         hidden[row_index, col_index] = flat_hidden
         return logits, hidden, len(row_index)
-
-
-def tree_layout(parents: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """Depth ``[bs, n + 1]`` and ancestor-or-self mask ``[bs, n + 1, n + 1]`` of the verify row
-    (index 0 the root, index ``j + 1`` node ``j``) from DraftTree ``parents [bs, n]``."""
-    bs, n = parents.shape
-    dev = parents.device
-    up = torch.cat([torch.zeros(bs, 1, dtype=torch.int64, device=dev), parents + 1], dim=1)
-    eye = torch.eye(n + 1, dtype=torch.bool, device=dev).expand(bs, -1, -1)
-    mask = eye.clone()
-    depth = torch.zeros(bs, n + 1, dtype=torch.int64, device=dev)
-    for j in range(1, n + 1):  # parents come first: row j is its parent's row plus itself
-        parent = up[:, j]
-        mask[:, j] |= mask[torch.arange(bs, device=dev), parent]
-        depth[:, j] = depth[torch.arange(bs, device=dev), parent] + 1
-    return depth, mask

@@ -122,7 +122,7 @@ def test_capture_bounds_give_the_same_logits(models: EmbeddedModels) -> None:
     def as_if_captured(runner: GraphRunner) -> None:
         runner.use_cuda_graph = True
 
-        def run(bucket: Any, forward: Callable[[], Any], *, ragged: bool = False) -> Any:
+        def run(bucket: Any, forward: Callable[[], Any], shape: str) -> Any:
             return forward()
 
         runner._run = run  # type: ignore[method-assign]

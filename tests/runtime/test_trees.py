@@ -9,11 +9,11 @@ import torch
 import specstrat
 from specstrat import InvalidConfig, SpecAlgorithm
 from specstrat.drafting import SamplingParams, TreeShape, VerifyInputs
+from specstrat.kernels import build_tree_verify_metadata
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ModelWorker
 from specstrat.runtime.demo import workload
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.models.model import TinyLM
-from specstrat.runtime.verify import tree_layout
 from specstrat.runtime.worker import TreeTokens
 from specstrat.strategies import (
     ChainTree,
@@ -175,12 +175,18 @@ PARENTS = torch.tensor([[-1, -1, 0, 0, 2]])  # root -> {0, 1}; 0 -> {2, 3}; 2 ->
 TOKENS = [5, 9, 11, 13, 17, 19]  # the root, then nodes 0..4
 
 
+def tree_layout() -> tuple[torch.Tensor, torch.Tensor]:
+    """Positions ``[1, T]`` after a 4-token prompt, and the tree mask ``[1, T, T]``."""
+    meta = build_tree_verify_metadata(PARENTS, torch.tensor([5]), torch.tensor([4]))
+    return meta.positions.view(1, -1), meta.tree_mask
+
+
 def tree_forward(worker: ModelWorker, mask: torch.Tensor) -> torch.Tensor:
     slot = worker.alloc_request()
     worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3, 4]])
-    depth, _ = tree_layout(PARENTS)
+    positions, _ = tree_layout()
     logits, _ = worker.forward(
-        ForwardMode.TARGET_VERIFY, [slot], [TOKENS], tree=TreeTokens(4 + depth, mask)
+        ForwardMode.TARGET_VERIFY, [slot], [TOKENS], tree=TreeTokens(positions, mask)
     )
     worker.free_request(slot)
     return logits
@@ -189,7 +195,7 @@ def tree_forward(worker: ModelWorker, mask: torch.Tensor) -> torch.Tensor:
 def test_each_tree_node_sees_exactly_its_path(tiny: TinyLM) -> None:
     """A node's logits under the tree mask equal a plain forward of its root-to-node path."""
     worker = make_worker(tiny)
-    _, mask = tree_layout(PARENTS)
+    _, mask = tree_layout()
     logits = tree_forward(worker, mask)
     paths = {0: [0], 1: [1], 2: [0, 2], 3: [0, 3], 4: [0, 2, 4]}
     for node, path in paths.items():
@@ -203,7 +209,7 @@ def test_each_tree_node_sees_exactly_its_path(tiny: TinyLM) -> None:
 def test_attention_reads_the_tree_mask(tiny: TinyLM) -> None:
     """Letting node 1 see node 0 (one mask bit) changes node 1's logits."""
     worker = make_worker(tiny)
-    _, mask = tree_layout(PARENTS)
+    _, mask = tree_layout()
     right = tree_forward(worker, mask)
     wrong_mask = mask.clone()
     wrong_mask[0, 2, 1] = True  # node 1 (row 2) sees node 0 (column 1), not its ancestor
