@@ -19,6 +19,7 @@ from specstrat.drafting import (
     DraftTree,
     SamplingParams,
     StepOutcome,
+    TreeShape,
     VerifyInputs,
 )
 from specstrat.errors import (
@@ -54,10 +55,12 @@ from specstrat.protocols import (
     FutureMap,
     FutureMapFactory,
     TargetVerifyPolicy,
+    TreePolicy,
 )
 from specstrat.registry import ENTRY_POINT_GROUP, Registry, get, names, register
 from specstrat.relay import RelayPayload
 from specstrat.strategies import (
+    ChainTree,
     DflashDisaggDraftBuilder,
     DflashDraftInput,
     DraftModelDrafterFactory,
@@ -74,10 +77,11 @@ from specstrat.strategies import (
     RejectionSamplingAcceptance,
     RingFutureMapFactory,
     SlotFutureMapFactory,
+    TopkTree,
     TypicalAcceptance,
 )
 
-__version__ = "0.2.0"
+__version__ = "0.3.0"
 
 __all__ = [
     "BUILTINS",
@@ -95,6 +99,7 @@ __all__ = [
     "AttentionBackend",
     "Capabilities",
     "CausalLM",
+    "ChainTree",
     "ConformanceError",
     "DflashDisaggDraftBuilder",
     "DflashDraftInput",
@@ -147,6 +152,9 @@ __all__ = [
     "StepOutcome",
     "StrategyError",
     "TargetVerifyPolicy",
+    "TopkTree",
+    "TreePolicy",
+    "TreeShape",
     "UnknownAlgorithm",
     "VerifyInputs",
     "__version__",

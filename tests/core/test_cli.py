@@ -312,3 +312,34 @@ def test_check_says_whether_the_acceptance_rule_is_lossless(
     """`specstrat check` prints a note naming the rule and whether it is lossless."""
     assert main(["check", "specstrat.builtins:EAGLE", "--no-mypy"]) == 0
     assert "NOTE acceptance rule RejectionSamplingAcceptance is lossless" in capsys.readouterr().out
+
+
+def test_demo_topk_and_steps_set_the_tree(capsys: pytest.CaptureFixture[str]) -> None:
+    """--topk/--steps verify a top-k tree; --json reports topk, num_steps, num_draft_tokens."""
+    argv = ["demo", "--algo", "EAGLE", "--topk", "2", "--steps", "3", "--draft-tokens", "5"]
+    assert main([*argv, "--requests", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["topk"], summary["num_steps"], summary["num_draft_tokens"]) == (2, 3, 5)
+    assert summary["lossless"] is True
+
+
+def test_demo_without_tree_flags_is_a_chain(capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --topk/--steps the demo drafts a chain: topk 1, D - 1 steps."""
+    assert main(["demo", "--algo", "EAGLE", "--requests", "1", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["topk"], summary["num_steps"], summary["num_draft_tokens"]) == (1, 3, 4)
+
+
+def test_demo_refuses_a_tree_for_a_chain_drafter(capsys: pytest.CaptureFixture[str]) -> None:
+    """--topk 2 with prompt lookup exits 2, naming the drafter that drafts chains only."""
+    assert main(["demo", "--algo", "NGRAM", "--topk", "2", "--requests", "1"]) == 2
+    assert "drafter=NgramDrafterFactory drafts chains only" in capsys.readouterr().err
+
+
+def test_demo_refuses_a_budget_the_tree_cannot_fill(capsys: pytest.CaptureFixture[str]) -> None:
+    """--draft-tokens 8 with topk 2 and 2 steps exits 2, naming the budget and the shape."""
+    argv = ["demo", "--topk", "2", "--steps", "2", "--draft-tokens", "8", "--requests", "1"]
+    assert main(argv) == 2
+    assert (
+        "num_draft_tokens=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
+    )
