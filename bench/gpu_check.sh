@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # GPU check: real Triton on CUDA vs the torch twins, CUDA-graph capture/replay under
-# torch.cuda.set_sync_debug_mode("error"), and µs per build (fused vs eager).
-# Runs on a CUDA machine with torch and triton installed; uses the checkout in place (no install).
+# torch.cuda.set_sync_debug_mode("error"), and µs per build (fused vs eager); --engine adds the
+# engine on CUDA. Runs on a CUDA machine with torch and triton installed; uses the checkout in
+# place (no install). --dry-run runs it on the CPU with the Triton interpreter (no GPU results).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-unset TRITON_INTERPRET
+if [[ " $* " == *" --dry-run "* ]]; then
+    export TRITON_INTERPRET=1
+else
+    unset TRITON_INTERPRET
+fi
 PYTHON=${PYTHON:-python3}
 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 "$PYTHON" bench/gpu_check.py "$@"
