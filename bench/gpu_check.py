@@ -603,11 +603,7 @@ def check_engine() -> None:
     ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
     what = "engine on CUDA (EAGLE top-k tree via replay_tree, NGRAM_RAGGED via replay_ragged)"
     if not (DRY_RUN or ENGINE):
-        # ModelWorker.place writes a CPU tensor into the CUDA req_to_token by advanced indexing
-        # (specstrat/runtime/worker.py); torch's index_put_ moves only 0-dim values across
-        # devices, so the first prefill raises (read in torch's source, not run: no GPU yet).
-        # --engine runs the check anyway, its failure reported as a FAIL line.
-        skip(what, "the runtime is not CUDA-ready (ModelWorker.place); --engine to try")
+        skip(what, "--engine runs it (the engine has not run on CUDA yet; a failure is a FAIL)")
         return
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
     from specstrat.runtime.demo import workload

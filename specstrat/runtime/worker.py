@@ -153,7 +153,7 @@ class ModelWorker:
         kept = [locs[n] for n in nodes]
         keep = set(nodes)
         self.kv.free([int(x) for i, x in enumerate(locs) if i not in keep])
-        row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype)
+        row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype, device=row.device)
         del tokens[start:]
         tokens.extend(kept_tokens)
 
@@ -182,7 +182,9 @@ class ModelWorker:
         locations = self.kv.alloc(sum(counts))
         # One indexed write for the whole batch: row = request slot, column = position.
         rows = [slot for slot, count in zip(slots, counts, strict=True) for _ in range(count)]
-        self.requests.req_to_token[rows, positions] = torch.tensor(locations, dtype=torch.int32)
+        self.requests.req_to_token[rows, positions] = torch.tensor(
+            locations, dtype=torch.int32, device=self.device
+        )
         for slot, seq in zip(slots, tokens, strict=True):
             self.requests.tokens[slot].extend(int(t) for t in seq)
         return PreparedTokens(list(slots), prefix, counts, positions, locations)
