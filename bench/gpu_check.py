@@ -525,7 +525,7 @@ def tree_pair(form: str, bs: int) -> tuple[Callable[[], object], Callable[[], ob
     def eager() -> object:
         if form == "tree":
             return eager_tree(*args, x["rpi"], x["rtt"], PAGE)
-        return eager_tree_graph(flat, *args, x["rpi"], x["rtt"], PAGE)  # type: ignore[arg-type]
+        return eager_tree_graph(flat, *args, x["rpi"], x["rtt"], PAGE)
 
     return fused, eager
 

@@ -138,11 +138,16 @@ def _demo(args: argparse.Namespace) -> int:
     )
     if args.topk is not None or args.steps is not None:  # a tree; without both flags a chain
         base = default_registry().get(algo) if isinstance(algo, str) else algo
-        tree = TopkTree(
-            topk=1 if args.topk is None else args.topk,
-            num_steps=args.draft_tokens - 1 if args.steps is None else args.steps,
-        )
-        algo = replace(base, tree=tree)
+        # A flag left out keeps the algorithm's own TopkTree value, else the chain's.
+        own = base.tree if isinstance(base.tree, TopkTree) else None
+        topk = args.topk if args.topk is not None else own.topk if own else 1
+        steps = args.steps if args.steps is not None else own.num_steps if own else 0
+        if not steps and args.draft_tokens < 2:
+            raise SystemExit(
+                "specstrat demo: a tree needs --draft-tokens >= 2 (the root and at least one "
+                "node); got --draft-tokens 1"
+            )
+        algo = replace(base, tree=TopkTree(topk=topk, num_steps=steps or args.draft_tokens - 1))
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     try:

@@ -118,6 +118,12 @@ class TreeShape:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidConfig(f"TreeShape.{name}={value!r} must be an int >= {least}")
+        if self.num_steps > self.num_draft_tokens - 1:
+            raise InvalidConfig(
+                f"num_steps={self.num_steps} is deeper than a budget of num_draft_tokens="
+                f"{self.num_draft_tokens} can verify (depth <= {self.num_draft_tokens - 1}); "
+                "lower num_steps or raise num_draft_tokens"
+            )
         capacity = _tree_capacity(self.topk, self.num_steps)
         if self.num_draft_tokens - 1 > capacity:
             raise InvalidConfig(

@@ -121,6 +121,10 @@ class Engine:
         )
         self._workers = [self.target]
         self.tree = self._tree_shape()
+        # KV a request may need beyond prompt and output: one overlapped step of T, and the
+        # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
+        tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)
+        self.margin = 2 * self.tokens_per_req + tree_columns
         self.drafter = self._create_drafter()
         self.graph_runner = (
             GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
@@ -251,8 +255,9 @@ class Engine:
         return sum(w.kv.available for w in self._workers)
 
     def _reserve(self, request: Request) -> int:
-        """KV positions a request may occupy: prompt, output, one overlapped step of T."""
-        return len(request.prompt) + request.max_new_tokens + 2 * self.tokens_per_req
+        """KV positions a request may occupy: prompt, output, one overlapped step of T (and a
+        draft tree's columns)."""
+        return len(request.prompt) + request.max_new_tokens + self.margin
 
     # -- submission ---------------------------------------------------------------------------
 
@@ -287,7 +292,7 @@ class Engine:
         if need > cfg.context_len:
             raise InvalidConfig(
                 f"request {request.rid!r}: prompt ({len(request.prompt)}) + max_new_tokens "
-                f"({request.max_new_tokens}) + 2*T ({2 * self.tokens_per_req}) = {need} exceeds "
+                f"({request.max_new_tokens}) + 2*T and tree ({self.margin}) = {need} exceeds "
                 f"context_len={cfg.context_len}; shorten the prompt or the output"
             )
         if need > self.target.kv.capacity:
@@ -321,7 +326,7 @@ class Engine:
             shape=self.target.shape,
             prefill_fields=self.algo.drafter.needs.prefill_fields,
             known_rids=self._rids,
-            room=cfg.context_len - 2 * self.tokens_per_req,
+            room=cfg.context_len - self.margin,
         )
         requests = batch.requests()
         need = sum(self._reserve(r) for r in requests)

@@ -263,11 +263,20 @@ class StepRunner:
         check_drafts(
             self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab, self.worker.device
         )
-        if step.shape.is_chain and not drafts.is_chain():
+        if drafts.is_chain():
+            return drafts
+        if step.shape.is_chain:
             raise hook_error(
                 self.algo.name, "drafter.propose", "proposed a tree that is not a chain, but "
                 f"tree={type(self.algo.tree).__name__} asks for a chain (topk 1); compose the "
                 "algorithm with tree=TopkTree(topk=..., num_steps=...) to verify trees"
+            )  # fmt: skip
+        depth = _depth(drafts.parents, drafts.lengths)
+        if depth > step.shape.num_steps:
+            raise hook_error(
+                self.algo.name, "drafter.propose", f"proposed a tree {depth} nodes deep, but "
+                f"tree={type(self.algo.tree).__name__} allows num_steps="
+                f"{step.shape.num_steps}"
             )  # fmt: skip
         return drafts
 
@@ -323,6 +332,17 @@ class StepRunner:
             )
             for i, slot in enumerate(step.slots)
         }
+
+
+def _depth(parents: torch.Tensor, lengths: torch.Tensor) -> int:
+    """The deepest real node of any row (the root's children are at depth 1)."""
+    bs, n = parents.shape
+    depth = torch.zeros(bs, n + 1, dtype=torch.int64)
+    up = parents.cpu() + 1
+    for j in range(n):
+        depth[:, j + 1] = depth.gather(1, up[:, j : j + 1]).squeeze(1) + 1
+    real = torch.arange(n)[None, :] < lengths.cpu()[:, None]
+    return int(torch.where(real, depth[:, 1:], 0).max()) if bs and n else 0
 
 
 @dataclass(frozen=False, slots=True)

@@ -64,6 +64,9 @@ class Verifier:
         bs, t = rows.shape
         dev = self.worker.device
         parents, lengths = drafts.parents.to(dev), drafts.lengths.to(dev)
+        if parents.shape[1] < t - 1:  # a short proposal: filler nodes under the root
+            filler = parents.new_full((bs, t - 1 - parents.shape[1]), -1)
+            parents = torch.cat([parents, filler], dim=1)
         if self.graph_runner is not None and self.graph_runner.can_run(bs):
             logits, hidden = self.graph_runner.replay_tree(slots, rows, parents, lengths)
         else:

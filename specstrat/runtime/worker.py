@@ -359,8 +359,10 @@ class KVRunner:
         positions: torch.Tensor,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``tokens [bs, k]`` as draft-tree nodes (see :class:`TreeTokens`)."""
-        mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.TARGET_VERIFY
+        """Append ``tokens [bs, k]`` as draft-tree nodes (see :class:`TreeTokens`); a draft
+        forward (DECODE or DRAFT_EXTEND), never TARGET_VERIFY, which the algorithm's policy
+        may refuse the draft worker."""
+        mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.DRAFT_EXTEND
         return self.worker.forward(mode, slots, tokens.tolist(), tree=TreeTokens(positions, mask))
 
     def lengths(self, slots: Sequence[int]) -> list[int]:

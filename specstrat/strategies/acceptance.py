@@ -86,6 +86,12 @@ def _first_chain(drafts: DraftTree) -> tuple[torch.Tensor, torch.Tensor]:
     return nodes, length
 
 
+def _chain_rows(drafts: DraftTree) -> torch.Tensor:
+    """``[bs]``: rows whose every node's parent is the node before it."""
+    chain = torch.arange(drafts.num_nodes, device=drafts.parents.device) - 1
+    return (drafts.parents == chain).all(dim=1)
+
+
 def _logits_along(logits: torch.Tensor, nodes: torch.Tensor) -> torch.Tensor:
     """The target's logits at the root and at each chain node, ``[bs, n + 1, V]``."""
     root = torch.zeros(nodes.shape[0], 1, dtype=torch.int64, device=nodes.device)
@@ -211,13 +217,29 @@ class RejectionSamplingAcceptance:
         if bool(sampling.greedy.all()):
             return greedy
         take_greedy = sampling.greedy
-        if not drafts.is_chain():
+        if not drafts.is_chain():  # each row by its own tree: a chain row samples as a chain
+            chain_rows = _chain_rows(drafts)
             path, accepted, bonus = _tree_sample(inputs, sampling)
+            if bool(chain_rows.any()):
+                chained = self._chains(inputs, sampling)
+                path = torch.where(chain_rows[:, None], chained.accept_index, path)
+                accepted = torch.where(chain_rows, chained.accept_lengths, accepted)
+                bonus = torch.where(chain_rows, chained.bonus_tokens, bonus)
             return Acceptance(
                 torch.where(take_greedy[:, None], greedy.accept_index, path),
                 torch.where(take_greedy, greedy.accept_lengths, accepted),
                 torch.where(take_greedy, greedy.bonus_tokens, bonus),
             )
+        chained = self._chains(inputs, sampling)
+        return Acceptance(
+            torch.where(take_greedy[:, None], greedy.accept_index, chained.accept_index),
+            torch.where(take_greedy, greedy.accept_lengths, chained.accept_lengths),
+            torch.where(take_greedy, greedy.bonus_tokens, chained.bonus_tokens),
+        )
+
+    def _chains(self, inputs: VerifyInputs, sampling: SamplingBatch) -> Acceptance:
+        """Rejection sampling along each row's chain (its first children), one launch."""
+        drafts = inputs.drafts
         chain = _Chain.of(inputs, sampling)
         q = None
         if drafts.q is not None:
@@ -227,12 +249,7 @@ class RejectionSamplingAcceptance:
             chain.p, chain.tokens, chain.length, sampling.seed, inputs.positions, q,
             backend=self.backend,
         )  # fmt: skip
-        path = _along(chain.nodes, chain.length, accepted)
-        return Acceptance(
-            torch.where(take_greedy[:, None], greedy.accept_index, path),
-            torch.where(take_greedy, greedy.accept_lengths, accepted),
-            torch.where(take_greedy, greedy.bonus_tokens, bonus),
-        )
+        return Acceptance(_along(chain.nodes, chain.length, accepted), accepted, bonus)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

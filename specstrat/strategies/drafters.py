@@ -282,6 +282,12 @@ class DraftModelDrafterFactory:
                 "DraftModelDrafterFactory needs a draft LM but models.draft is None; load "
                 "one (EmbeddedModels.load(), or ModelSet(target=..., draft=...))"
             )
+        vocab = draft.shape.vocab_size
+        if context.tree is not None and context.tree.topk > vocab:
+            raise InvalidConfig(
+                f"tree topk={context.tree.topk} exceeds the draft LM's vocabulary of {vocab} "
+                f"tokens; use topk <= {vocab}"
+            )
         return DraftModelDrafter(context.new_kv_runner(draft), context.target_tokens)
 
     def prefill_payload(

@@ -161,6 +161,11 @@ class EagleHeadDrafterFactory:
                 f"relays; use EagleHeadDrafterFactory(topk={context.tree.topk}) or a smaller tree"
             )
         vocab = context.models.target.shape.vocab_size
+        if self.topk > vocab:
+            raise InvalidConfig(
+                f"EagleHeadDrafterFactory(topk={self.topk}) exceeds the target's vocabulary of "
+                f"{vocab} tokens; use topk <= {vocab}"
+            )
         return EagleHeadDrafter(self._head(context.models), self.topk, vocab)
 
     def prefill_payload(

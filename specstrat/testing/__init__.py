@@ -19,7 +19,7 @@ from specstrat.testing.doubles import (
     FaultyDrafterFactory,
     FaultyFutureMapFactory,
 )
-from specstrat.testing.drafting import check_acceptance_rule, check_drafter
+from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 from specstrat.testing.lossless import LosslessReport, check_lossless_in_distribution
 from specstrat.testing.strategies import (
@@ -48,6 +48,7 @@ __all__ = [
     "check_algorithm",
     "check_disagg_draft_builder",
     "check_drafter",
+    "check_tree_policy",
     "check_future_map_factory",
     "check_lossless_in_distribution",
     "check_target_verify_policy",

@@ -33,7 +33,7 @@ from specstrat.protocols import (
 )
 from specstrat.relay import RelayPayload
 from specstrat.strategies.future_map import SlotFutureMapFactory
-from specstrat.testing.drafting import check_acceptance_rule, check_drafter
+from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
 
 __all__ = [
     "CheckResult",
@@ -302,11 +302,14 @@ def run_conformance(algo: object) -> list[CheckResult]:
                 "algorithm", False, f"{algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
         ]
-    checks: dict[str, Callable[[], None]] = {
+    checks: dict[str, Callable[[], object]] = {
         "target_verify": lambda: check_target_verify_policy(algo.target_verify),
         "future_map": lambda: check_future_map_factory(algo.future_map),
         "disagg": lambda: check_disagg_draft_builder(algo.disagg, capabilities=algo.capabilities),
-        "drafter": lambda: check_drafter(algo.drafter, capabilities=algo.capabilities),
+        "drafter": lambda: check_drafter(
+            algo.drafter, capabilities=algo.capabilities, tree=algo.tree
+        ),
+        "tree": lambda: check_tree_policy(algo.tree),
         "acceptance": lambda: check_acceptance_rule(algo.acceptance),
         "engine methods": lambda: _check_engine_methods(algo),
     }

@@ -17,17 +17,18 @@ import torch
 
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy, required_capabilities
 from specstrat.contracts import check_acceptance
-from specstrat.drafting import GREEDY, DrafterNeeds, DraftTree, VerifyInputs
-from specstrat.errors import ConformanceError, SpecstratError
+from specstrat.drafting import GREEDY, DrafterNeeds, DraftTree, TreeShape, VerifyInputs
+from specstrat.errors import ConformanceError, InvalidConfig, SpecstratError
 from specstrat.models import LoadedModels
-from specstrat.protocols import AcceptanceRule, DrafterFactory
+from specstrat.protocols import AcceptanceRule, DrafterFactory, TreePolicy
 from specstrat.relay import RelayPayload
 from specstrat.strategies.acceptance import GreedyAcceptance
 from specstrat.strategies.disagg import NoDraftStateDisaggDraftBuilder
 from specstrat.strategies.future_map import SlotFutureMapFactory
+from specstrat.strategies.tree import ChainTree
 from specstrat.strategies.verify import FixedWidthVerifyPolicy
 
-__all__ = ["check_acceptance_rule", "check_drafter"]
+__all__ = ["check_acceptance_rule", "check_drafter", "check_tree_policy"]
 
 
 def _fail(hook: str, text: str, detail: str) -> ConformanceError:
@@ -115,12 +116,52 @@ def _capabilities(needs: DrafterNeeds) -> Capabilities:
     return Capabilities(**dict.fromkeys(required_capabilities(needs), True))
 
 
+def check_tree_policy(policy: object) -> list[int]:
+    """``policy`` answers ``tree_shape(T)`` for budgets ``T = 1..16`` purely, each with a
+    :class:`~specstrat.drafting.TreeShape` of that budget or a named ``InvalidConfig``, and
+    accepts at least one; returns the budgets it accepts."""
+    hook = f"TreePolicy {type(policy).__name__}"
+    try:
+        check_strategy("tree", TreePolicy, policy)
+    except SpecstratError as exc:
+        raise _fail(hook, "implements TreePolicy", str(exc)) from exc
+    tree = cast("TreePolicy", policy)
+    accepted: list[int] = []
+    for t in range(1, 17):
+        text = f"tree_shape({t}) is a TreeShape of budget {t} or an InvalidConfig, every time"
+        answers: list[TreeShape | str] = []
+        for _ in range(2):
+            try:
+                answers.append(tree.tree_shape(t))
+            except InvalidConfig as exc:
+                answers.append(f"InvalidConfig: {exc}")
+            except Exception as exc:
+                raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
+        first = answers[0]
+        if answers[1] != first:
+            raise _fail(hook, text, f"answered {answers[0]!r}, then {answers[1]!r}")
+        if isinstance(first, TreeShape):
+            if first.num_draft_tokens != t:
+                raise _fail(hook, text, f"returned {first!r}")
+            accepted.append(t)
+        elif not isinstance(first, str):
+            raise _fail(hook, text, f"returned {first!r}")
+    if not accepted:
+        raise _fail(hook, "accepts some budget in 1..16", "it refused every one")
+    return accepted
+
+
 def check_drafter(
-    factory: object, *, models: LoadedModels | None = None, capabilities: Capabilities | None = None
+    factory: object,
+    *,
+    models: LoadedModels | None = None,
+    capabilities: Capabilities | None = None,
+    tree: TreePolicy | None = None,
 ) -> None:
     """``factory`` declares its needs, sends exactly them from the prefill side, and its drafter
-    runs in a real engine (sync and overlap, D = 1 and 3) without breaking any contract,
-    leaking a slot, or changing a token of target-only greedy output."""
+    runs in a real engine (sync and overlap, D = 1 and 3; under a ``tree`` policy that refuses
+    those, the two smallest budgets it accepts) without breaking any contract, leaking a slot, or changing a
+    token of target-only greedy output."""
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
     from specstrat.runtime.demo import workload
 
@@ -146,16 +187,19 @@ def check_drafter(
         disagg=NoDraftStateDisaggDraftBuilder(),
         drafter=drafter,
         acceptance=GreedyAcceptance(),
+        tree=tree or ChainTree(),
     )
+    accepted = [1, 3] if tree is None else check_tree_policy(tree)
+    budgets = [d for d in (1, 3) if d in accepted] or accepted[:2]
     requests = [replace(r, max_new_tokens=24) for r in workload(3, seed=1)]
-    for d in (1, 3):
+    for d in budgets:
         config = EngineConfig(num_draft_tokens=d, context_len=256, max_running_requests=4)
         target_only = Engine("NONE", loaded, config).run(requests)
         for overlap in (False, True):
-            engine = Engine(algo, loaded, replace(config, overlap=overlap))
-            before = (engine.free_slots, engine.free_kv_tokens)
             text = f"runs losslessly with greedy acceptance (D={d}, overlap={overlap})"
             try:
+                engine = Engine(algo, loaded, replace(config, overlap=overlap))
+                before = (engine.free_slots, engine.free_kv_tokens)
                 outputs = engine.run(requests)
             except SpecstratError as exc:
                 raise _fail(hook, text, str(exc)) from exc

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 import specstrat
-from specstrat import InvalidConfig, SpecAlgorithm
+from specstrat import ConformanceError, InvalidConfig, SpecAlgorithm, StrategyError
 from specstrat.drafting import SamplingParams, TreeShape, VerifyInputs
 from specstrat.kernels import build_tree_verify_metadata
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ModelWorker
@@ -21,7 +21,12 @@ from specstrat.strategies import (
     RejectionSamplingAcceptance,
     TopkTree,
 )
-from specstrat.testing import check_lossless_in_distribution
+from specstrat.testing import (
+    FaultyDrafterFactory,
+    check_lossless_in_distribution,
+    check_tree_policy,
+    run_conformance,
+)
 from tests.runtime.conftest import make_worker
 
 REQUESTS = workload(6, seed=5)
@@ -163,7 +168,7 @@ def test_a_policy_returning_the_wrong_budget_is_refused(models: EmbeddedModels) 
 
     class Fixed:
         def tree_shape(self, num_draft_tokens: int) -> TreeShape:
-            return TreeShape(topk=2, num_steps=3, num_draft_tokens=3)
+            return TreeShape(topk=2, num_steps=2, num_draft_tokens=3)
 
     with pytest.raises(InvalidConfig, match=r"tree=Fixed.tree_shape\(4\) returned"):
         Engine(replace(specstrat.EAGLE, tree=Fixed()), models, EngineConfig())
@@ -276,3 +281,128 @@ def test_sampled_trees_are_lossless_in_distribution(models: EmbeddedModels) -> N
     check_lossless_in_distribution(
         tree(specstrat.EAGLE, 2, 3), temperature=0.8, num_samples=2000, models=models
     )
+
+
+# -- what a hostile user found -------------------------------------------------------------------
+
+
+def test_a_draft_trees_kv_is_reserved_at_submit(models: EmbeddedModels) -> None:
+    """A request that fits only without the draft LM's tree columns is refused at submit."""
+    algo = tree(specstrat.STANDALONE, 4, 3)  # 4 * (3 - 1) = 8 draft-KV columns past the root
+    engine = Engine(algo, models, EngineConfig(context_len=64, num_draft_tokens=4))
+    request = specstrat.runtime.Request("r", tuple(range(30)), 20)
+    with pytest.raises(InvalidConfig, match=r"\+ 2\*T and tree \(16\) = 66 exceeds context_len=64"):
+        engine.submit(request)
+
+
+def test_a_short_tree_is_padded_and_verified(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """A tree with fewer nodes than the budget is padded with filler and stays lossless."""
+
+    def drop_last(drafts: specstrat.DraftTree) -> specstrat.DraftTree:
+        n = drafts.num_nodes - 1
+        return specstrat.DraftTree(
+            drafts.tokens[:, :n], drafts.parents[:, :n], drafts.lengths.clamp(max=n)
+        )
+
+    short = FaultyDrafterFactory(specstrat.EAGLE.drafter, "propose", drop_last)
+    algo = replace(specstrat.EAGLE, drafter=short, tree=TopkTree(topk=3, num_steps=3))
+    for runner in (True, False):
+        config = EngineConfig(context_len=512, num_draft_tokens=6, use_graph_runner=runner)
+        assert Engine(algo, models, config).run(REQUESTS) == target_only
+
+
+def test_a_chain_row_samples_alike_alone_and_beside_a_tree() -> None:
+    """A seeded row whose tree is a chain gets the same answer alone or batched with a tree."""
+    vocab, n = 8, 3
+    gen = torch.Generator().manual_seed(0)
+    logits = torch.randn(2, n + 1, vocab, generator=gen, dtype=torch.float64)
+    tokens = torch.randint(0, vocab, (2, n), generator=gen)
+    parents = torch.tensor([[-1, 0, 1], [-1, -1, 0]])  # row 0 a chain, row 1 branching
+    other = SamplingParams(temperature=1.0, seed=5)
+    rule = RejectionSamplingAcceptance()
+
+    def accept(rows: int, seed: int) -> tuple[list[int], int, int]:
+        sampling = (SamplingParams(temperature=1.0, seed=seed), other)[:rows]
+        drafts = specstrat.DraftTree(tokens[:rows], parents[:rows], torch.full((rows,), n))
+        out = rule.accept(
+            VerifyInputs(
+                drafts=drafts,
+                logits=logits[:rows],
+                positions=torch.zeros(rows, dtype=torch.int64),
+                sampling=sampling,
+            )
+        )
+        return out.accept_index[0].tolist(), int(out.accept_lengths[0]), int(out.bonus_tokens[0])
+
+    for seed in range(40):
+        assert accept(1, seed) == accept(2, seed)
+
+
+def test_topk_beyond_the_vocabulary_is_refused_at_start(models: EmbeddedModels) -> None:
+    """A tree or relayed top-k wider than the vocabulary is an InvalidConfig at engine start."""
+    with pytest.raises(InvalidConfig, match=r"tree topk=300 exceeds the draft LM's vocabulary"):
+        Engine(tree(specstrat.STANDALONE, 300, 1), models, EngineConfig(num_draft_tokens=2))
+    wide = replace(specstrat.EAGLE, drafter=EagleHeadDrafterFactory(topk=300))
+    with pytest.raises(InvalidConfig, match=r"topk=300\) exceeds the target's vocabulary of 256"):
+        Engine(wide, models, EngineConfig())
+
+
+def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> None:
+    """num_steps past num_draft_tokens - 1 can verify nothing more: refused, naming both."""
+    with pytest.raises(InvalidConfig, match=r"num_steps=5 is deeper than a budget of num_draft"):
+        Engine(tree(specstrat.EAGLE, 2, 5), models, EngineConfig(num_draft_tokens=4))
+
+
+def test_a_tree_deeper_than_the_policy_is_refused(models: EmbeddedModels) -> None:
+    """A drafter proposing a tree deeper than num_steps ends the run naming the hook."""
+
+    def deepen(drafts: specstrat.DraftTree) -> specstrat.DraftTree:
+        parents = torch.arange(drafts.num_nodes) - 1
+        parents[1] = -1  # a branch at the root, then a long chain
+        return specstrat.DraftTree(
+            drafts.tokens, parents.expand_as(drafts.parents).clone(), drafts.lengths
+        )
+
+    deep = FaultyDrafterFactory(specstrat.EAGLE.drafter, "propose", deepen)
+    algo = replace(specstrat.EAGLE, drafter=deep, tree=TopkTree(topk=3, num_steps=2))
+    engine = Engine(algo, models, EngineConfig(context_len=512, num_draft_tokens=6))
+    with pytest.raises(StrategyError, match=r"proposed a tree 4 nodes deep, but tree=TopkTree"):
+        engine.run(REQUESTS)
+
+
+def test_draft_trees_run_no_target_verify_on_the_draft_worker(models: EmbeddedModels) -> None:
+    """STANDALONE's policy refuses TARGET_VERIFY on the draft worker; its tree forwards obey."""
+    engine = Engine(tree(specstrat.STANDALONE, 2, 3), models, EngineConfig(num_draft_tokens=4))
+    draft_worker = engine._workers[1]
+    modes: list[ForwardMode] = []
+    forward = draft_worker.forward
+
+    def spy(mode: ForwardMode, *args: Any, **kwargs: Any) -> Any:
+        modes.append(mode)
+        return forward(mode, *args, **kwargs)
+
+    draft_worker.forward = spy  # type: ignore[method-assign]
+    engine.run(REQUESTS[:2])
+    assert ForwardMode.DRAFT_EXTEND in modes
+    assert ForwardMode.TARGET_VERIFY not in modes
+
+
+def test_conformance_runs_the_algorithms_tree() -> None:
+    """specstrat's conformance kit fails a chain-only drafter under a top-k tree."""
+    results = {r.name: r for r in run_conformance(tree(specstrat.NGRAM, 2, 3))}
+    assert results["tree"].passed
+    assert not results["drafter"].passed
+    assert "drafts chains only" in results["drafter"].message
+
+
+def test_a_raising_tree_policy_fails_conformance() -> None:
+    """check_tree_policy names a policy that raises something other than InvalidConfig."""
+
+    class Boom:
+        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+            raise RuntimeError("boom")
+
+    with pytest.raises(ConformanceError, match=r"TreePolicy Boom broke .* raised RuntimeError"):
+        check_tree_policy(Boom())
