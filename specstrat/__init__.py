@@ -37,6 +37,8 @@ from specstrat.errors import (
 )
 from specstrat.models import (
     AttentionBackend,
+    BlockDraftModel,
+    BlockKV,
     CausalLM,
     DraftHead,
     DraftKV,
@@ -58,6 +60,7 @@ from specstrat.protocols import (
 from specstrat.registry import ENTRY_POINT_GROUP, Registry, get, names, register
 from specstrat.relay import RelayPayload
 from specstrat.strategies import (
+    BlockDrafterFactory,
     DflashDisaggDraftBuilder,
     DflashDraftInput,
     DraftModelDrafterFactory,
@@ -80,6 +83,9 @@ from specstrat.strategies import (
 __version__ = "0.2.0"
 
 __all__ = [
+    "BlockDraftModel",
+    "BlockDrafterFactory",
+    "BlockKV",
     "BUILTINS",
     "DFLASH",
     "DSPARK",

@@ -63,7 +63,8 @@ def workload(
 
 @dataclass(frozen=True, slots=True)
 class DemoSummary:
-    """The demo's figures."""
+    """The demo's figures. ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft
+    worker ran (a block drafter's); ``draft_worker_tokens_per_req``: their ``T_draft`` (0: none)."""
 
     algorithm: str
     overlap: bool
@@ -80,6 +81,8 @@ class DemoSummary:
     acceptance_rule_lossless: bool
     temperature: float
     lossless_check: str
+    draft_worker_verify_forwards: int = 0
+    draft_worker_tokens_per_req: int = 0
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -105,6 +108,11 @@ class DemoSummary:
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
             ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
         ]
+        if self.draft_worker_verify_forwards:
+            forwards = f"{self.draft_worker_verify_forwards} forwards"
+            rows.insert(
+                -1, ("draft-worker verify", f"{forwards}, T={self.draft_worker_tokens_per_req}")
+            )
         return "\n".join(f"{k:<26} {v}" for k, v in rows)
 
     def as_dict(self) -> dict[str, Any]:
@@ -193,6 +201,8 @@ def run_demo(
         acceptance_rule_lossless=spec_algo.lossless,
         temperature=sampling.temperature,
         lossless_check=note,
+        draft_worker_verify_forwards=spec_stats.draft_worker_verify_forwards,
+        draft_worker_tokens_per_req=spec_stats.draft_worker_tokens_per_req,
     )
     return summary, spec_out
 
