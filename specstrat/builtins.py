@@ -67,7 +67,9 @@ _EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, 
 _SAMPLING = RejectionSamplingAcceptance()
 _DRAFT_LM = DraftModelDrafterFactory()
 #: DSPARK's confidence threshold: a block ends before its first draft the block head gives less
-#: than this probability (see bench/e2e.py for the figures it was chosen by).
+#: than this probability. On the demo workload (16 requests, D=4) it cuts the target's tokens
+#: per request per verify from 4.00 to 2.28 for an acceptance length of 1.69 instead of 1.79
+#: (0.2: 2.96 and 1.77; 0.5: 1.66 and 1.49).
 DSPARK_CONFIDENCE: Final = 0.3
 
 NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
