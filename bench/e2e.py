@@ -1,7 +1,8 @@
 """End-to-end figures of the plain scheduler on the embedded models, measured side by side.
 
 1. tokens/s with speculation vs target-only (NGRAM with uniform and ragged verify, STANDALONE,
-   EAGLE; ratio; acceptance length; tokens per request each verify runs through the target),
+   EAGLE, the block drafters DFLASH and DSPARK; ratio; acceptance length; tokens per request
+   each verify runs through the target),
    the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
 2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
@@ -58,6 +59,8 @@ def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None
         "NGRAM": (ngram, {}),
         "STANDALONE": (specstrat.STANDALONE, {}),
         "EAGLE": (specstrat.EAGLE, {}),
+        "DFLASH": (specstrat.DFLASH, {}),
+        "DSPARK": (specstrat.DSPARK, {}),
     }
     seconds: dict[str, list[float]] = {label: [] for label in runs}
     accept: dict[str, float] = {}

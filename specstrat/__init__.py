@@ -38,6 +38,8 @@ from specstrat.errors import (
 )
 from specstrat.models import (
     AttentionBackend,
+    BlockDraftModel,
+    BlockKV,
     CausalLM,
     DraftHead,
     DraftKV,
@@ -60,6 +62,7 @@ from specstrat.protocols import (
 from specstrat.registry import ENTRY_POINT_GROUP, Registry, get, names, register
 from specstrat.relay import RelayPayload
 from specstrat.strategies import (
+    BlockDrafterFactory,
     ChainTree,
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -84,6 +87,9 @@ from specstrat.strategies import (
 __version__ = "0.3.0"
 
 __all__ = [
+    "BlockDraftModel",
+    "BlockDrafterFactory",
+    "BlockKV",
     "BUILTINS",
     "DFLASH",
     "DSPARK",

@@ -209,6 +209,14 @@ class SpecAlgorithm(Generic[DraftT_co]):
                     f"{capability}=False; declare Capabilities({capability}=True) or use a "
                     "drafter that does not need it"
                 )
+        if needs.draft_worker_verify and not self.supports_target_verify_for_draft():
+            raise InvalidStrategy(
+                f"{self.name}: drafter={kind} needs draft_worker_verify (a TARGET_VERIFY forward "
+                f"on the draft worker) but target_verify={type(self.target_verify).__name__}."
+                "supports_target_verify_for_draft() is False; use a policy that allows it (e.g. "
+                "FixedWidthVerifyPolicy(allow_on_draft_worker=True)) or a drafter that does not "
+                "need it"
+            )
 
     # -- engine-facing methods, by delegation -------------------------------------------------
 

@@ -7,8 +7,14 @@
 | EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | no     | EAGLE head    |
 | STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      | no     | draft LM      |
 | NGRAM      | no                     | D, D                     | none           | no   | no     | no       | no     | prompt lookup |
-| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | no     | draft LM      |
-| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | yes    | draft LM      |
+| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | no     | block         |
+| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | yes    | block, cut    |
+
+DFLASH and DSPARK draft a block per step in one TARGET_VERIFY forward on the draft worker
+(:class:`~specstrat.strategies.block.BlockDrafterFactory`, ``T_draft`` positions: D for DFLASH,
+D - 1 for DSPARK, each giving the D - 1 drafts the target verifies); DSPARK cuts each block at
+its first draft whose confidence is below ``DSPARK_CONFIDENCE`` and verifies what it kept
+through ragged metadata ("block, cut").
 
 Every built-in accepts by rejection sampling (``RejectionSamplingAcceptance``: lossless in
 distribution, and exactly greedy decoding for requests with temperature 0).
@@ -23,6 +29,7 @@ from typing import Any, Final
 
 from specstrat.algorithm import Capabilities, SpecAlgorithm
 from specstrat.strategies.acceptance import RejectionSamplingAcceptance
+from specstrat.strategies.block import BlockDrafterFactory
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -45,6 +52,7 @@ __all__ = [
     "BUILTINS",
     "DFLASH",
     "DSPARK",
+    "DSPARK_CONFIDENCE",
     "EAGLE",
     "EAGLE3",
     "NGRAM",
@@ -58,6 +66,11 @@ _NO_STATE = NoDraftStateDisaggDraftBuilder()
 _EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True)
 _SAMPLING = RejectionSamplingAcceptance()
 _DRAFT_LM = DraftModelDrafterFactory()
+#: DSPARK's confidence threshold: a block ends before its first draft the block head gives less
+#: than this probability. On the demo workload (16 requests, D=4) it cuts the target's tokens
+#: per request per verify from 4.00 to 2.28 for an acceptance length of 1.69 instead of 1.79
+#: (0.2: 2.96 and 1.77; 0.5: 1.66 and 1.49).
+DSPARK_CONFIDENCE: Final = 0.3
 
 NONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="NONE",
@@ -110,7 +123,7 @@ DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True),
     future_map=_SLOTS,
     disagg=DflashDisaggDraftBuilder(),
-    drafter=_DRAFT_LM,
+    drafter=BlockDrafterFactory(),
     acceptance=_SAMPLING,
 )
 DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
@@ -119,7 +132,7 @@ DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
     future_map=_SLOTS,
     disagg=DsparkDisaggDraftBuilder(),
-    drafter=_DRAFT_LM,
+    drafter=BlockDrafterFactory(confidence_threshold=DSPARK_CONFIDENCE),
     acceptance=_SAMPLING,
 )
 

@@ -17,7 +17,7 @@ from typing import Generic, TypeVar
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.models import CausalLM, DraftKV, LoadedModels
+from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.relay import RelayField, RelayPayload
 
 __all__ = [
@@ -334,13 +334,17 @@ class DrafterNeeds:
     ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``prefill_fields``:
     the relay fields the prefill side of disaggregation must send for it (``topk_*`` need
     ``need_topk``, ``hidden_states`` need ``carries_draft_hidden_states``); ``trees``: drafts
-    the trees a tree policy with ``topk > 1`` asks for (else the engine refuses such a policy).
+    the trees a tree policy with ``topk > 1`` asks for (else the engine refuses such a policy);
+    ``draft_worker_verify``: runs TARGET_VERIFY forwards on the draft worker
+    (``DrafterContext.new_block_runner``; the algorithm's ``target_verify`` policy must answer
+    ``supports_target_verify_for_draft() == True``).
     """
 
     target_hidden_states: bool = False
     draft_model: bool = False
     prefill_fields: frozenset[RelayField] = frozenset()
     trees: bool = False
+    draft_worker_verify: bool = False
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -351,6 +355,11 @@ class DrafterContext:
     ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
     pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run; ``tree`` the
     shape every step may propose (from the algorithm's tree policy; ``None``: a chain).
+    ``new_block_runner(model)`` is ``new_kv_runner`` plus a draft-worker TARGET_VERIFY forward of
+    ``T_draft = get_num_tokens_per_req_for_target_verify(D, True)`` tokens per request (it raises
+    :class:`~specstrat.errors.InvalidConfig` when the policy refuses draft-worker verify);
+    ``verify_tokens_per_req`` is ``T_target``, what the target verifies per request
+    (``max_nodes + 1`` of every step). Both are ``None`` where the engine offers neither.
     """
 
     models: LoadedModels
@@ -361,3 +370,5 @@ class DrafterContext:
     context_len: int
     device: torch.device
     tree: TreeShape | None = None
+    new_block_runner: Callable[[CausalLM], BlockKV] | None = None
+    verify_tokens_per_req: int | None = None

@@ -2,7 +2,9 @@
 
 The engine runs any :class:`CausalLM` (the embedded byte models, or a user's own torch module)
 through paged attention; drafters reach the draft LM through a :class:`DraftKV` runner the engine
-creates, and an EAGLE-style head through :class:`DraftHead`. So built-in drafters live in
+creates, an EAGLE-style head through :class:`DraftHead`, and a block drafter's model
+(:class:`BlockDraftModel`) through a :class:`BlockKV` runner whose TARGET_VERIFY forward runs on
+the draft worker. So built-in drafters live in
 :mod:`specstrat.strategies` without importing the runtime.
 """
 
@@ -18,11 +20,14 @@ from specstrat.errors import InvalidConfig
 
 __all__ = [
     "AttentionBackend",
+    "BlockDraftModel",
+    "BlockKV",
     "CausalLM",
     "DraftHead",
     "DraftKV",
     "KVForward",
     "KVRequests",
+    "KVVerify",
     "LoadedModels",
     "ModelSet",
     "ModelShape",
@@ -87,6 +92,22 @@ class CausalLM(Protocol):
         ...
 
 
+@runtime_checkable
+class BlockDraftModel(CausalLM, Protocol):
+    """A draft LM that also reads placeholder tokens, so one forward proposes a whole block.
+
+    Guarantees (beyond :class:`CausalLM`'s): a row holding a vocabulary token produces what the
+    plain draft LM would; a row holding ``placeholder(k)`` at absolute position ``p`` predicts the
+    token *at* ``p`` (the ``k``-th after the anchor, the last known token), from everything
+    before it. Placeholder ids lie outside the output vocabulary.
+    """
+
+    def placeholder(self, offset: int) -> int:
+        """The input id standing for the unknown token ``offset >= 1`` positions after the
+        anchor."""
+        ...
+
+
 class DraftHead(Protocol):
     """An EAGLE-style head: the next token's logits from a hidden state and the current token.
 
@@ -122,11 +143,17 @@ class LoadedModels(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSet:
-    """Your own models for the engine: ``ModelSet(target=MyLM())`` (see the README)."""
+    """Your own models for the engine: ``ModelSet(target=MyLM())`` (see the README).
+
+    ``block``: a :class:`BlockDraftModel` for the block drafter (DFLASH, DSPARK). It is not part
+    of :class:`LoadedModels`, so model sets written before it still satisfy that Protocol; the
+    block drafter reads ``models.block`` where it is present.
+    """
 
     target: CausalLM
     draft: CausalLM | None = None
     head: DraftHead | None = None
+    block: BlockDraftModel | None = None
 
     def __post_init__(self) -> None:
         for name in ("target", "draft"):
@@ -139,6 +166,11 @@ class ModelSet:
                 )
         if self.head is not None and not callable(self.head):
             raise InvalidConfig(f"ModelSet.head={type(self.head).__name__} is not callable")
+        if self.block is not None and not isinstance(self.block, BlockDraftModel):
+            raise InvalidConfig(
+                f"ModelSet.block={type(self.block).__name__} is not a BlockDraftModel; it needs "
+                "what a CausalLM has and `placeholder(offset) -> int`"
+            )
 
 
 class KVRequests(Protocol):
@@ -187,3 +219,23 @@ class KVForward(Protocol):
 
 class DraftKV(KVRequests, KVForward, Protocol):
     """A model with its own request pool and KV cache, created for a drafter by the engine."""
+
+
+class KVVerify(Protocol):
+    """The draft worker's TARGET_VERIFY forward of a :class:`BlockKV` runner."""
+
+    @property
+    def tokens_per_req(self) -> int:
+        """``T_draft``: tokens per request each :meth:`verify` runs (the policy's answer for
+        the draft worker)."""
+        ...
+
+    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """One TARGET_VERIFY forward of ``rows`` ``[bs, tokens_per_req]`` after each request's
+        cached tokens (their KV is kept until rewound); logits and hidden, ``bs * T`` rows."""
+        ...
+
+
+class BlockKV(DraftKV, KVVerify, Protocol):
+    """A draft model with its own KV cache that also runs TARGET_VERIFY on the draft worker
+    (through per-bucket graphs sized ``bs * tokens_per_req``), created by the engine."""

@@ -63,7 +63,9 @@ def workload(
 
 @dataclass(frozen=True, slots=True)
 class DemoSummary:
-    """The demo's figures (``topk``/``num_steps``: the draft tree; topk 1 is a chain)."""
+    """The demo's figures. ``topk``/``num_steps``: the draft tree (topk 1 is a chain);
+    ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft worker ran (a block
+    drafter's); ``draft_worker_tokens_per_req``: their ``T_draft`` (0: none)."""
 
     algorithm: str
     overlap: bool
@@ -82,6 +84,8 @@ class DemoSummary:
     lossless_check: str
     topk: int
     num_steps: int
+    draft_worker_verify_forwards: int = 0
+    draft_worker_tokens_per_req: int = 0
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -109,6 +113,11 @@ class DemoSummary:
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
             ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
         ]
+        if self.draft_worker_verify_forwards:
+            forwards = f"{self.draft_worker_verify_forwards} forwards"
+            rows.insert(
+                -1, ("draft-worker verify", f"{forwards}, T={self.draft_worker_tokens_per_req}")
+            )
         return "\n".join(f"{k:<26} {v}" for k, v in rows)
 
     def as_dict(self) -> dict[str, Any]:
@@ -199,6 +208,8 @@ def run_demo(
         lossless_check=note,
         topk=spec.tree.topk,
         num_steps=spec.tree.num_steps,
+        draft_worker_verify_forwards=spec_stats.draft_worker_verify_forwards,
+        draft_worker_tokens_per_req=spec_stats.draft_worker_tokens_per_req,
     )
     return summary, spec_out
 

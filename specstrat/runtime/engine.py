@@ -25,7 +25,7 @@ from specstrat.algorithm import SpecAlgorithm, check_strategy
 from specstrat.contracts import hook_error
 from specstrat.drafting import DrafterContext, TreeShape
 from specstrat.errors import DisaggError, EngineStateError, InvalidConfig, SpecstratError
-from specstrat.models import CausalLM, DraftKV, LoadedModels
+from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.registry import get
 from specstrat.runtime.admission import TransferBatch, check_transfer
@@ -34,7 +34,7 @@ from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.scheduler import Progress, Scheduler, Source
 from specstrat.runtime.step import StepRunner
 from specstrat.runtime.verify import Verifier
-from specstrat.runtime.worker import KVRunner, ModelWorker
+from specstrat.runtime.worker import BlockKVRunner, KVRunner, ModelWorker
 
 __all__ = ["Engine"]
 
@@ -125,6 +125,7 @@ class Engine:
         # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
         tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)
         self.margin = 2 * self.tokens_per_req + tree_columns
+        self.stats = RunStats()  # before the drafter: its draft-worker verify forwards count here
         self.drafter = self._create_drafter()
         self.graph_runner = (
             GraphRunner(self.target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
@@ -138,7 +139,6 @@ class Engine:
             ragged=cfg.ragged_verify and algo.capabilities.supports_ragged_verify,
         )
         self.future_map: FutureMap = self.init_overlap(self.target.device)
-        self.stats = RunStats()
         self.steps = StepRunner(
             algo, self.target, self.drafter, verifier, self.future_map, self.stats, self.tree
         )
@@ -200,8 +200,8 @@ class Engine:
             )
         return shape
 
-    def _new_runner(self, model: CausalLM) -> DraftKV:
-        """A KV runner for a drafter's model, sized like the target's pools."""
+    def _new_worker(self, model: CausalLM) -> ModelWorker:
+        """A worker for a drafter's model, sized like the target's pools."""
         cfg = self.config
         worker = ModelWorker(
             model,
@@ -210,7 +210,30 @@ class Engine:
             max_total_tokens=cfg.kv_tokens,
         )
         self._workers.append(worker)
-        return KVRunner(worker)
+        return worker
+
+    def _new_runner(self, model: CausalLM) -> DraftKV:
+        """A KV runner for a drafter's model."""
+        return KVRunner(self._new_worker(model))
+
+    def _new_block_runner(self, model: CausalLM) -> BlockKV:
+        """A KV runner that also runs TARGET_VERIFY on the draft worker, through a draft-worker
+        graph runner (which refuses a policy without ``supports_target_verify_for_draft``)."""
+        cfg, worker = self.config, self._new_worker(model)
+        graphs = GraphRunner(
+            worker, self.algo, cfg.num_draft_tokens, is_draft_worker=True, buckets=cfg.graph_buckets
+        )
+        self.stats.draft_worker_tokens_per_req = graphs.tokens_per_req
+
+        def counted() -> None:
+            self.stats.draft_worker_verify_forwards += 1
+
+        return BlockKVRunner(
+            worker,
+            graphs.tokens_per_req,
+            graphs=graphs if cfg.use_graph_runner else None,
+            on_verify=counted,
+        )
 
     def _create_drafter(self) -> Drafter[Any]:
         algo, cfg = self.algo, self.config
@@ -223,6 +246,8 @@ class Engine:
             context_len=cfg.context_len,
             device=self.target.device,
             tree=self.tree,
+            new_block_runner=self._new_block_runner,
+            verify_tokens_per_req=self.tokens_per_req,
         )
         try:
             drafter = algo.drafter.create_drafter(context)

@@ -131,6 +131,9 @@ class RunStats:
     accepted; ``proposed_by_position[k]``: those in which it was proposed. Stage seconds are
     summed over decode steps: ``draft_seconds`` (drafter.propose), ``verify_seconds`` (the
     target's forward), ``accept_seconds`` (acceptance rule), ``decode_seconds`` (whole steps).
+    ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft worker ran (a block
+    drafter's, one per step); ``draft_worker_tokens_per_req``: their ``T_draft`` (0 when the
+    draft worker runs no TARGET_VERIFY).
     """
 
     generated_tokens: int = 0
@@ -145,6 +148,8 @@ class RunStats:
     accept_seconds: float = 0.0
     decode_seconds: float = 0.0
     seconds: float = 0.0
+    draft_worker_verify_forwards: int = 0
+    draft_worker_tokens_per_req: int = 0
 
     @property
     def acceptance_length(self) -> float:

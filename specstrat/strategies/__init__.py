@@ -5,6 +5,12 @@ from specstrat.strategies.acceptance import (
     RejectionSamplingAcceptance,
     TypicalAcceptance,
 )
+from specstrat.strategies.block import (
+    BlockDrafter,
+    BlockDrafterFactory,
+    BlockLayout,
+    block_layout,
+)
 from specstrat.strategies.disagg import (
     DflashDisaggDraftBuilder,
     DflashDraftInput,
@@ -36,6 +42,10 @@ from specstrat.strategies.verify import FixedWidthVerifyPolicy
 __all__ = [
     "ChainTree",
     "TopkTree",
+    "BlockDrafter",
+    "BlockDrafterFactory",
+    "BlockLayout",
+    "block_layout",
     "DflashDisaggDraftBuilder",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",

@@ -182,7 +182,7 @@ def check_drafter(
     algo: SpecAlgorithm[Any] = SpecAlgorithm(
         name="CONFORMANCE",
         capabilities=capabilities or _capabilities(needs),
-        target_verify=FixedWidthVerifyPolicy(),
+        target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=needs.draft_worker_verify),
         future_map=SlotFutureMapFactory(),
         disagg=NoDraftStateDisaggDraftBuilder(),
         drafter=drafter,

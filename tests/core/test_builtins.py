@@ -6,6 +6,7 @@ import pytest
 
 import specstrat
 from specstrat import (
+    BlockDrafterFactory,
     DflashDisaggDraftBuilder,
     DsparkDisaggDraftBuilder,
     EagleDisaggDraftBuilder,
@@ -13,6 +14,7 @@ from specstrat import (
     NoDraftStateDisaggDraftBuilder,
     SpecAlgorithm,
 )
+from specstrat.builtins import DSPARK_CONFIDENCE
 
 # name: (verify on draft worker, T target - D, T draft worker - D, builder, topk, hidden, draft KV)
 TABLE: dict[str, tuple[bool, int | None, int | None, type, bool, bool, bool]] = {
@@ -66,3 +68,17 @@ def test_dspark_is_the_ragged_builtin() -> None:
     """Only DSPARK declares ragged verification among the built-ins (as in SGLang 0.5.23)."""
     ragged = [a.name for a in specstrat.BUILTINS if a.capabilities.supports_ragged_verify]
     assert ragged == ["DSPARK"]
+
+
+def test_dflash_and_dspark_draft_blocks_on_the_draft_worker() -> None:
+    """DFLASH and DSPARK use the block drafter, which declares draft-worker verify; only
+    DSPARK cuts its blocks by confidence (its ragged row)."""
+    dflash, dspark = specstrat.DFLASH.drafter, specstrat.DSPARK.drafter
+    assert isinstance(dflash, BlockDrafterFactory)
+    assert isinstance(dspark, BlockDrafterFactory)
+    assert dflash.needs.draft_worker_verify
+    assert dspark.needs.draft_worker_verify
+    assert dflash.confidence_threshold is None
+    assert dspark.confidence_threshold == DSPARK_CONFIDENCE
+    others = [a for a in specstrat.BUILTINS if a.name not in ("DFLASH", "DSPARK")]
+    assert not any(a.drafter.needs.draft_worker_verify for a in others)

@@ -47,6 +47,7 @@ def test_list_prints_every_builtin_with_strategies(capsys: pytest.CaptureFixture
         assert f"\n{name}\n" in f"\n{out}"
     assert "EagleDisaggDraftBuilder" in out
     assert "carries_draft_hidden_states" in out
+    assert out.count("drafter        BlockDrafterFactory") == 2  # DFLASH and DSPARK
 
 
 GOOD_PLUGIN = "import dataclasses\nimport specstrat\nALGO = dataclasses.replace(specstrat.NGRAM, name='PLUGGED')"
@@ -208,6 +209,22 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     assert summary["requests"] == 2
     assert len(summary["acceptance_by_position"]) == 3  # D = 4: positions 1..3
     assert summary["acceptance_rule_lossless"] is True
+    assert (summary["draft_worker_verify_forwards"], summary["draft_worker_tokens_per_req"]) == (
+        0,
+        0,
+    )  # EAGLE's draft worker runs no TARGET_VERIFY
+
+
+@pytest.mark.parametrize(("algo", "t_draft"), [("DFLASH", 4), ("DSPARK", 3)])
+def test_demo_json_reports_draft_worker_verify(
+    algo: str, t_draft: int, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A block drafter's demo reports its draft-worker TARGET_VERIFY forwards and T_draft."""
+    assert main(["demo", "--algo", algo, "--requests", "2", "--no-overlap", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["lossless"] is True
+    assert summary["draft_worker_verify_forwards"] > 0
+    assert summary["draft_worker_tokens_per_req"] == t_draft
 
 
 def test_demo_unknown_algorithm(capsys: pytest.CaptureFixture[str]) -> None:

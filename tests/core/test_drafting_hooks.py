@@ -12,8 +12,10 @@ from specstrat import (
     EAGLE,
     NGRAM,
     Acceptance,
+    BlockDrafterFactory,
     Capabilities,
     ConformanceError,
+    DrafterNeeds,
     DraftTree,
     GreedyAcceptance,
     InvalidConfig,
@@ -116,6 +118,22 @@ def test_a_drafter_needing_hidden_states_needs_the_capability() -> None:
         match=r"drafter=EagleHeadDrafterFactory needs target_hidden_states but capabilities\.carries_draft_hidden_states=False",
     ):
         replace(NGRAM, name="BAD", drafter=EagleHeadDrafterFactory())  # type: ignore[arg-type]
+
+
+def test_a_block_drafter_needs_draft_kv_and_draft_worker_verify() -> None:
+    """The block drafter needs a draft KV (capability) and a policy that allows TARGET_VERIFY on
+    the draft worker; each missing side is named."""
+    with pytest.raises(
+        InvalidStrategy,
+        match=r"drafter=BlockDrafterFactory needs draft_model but capabilities\.has_draft_kv=False",
+    ):
+        replace(NGRAM, name="BAD", drafter=BlockDrafterFactory())
+    with pytest.raises(
+        InvalidStrategy,
+        match=r"BAD: drafter=BlockDrafterFactory needs draft_worker_verify .* is False",
+    ):
+        replace(specstrat.STANDALONE, name="BAD", drafter=BlockDrafterFactory())
+    assert DrafterNeeds().draft_worker_verify is False
 
 
 def test_an_acceptance_rule_without_lossless_is_refused() -> None:

@@ -1,4 +1,5 @@
-"""The embedded byte-level models: a small target LM, a smaller draft LM and an EAGLE-style head.
+"""The embedded byte-level models: a small target LM, a smaller draft LM, an EAGLE-style head and
+a block head that lets the draft LM propose a whole block in one forward.
 
 The models never own a KV cache or a mask: each attention layer calls an
 :class:`~specstrat.models.AttentionBackend`, so one model definition serves training (dense causal attention over
@@ -14,9 +15,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specstrat.errors import InvalidConfig
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = [
+    "BlockDraftLM",
+    "BlockHead",
     "BoundEagleHead",
     "CausalAttention",
     "EagleHead",
@@ -172,3 +176,78 @@ class BoundEagleHead:
         """Draft logits for the token after ``tokens``, and the predicted hidden state."""
         out: tuple[torch.Tensor, torch.Tensor] = self.head(hidden, tokens, self.target)
         return out
+
+
+class BlockHead(nn.Module):
+    """Block prediction for a draft :class:`TinyLM`: placeholder inputs and layers of its own.
+
+    ``placeholder`` holds one learned input embedding per block offset ``1..max_block`` (the
+    token ``offset`` positions after the anchor, not known yet). ``layers`` are trainable
+    transformer blocks that run after the frozen draft LM's layers on every row (so placeholder
+    rows attend to their keys over the context); their output, through ``out_norm``, replaces the
+    draft LM's hidden state at placeholder rows only, and the draft LM's tied output embedding
+    turns it into logits. The draft LM's own rows are untouched.
+    """
+
+    def __init__(self, cfg: ModelConfig, max_block: int, layers: int = 1) -> None:
+        super().__init__()
+        self.max_block = max_block
+        self.placeholder = nn.Embedding(max_block, cfg.dim)
+        self.layers = nn.ModuleList(_Block(cfg) for _ in range(layers))
+        self.out_norm = nn.LayerNorm(cfg.dim)
+        nn.init.normal_(self.placeholder.weight, std=0.02)
+
+
+class BlockDraftLM(nn.Module):
+    """The draft LM with a :class:`BlockHead`, as a :class:`~specstrat.models.BlockDraftModel`.
+
+    Input ids ``0..255`` are bytes; ``256 + k - 1`` is the placeholder for offset ``k``
+    (:meth:`placeholder`). Rows of bytes produce exactly the draft LM's logits and hidden states
+    (so catching up on committed tokens is the draft LM's forward); a placeholder row at absolute
+    position ``p`` predicts the token *at* ``p`` (mask filling), given everything before it.
+    The KV cache holds the draft LM's layers and the head's.
+    """
+
+    def __init__(self, draft: TinyLM, head: BlockHead) -> None:
+        super().__init__()
+        self.draft = draft
+        self.head = head
+
+    @property
+    def shape(self) -> ModelShape:
+        """The draft LM's shape with the head's layers added (they size the KV cache)."""
+        s = self.draft.shape
+        return ModelShape(
+            vocab_size=s.vocab_size,
+            hidden_size=s.hidden_size,
+            layers=s.layers + len(self.head.layers),
+            heads=s.heads,
+            head_dim=s.head_dim,
+            max_positions=s.max_positions,
+        )
+
+    def placeholder(self, offset: int) -> int:
+        """The input id standing for the token ``offset >= 1`` positions after the anchor;
+        offsets past ``max_block`` reuse the last learned placeholder."""
+        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+            raise InvalidConfig(
+                f"offset={offset!r} must be an int >= 1 (1: the token after the anchor)"
+            )
+        return VOCAB + min(offset, self.head.max_block) - 1
+
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and hidden states: the draft LM's at byte rows, the head's at placeholders."""
+        held = (tokens >= VOCAB)[:, None]
+        blank = self.head.placeholder((tokens - VOCAB).clamp(0, self.head.max_block - 1))
+        x = torch.where(held, blank, self.draft.embed(tokens.clamp(max=VOCAB - 1)))
+        x = x + self.draft.pos(positions)
+        for layer, block in enumerate(self.draft.blocks):
+            x = block(x, layer, attention)
+        own = self.draft.norm(x)
+        for layer, block in enumerate(self.head.layers, start=len(self.draft.blocks)):
+            x = block(x, layer, attention)
+        ahead = self.head.out_norm(x)
+        hidden = torch.where(held, ahead, own)
+        return self.draft.logits(hidden), hidden

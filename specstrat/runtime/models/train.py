@@ -2,7 +2,9 @@
 
 ``python -m specstrat.runtime.models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
 the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
-speculation must match). Seeds, file list and the math library's settings are fixed (one thread;
+speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
+against the frozen target and draft LM of ``embedded.pt``, which it leaves untouched: on the
+target's greedy continuations of stdlib prompts (see :func:`train_block_head`). Seeds, file list and the math library's settings are fixed (one thread;
 MKL on one code path, see ``REPRODUCIBLE_ENV``), so the same Python, torch and CPU reproduce the
 same weights bit for bit. Weights are stored in float16 beside their configs.
 """
@@ -10,6 +12,7 @@ same weights bit for bit. Weights are stored in float16 beside their configs.
 from __future__ import annotations
 
 import argparse
+import hashlib
 import math
 import os
 import sys
@@ -21,8 +24,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specstrat.runtime.models.model import CausalAttention, EagleHead, ModelConfig, TinyLM
+from specstrat.runtime.models.model import (
+    VOCAB,
+    BlockDraftLM,
+    BlockHead,
+    CausalAttention,
+    EagleHead,
+    ModelConfig,
+    TinyLM,
+)
 from specstrat.runtime.models.text import encode_indentation
+from specstrat.runtime.models.weights import EmbeddedModels
 
 __all__ = [
     "DRAFT_CONFIG",
@@ -30,7 +42,10 @@ __all__ = [
     "SOURCE_FILES",
     "TARGET_CONFIG",
     "corpus",
+    "greedy_rollouts",
     "main",
+    "train_block_head",
+    "block_main",
     "train_draft",
     "train_eagle",
     "train_target",
@@ -182,21 +197,171 @@ def train_eagle(data: torch.Tensor, target: TinyLM, steps: int, unroll: int = 3)
     return head.eval()
 
 
+class _CachedAttention:
+    """Causal attention for ``batch`` sequences of up to ``length`` tokens that keeps every
+    layer's keys and values, so a greedy rollout runs one new token per sequence per forward
+    (the caller advances ``filled`` after each forward)."""
+
+    def __init__(self, batch: int, length: int) -> None:
+        self.batch, self.length, self.filled = batch, length, 0
+        self.kv: dict[int, torch.Tensor] = {}  # layer -> [2, batch, heads, length, head_dim]
+
+    def __call__(
+        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+    ) -> torch.Tensor:
+        n, h, d = q.shape
+        new, past = n // self.batch, self.filled
+
+        def split(t: torch.Tensor) -> torch.Tensor:
+            return t.reshape(self.batch, new, h, d).transpose(1, 2)
+
+        if layer not in self.kv:
+            self.kv[layer] = q.new_zeros(2, self.batch, h, self.length, d)
+        cache = self.kv[layer]
+        cache[0, :, :, past : past + new], cache[1, :, :, past : past + new] = split(k), split(v)
+        mask = torch.ones(new, past + new, dtype=torch.bool).tril(past)
+        keys, values = cache[0, :, :, : past + new], cache[1, :, :, : past + new]
+        out = F.scaled_dot_product_attention(split(q), keys, values, attn_mask=mask)
+        return out.transpose(1, 2).reshape(n, h, d)
+
+
+def greedy_rollouts(
+    target: TinyLM, data: torch.Tensor, count: int, *, prompt_len: int, length: int, seed: int
+) -> torch.Tensor:
+    """``count`` sequences ``[count, length]``: a corpus window of ``prompt_len`` bytes, then the
+    target's greedy continuation (every byte after the prompt is the target's argmax given all
+    before it, which is what a lossless speculative run commits at temperature 0)."""
+    gen = torch.Generator().manual_seed(seed)
+    starts = torch.randint(0, data.numel() - prompt_len, (count,), generator=gen)
+    out = []
+    with torch.no_grad():
+        for first in range(0, count, 64):
+            seq = data[starts[first : first + 64, None] + torch.arange(prompt_len)]
+            b, cache = seq.shape[0], _CachedAttention(seq.shape[0], length)
+            logits, _ = target(seq.reshape(-1), torch.arange(prompt_len).repeat(b), cache)
+            token = logits.view(b, prompt_len, -1)[:, -1].argmax(-1)
+            tokens = [seq, token[:, None]]
+            for pos in range(prompt_len, length - 1):
+                cache.filled = pos
+                logits, _ = target(token, torch.full((b,), pos), cache)
+                token = logits.argmax(-1)
+                tokens.append(token[:, None])
+            out.append(torch.cat(tokens, dim=1))
+    return torch.cat(out)
+
+
+#: Block offsets the head learns (D - 1 placeholders: D up to 9 without reusing the last one).
+BLOCK = 8
+#: Context bytes a training example keeps before its anchor (cost: an example is WINDOW + BLOCK rows).
+WINDOW = 96
+#: Steps of the shipped block head, and its transformer layers.
+BLOCK_STEPS, HEAD_LAYERS = 3000, 2
+
+
+def train_block_head(
+    draft: TinyLM, rollouts: torch.Tensor, steps: int, *, prompt_len: int, batch: int = 48
+) -> BlockHead:
+    """The block head, on the frozen ``draft``: each example is a rollout's first ``c`` bytes
+    (``c`` drawn per step, the anchor's position ``c - 1`` past the prompt) followed by
+    ``BLOCK`` placeholders, which learn the rollout's next ``BLOCK`` bytes (cross-entropy, equal
+    weight per offset). Only the head's parameters train."""
+    torch.manual_seed(7)
+    head = BlockHead(draft.cfg, BLOCK, HEAD_LAYERS)
+    model = BlockDraftLM(draft, head)
+    gen = torch.Generator().manual_seed(8)
+    blanks = VOCAB + torch.arange(BLOCK)
+    opt = torch.optim.AdamW(head.parameters(), lr=3e-3, weight_decay=0.01)
+    start, length = time.time(), rollouts.shape[1]
+    for step in range(steps):
+        for group in opt.param_groups:
+            group["lr"] = _lr(step, steps, 3e-3)
+        rows = torch.randint(0, rollouts.shape[0], (batch,), generator=gen)
+        c = int(torch.randint(prompt_len, length - BLOCK + 1, (1,), generator=gen))
+        picked = rollouts[rows]
+        lo = max(0, c - WINDOW)  # the last WINDOW bytes of context, at their own positions
+        tokens = torch.cat([picked[:, lo:c], blanks.expand(batch, BLOCK)], dim=1)
+        positions = torch.arange(lo, c + BLOCK).repeat(batch)
+        logits, _ = model(tokens.reshape(-1), positions, CausalAttention(batch))
+        logits = logits.view(batch, c + BLOCK - lo, VOCAB)
+        want = picked[:, c : c + BLOCK]
+        loss = F.cross_entropy(logits[:, c - lo :].reshape(-1, VOCAB), want.reshape(-1))
+        opt.zero_grad()
+        loss.backward()  # type: ignore[no-untyped-call]
+        opt.step()
+        _log("block", step, steps, loss.item(), start)
+    return head.eval()
+
+
 def _half(module: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {k: v.detach().to(torch.float16).clone() for k, v in module.state_dict().items()}
 
 
+#: The block head's data: rollouts of the target (float64, as the engine runs it).
+ROLLOUTS, PROMPT_LEN, ROLLOUT_LEN = 512, 48, 264
+
+
+def block_main(frozen: Path, out: Path, steps: int) -> int:
+    """Train the block head against the frozen models of ``frozen``; write it to ``out``."""
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True)
+    models = EmbeddedModels.load(frozen, block=None, dtype=torch.float32)  # as stored
+    target, draft = models.target.requires_grad_(False), models.draft.requires_grad_(False)
+    data = corpus()
+    start = time.time()
+    rollouts = greedy_rollouts(
+        target.double(), data, ROLLOUTS, prompt_len=PROMPT_LEN, length=ROLLOUT_LEN, seed=9
+    )
+    print(f"rollouts: {tuple(rollouts.shape)} ({time.time() - start:.0f}s)", flush=True)
+    head = train_block_head(draft.float(), rollouts, steps, prompt_len=PROMPT_LEN)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    torch.save(
+        {
+            "block_head": {
+                "config": draft.cfg.as_dict(),
+                "max_block": BLOCK,
+                "layers": HEAD_LAYERS,
+                "state": _half(head),
+            },
+            "frozen": {
+                "file": frozen.name,
+                "sha256": hashlib.sha256(frozen.read_bytes()).hexdigest(),
+            },
+            "trained_with": {
+                "python": sys.version.split()[0],
+                "torch": str(torch.__version__),
+                "steps": steps,
+            },
+        },
+        out,
+    )
+    print(f"wrote {out} ({out.stat().st_size / 1e6:.2f} MB)")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    """Train all three models and write them to ``--out``."""
+    """Train all three models and write them to ``--out`` (``--block-head``: the block head)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    default = Path(__file__).parent / "weights" / "embedded.pt"
-    parser.add_argument("--out", type=Path, default=default)
+    weights = Path(__file__).parent / "weights"
+    parser.add_argument("--out", type=Path, default=None, help="default: weights/embedded.pt")
     parser.add_argument(
         "--steps", type=int, default=3000, help="target and head steps; the draft LM uses half"
     )
+    parser.add_argument(
+        "--block-head",
+        action="store_true",
+        help="train only the block head against the frozen --frozen models (out: block.pt)",
+    )
+    parser.add_argument("--frozen", type=Path, default=weights / "embedded.pt")
+    parser.add_argument("--block-steps", type=int, default=BLOCK_STEPS)
     args = parser.parse_args(argv)
-    if args.steps < 1:
-        parser.error(f"--steps must be at least 1, got {args.steps}; the shipped weights use 3000")
+    if args.steps < 1 or args.block_steps < 1:
+        parser.error(
+            f"--steps={args.steps} and --block-steps={args.block_steps} must be at least 1; the "
+            f"shipped weights use 3000 and {BLOCK_STEPS}"
+        )
+    if args.block_head:
+        return block_main(args.frozen, args.out or weights / "block.pt", args.block_steps)
+    args.out = args.out or weights / "embedded.pt"
     torch.set_num_threads(1)
     torch.use_deterministic_algorithms(True)
     data = corpus()
