@@ -23,18 +23,20 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm, check_strategy
 from specstrat.contracts import hook_error
-from specstrat.drafting import DrafterContext, TreeShape
+from specstrat.drafting import DrafterContext
 from specstrat.errors import DisaggError, EngineStateError, InvalidConfig, SpecstratError
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.registry import get
 from specstrat.runtime.admission import TransferBatch, check_transfer
 from specstrat.runtime.graph_runner import GraphRunner
+from specstrat.runtime.kv_runner import BlockKVRunner, KVRunner
+from specstrat.runtime.policy import tree_shape, verify_width
 from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.scheduler import Progress, Scheduler, Source
 from specstrat.runtime.step import StepRunner
 from specstrat.runtime.verify import Verifier
-from specstrat.runtime.worker import BlockKVRunner, KVRunner, ModelWorker
+from specstrat.runtime.worker import ModelWorker
 
 __all__ = ["Engine"]
 
@@ -112,7 +114,7 @@ class Engine:
                 f"algorithm {algo.name} has supports_overlap=False; run it with "
                 "EngineConfig(overlap=False)"
             )
-        self.tokens_per_req = self._check_verify_policy()
+        self.tokens_per_req = verify_width(algo, cfg)
         self.target = ModelWorker(
             models.target,
             max_running_requests=cfg.max_running_requests,
@@ -120,11 +122,12 @@ class Engine:
             max_total_tokens=cfg.kv_tokens,
         )
         self._workers = [self.target]
-        self.tree = self._tree_shape()
+        self.tree = tree_shape(algo, self.tokens_per_req)
         # KV a request may need beyond prompt and output: one overlapped step of T, and the
         # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
         tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)
         self.margin = 2 * self.tokens_per_req + tree_columns
+        self._margin_label = f"2*T{' + tree columns' if tree_columns else ''} ({self.margin})"
         self.stats = RunStats()  # before the drafter: its draft-worker verify forwards count here
         self.drafter = self._create_drafter()
         self.graph_runner = (
@@ -150,55 +153,6 @@ class Engine:
         self._closed: str | None = None
 
     # -- construction -------------------------------------------------------------------------
-
-    def _check_verify_policy(self) -> int:
-        """T for the target, checked to be pure over the D this engine sees; fits the context."""
-        algo, cfg = self.algo, self.config
-        if not algo.is_speculative():
-            return 1
-        d = cfg.num_draft_tokens
-        kinds = (False, True) if algo.supports_target_verify_for_draft() else (False,)
-        for worker in kinds:
-            first = algo.get_num_tokens_per_req_for_target_verify(d, worker)
-            if algo.get_num_tokens_per_req_for_target_verify(d, worker) != first:
-                raise InvalidConfig(
-                    f"{algo.name}: target_verify={type(algo.target_verify).__name__} answered "
-                    f"differently for the same num_draft_tokens={d}; the policy must be pure"
-                )
-        tokens = algo.get_num_tokens_per_req_for_target_verify(d, False)
-        if 2 * tokens + 1 >= cfg.context_len:
-            raise InvalidConfig(
-                f"num_draft_tokens={d} verifies T={tokens} tokens per request, which leaves no "
-                f"room in context_len={cfg.context_len} (needs > 2*T + 1); lower "
-                "num_draft_tokens or raise context_len"
-            )
-        return tokens
-
-    def _tree_shape(self) -> TreeShape:
-        """The draft tree for the target's verify width, from the algorithm's tree policy;
-        refused for a drafter that drafts chains only when the tree is not one."""
-        algo = self.algo
-        policy = type(algo.tree).__name__
-        try:
-            shape = algo.tree.tree_shape(self.tokens_per_req)
-        except SpecstratError:
-            raise
-        except Exception as exc:
-            raise hook_error(
-                algo.name, "tree.tree_shape", f"raised {type(exc).__name__}: {exc}"
-            ) from exc
-        if not isinstance(shape, TreeShape) or shape.num_draft_tokens != self.tokens_per_req:
-            raise InvalidConfig(
-                f"{algo.name}: tree={policy}.tree_shape({self.tokens_per_req}) returned "
-                f"{shape!r}; it must be a TreeShape with num_draft_tokens={self.tokens_per_req}"
-            )
-        if not shape.is_chain and not algo.drafter.needs.trees:
-            raise InvalidConfig(
-                f"{algo.name}: tree={policy} asks for topk={shape.topk} but drafter="
-                f"{type(algo.drafter).__name__} drafts chains only (needs.trees=False); use "
-                "tree=ChainTree() or a drafter that drafts trees"
-            )
-        return shape
 
     def _new_worker(self, model: CausalLM) -> ModelWorker:
         """A worker for a drafter's model, sized like the target's pools."""
@@ -317,7 +271,7 @@ class Engine:
         if need > cfg.context_len:
             raise InvalidConfig(
                 f"request {request.rid!r}: prompt ({len(request.prompt)}) + max_new_tokens "
-                f"({request.max_new_tokens}) + 2*T and tree ({self.margin}) = {need} exceeds "
+                f"({request.max_new_tokens}) + {self._margin_label} = {need} exceeds "
                 f"context_len={cfg.context_len}; shorten the prompt or the output"
             )
         if need > self.target.kv.capacity:

@@ -10,9 +10,8 @@ with ``T`` tokens for DECODE and TARGET_VERIFY). ``rewind`` frees the KV of reje
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
@@ -23,7 +22,7 @@ from specstrat.runtime.attention import PagedAttention
 from specstrat.runtime.forward import ForwardBatch, ForwardMode, TreeAttention
 from specstrat.runtime.memory import KVPool, RequestPool
 
-__all__ = ["BlockKVRunner", "KVRunner", "ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
+__all__ = ["ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
 
 _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
@@ -319,102 +318,3 @@ class ModelWorker:
         locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
-
-
-class KVRunner:
-    """A :class:`~specstrat.models.DraftKV` over a worker: what a drafter's draft LM runs on."""
-
-    def __init__(self, worker: ModelWorker) -> None:
-        self.worker = worker
-
-    def alloc(self, count: int) -> list[int]:
-        """``count`` fresh slots, all or none."""
-        if count > self.worker.requests.available:
-            raise InvalidConfig(
-                f"draft request pool has {self.worker.requests.available} free slots, "
-                f"{count} needed; raise max_running_requests"
-            )
-        return [self.worker.alloc_request() for _ in range(count)]
-
-    def free(self, slots: Sequence[int]) -> None:
-        """Release the slots and their KV."""
-        for slot in slots:
-            self.worker.free_request(slot)
-
-    def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..``."""
-        self.worker.rewind(slot, new_len)
-
-    def extend(
-        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """DECODE when every request adds one token, DRAFT_EXTEND otherwise."""
-        single = all(len(t) == 1 for t in tokens)
-        mode = ForwardMode.DECODE if single else ForwardMode.DRAFT_EXTEND
-        return self.worker.forward(mode, slots, tokens)
-
-    def extend_tree(
-        self,
-        slots: Sequence[int],
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        mask: torch.Tensor,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Append ``tokens [bs, k]`` as draft-tree nodes (see :class:`TreeTokens`); a draft
-        forward (DECODE or DRAFT_EXTEND), never TARGET_VERIFY, which the algorithm's policy
-        may refuse the draft worker."""
-        mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.DRAFT_EXTEND
-        return self.worker.forward(mode, slots, tokens.tolist(), tree=TreeTokens(positions, mask))
-
-    def lengths(self, slots: Sequence[int]) -> list[int]:
-        """Cached positions per request."""
-        return [self.worker.length(s) for s in slots]
-
-
-class _Replayer(Protocol):
-    """What :class:`BlockKVRunner` needs of a graph runner (``GraphRunner``, is_draft_worker)."""
-
-    def can_run(self, bs: int) -> bool: ...
-
-    def replay(
-        self, slots: Sequence[int], tokens: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]: ...
-
-
-class BlockKVRunner(KVRunner):
-    """A :class:`~specstrat.models.BlockKV`: a :class:`KVRunner` whose :meth:`verify` runs
-    TARGET_VERIFY of ``tokens_per_req`` tokens per request on this (draft) worker, through the
-    draft-worker graph runner's buckets when the batch fits one, eagerly otherwise; each forward
-    calls ``on_verify`` (the engine counts them)."""
-
-    def __init__(
-        self,
-        worker: ModelWorker,
-        tokens_per_req: int,
-        *,
-        graphs: _Replayer | None,
-        on_verify: Callable[[], None],
-    ) -> None:
-        super().__init__(worker)
-        self._tokens, self.graphs, self.on_verify = tokens_per_req, graphs, on_verify
-
-    @property
-    def tokens_per_req(self) -> int:
-        """``T_draft``: tokens per request of each verify forward."""
-        return self._tokens
-
-    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """TARGET_VERIFY (DECODE when ``T = 1``) of ``rows [bs, T]`` after the cached tokens."""
-        bs, t = rows.shape
-        if t != self._tokens:
-            raise InvalidConfig(
-                f"rows have width {t}; this draft worker verifies T_draft={self._tokens} tokens "
-                "per request"
-            )
-        if self.graphs is not None and self.graphs.can_run(bs):
-            out = self.graphs.replay(slots, rows)
-        else:
-            mode = ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE
-            out = self.worker.forward(mode, slots, rows.tolist())
-        self.on_verify()
-        return out

@@ -360,3 +360,9 @@ def test_demo_refuses_a_budget_the_tree_cannot_fill(capsys: pytest.CaptureFixtur
     assert (
         "num_draft_tokens=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
     )
+
+
+def test_demo_tree_flags_need_a_budget_of_two() -> None:
+    """--topk with --draft-tokens 1 exits naming the budget the tree needs, not a derived value."""
+    with pytest.raises(SystemExit, match=r"a tree needs --draft-tokens >= 2"):
+        main(["demo", "--topk", "2", "--draft-tokens", "1", "--requests", "1"])

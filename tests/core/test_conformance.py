@@ -223,6 +223,7 @@ def test_run_conformance_reports_every_check() -> None:
         "future_map",
         "disagg",
         "drafter",
+        "tree",
         "acceptance",
         "engine methods",
     ]

@@ -291,7 +291,9 @@ def test_a_draft_trees_kv_is_reserved_at_submit(models: EmbeddedModels) -> None:
     algo = tree(specstrat.STANDALONE, 4, 3)  # 4 * (3 - 1) = 8 draft-KV columns past the root
     engine = Engine(algo, models, EngineConfig(context_len=64, num_draft_tokens=4))
     request = specstrat.runtime.Request("r", tuple(range(30)), 20)
-    with pytest.raises(InvalidConfig, match=r"\+ 2\*T and tree \(16\) = 66 exceeds context_len=64"):
+    with pytest.raises(
+        InvalidConfig, match=r"\+ 2\*T \+ tree columns \(16\) = 66 exceeds context_len=64"
+    ):
         engine.submit(request)
 
 
