@@ -85,18 +85,18 @@ def _placeholder_worker(server_args: Any) -> type:
 
 @contextmanager
 def _registered(
-    algo: SpecAlgorithm[Any], to_spec_input: ToSpecInput | None, modules: SGLangModules
+    algo: SpecAlgorithm[Any], name: str, to_spec_input: ToSpecInput | None
 ) -> Iterator[Any]:
     """The SGLang object registered for ``algo``: the existing one, or a temporary one."""
-    existing = registered(algo.name)
+    existing = registered(name)
     if isinstance(existing, SpecstratSpecAlgo) and existing.specstrat.algorithm is algo:
         yield existing
         return
-    register(algo, worker=_placeholder_worker, to_spec_input=to_spec_input)
+    spec = register(algo, worker=_placeholder_worker, name=name, to_spec_input=to_spec_input)
     try:
-        yield modules.algorithm_enum.from_string(algo.name)
+        yield spec
     finally:
-        unregister(algo.name)
+        unregister(name)
 
 
 def _call(method: Callable[..., object], *args: object) -> object:
@@ -196,13 +196,17 @@ def _disagg_check(spec: Any) -> SGLangCheck:
 
 
 def check_sglang(
-    algo: SpecAlgorithm[Any], *, to_spec_input: ToSpecInput | None = None
+    algo: SpecAlgorithm[Any],
+    *,
+    name: str | None = None,
+    to_spec_input: ToSpecInput | None = None,
 ) -> SGLangReport:
     """Check ``algo`` against the installed SGLang; returns the report, raises nothing it finds.
 
-    Registers ``algo`` under its name unless specstrat already registered it there (and removes
-    that temporary registration afterwards), looks it up with ``from_string``, then checks
-    method-set parity and every hook's answer. Raises
+    Registers ``algo`` as ``name`` (default ``algo.name``; a built-in's name clashes with
+    SGLang's, so check e.g. specstrat's EAGLE as ``name='SPECSTRAT_EAGLE'``) unless specstrat
+    already registered it there, looks it up with ``from_string``, checks method-set parity and
+    every hook's answer, and removes a registration it made. Raises
     :class:`~specstrat.integrations.sglang.IntegrationError` when SGLang is not installed.
     """
     modules = load_sglang()
@@ -213,9 +217,17 @@ def check_sglang(
             f"the adapter follows SGLang {SGLANG_VERSION}'s plugin contract",
         )
     ]
+    key = algo.name if name is None else name
     try:
-        with _registered(algo, to_spec_input, modules) as spec:
-            checks.append(SGLangCheck(f"registration and from_string({algo.name!r})", True))
+        with _registered(algo, key, to_spec_input) as spec:
+            found = modules.algorithm_enum.from_string(key)
+            checks.append(
+                SGLangCheck(
+                    f"registration and from_string({key!r})",
+                    found is spec,
+                    f"from_string({key!r}) returned {found!r}, not the registered {spec!r}",
+                )
+            )
             checks.append(_method_set(spec, modules))
             checks.extend(_hooks(spec, algo, modules))
     except SpecstratError as exc:
