@@ -19,15 +19,35 @@ import importlib
 import importlib.util
 import typing
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from types import ModuleType, SimpleNamespace
 from typing import Any
 
 import torch
 
+from specstrat import NGRAM, DisaggError, PrebuiltBatch, SpecAlgorithm
+
 #: Whether this venv has SGLang (the main venv does not; .venv-sglang does).
 HAVE_SGLANG = importlib.util.find_spec("sglang") is not None
 SPEC_UTILS_FUNCTIONS = ("resolve_num_tokens_per_req", "spec_need_hidden_states")
+
+
+class UserDisaggDraftBuilder:
+    """A builder with its own draft type (a tuple), which SGLang has no input class for.
+
+    Its return is typed ``Any`` so NGRAM's drafter (which starts from no draft state) fits.
+    """
+
+    def build_disagg_draft_input(
+        self, batch: PrebuiltBatch, last_tokens: torch.Tensor, future_map: Any
+    ) -> Any:
+        if future_map is not None:
+            raise DisaggError("the adapter runs builders without a specstrat relay")
+        return (last_tokens, batch.seq_lens)
+
+
+USER_DRAFT: SpecAlgorithm[Any] = replace(NGRAM, name="USER_DRAFT", disagg=UserDisaggDraftBuilder())
 
 
 class StandInWorker:

@@ -1,6 +1,5 @@
 """Registering specstrat algorithms in the real SGLang 0.5.23 registry."""
 
-import dataclasses
 import importlib
 import importlib.abc
 import sys
@@ -13,14 +12,10 @@ import torch
 from specstrat import (
     DSPARK,
     EAGLE,
-    NGRAM,
     NONE,
-    DisaggError,
     InvalidConfig,
     InvalidStrategy,
-    PrebuiltBatch,
     RegistrationError,
-    SpecAlgorithm,
     UnknownAlgorithm,
 )
 from specstrat.integrations._sglang_import import import_sglang_module
@@ -33,24 +28,8 @@ from specstrat.integrations.sglang import (
     unregister,
 )
 from specstrat.relay import RelayPayload
-from tests.integrations.sglang_standins import HAVE_SGLANG, StandInWorker
+from tests.integrations.sglang_standins import HAVE_SGLANG, USER_DRAFT, StandInWorker
 from tests.typing.readme_example import MY_EAGLE
-
-
-class UserDisaggDraftBuilder:
-    """A builder with its own draft type (a tuple), which SGLang has no input class for."""
-
-    def build_disagg_draft_input(
-        self, batch: PrebuiltBatch, last_tokens: torch.Tensor, future_map: Any
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        if future_map is not None:
-            raise DisaggError("the adapter runs builders without a specstrat relay")
-        return (last_tokens, batch.seq_lens)
-
-
-USER_DRAFT: SpecAlgorithm[Any] = dataclasses.replace(
-    NGRAM, name="USER_DRAFT", disagg=UserDisaggDraftBuilder()
-)
 
 
 def test_register_then_from_string_finds_the_adapter(enum: Any) -> None:
