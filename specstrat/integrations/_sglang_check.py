@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.errors import SpecstratError
+from specstrat.errors import InvalidConfig, SpecstratError
 from specstrat.integrations._sglang_adapter import (
     BUILTIN_BUILDERS,
     SGLangBinding,
@@ -209,6 +209,10 @@ def check_sglang(
     every hook's answer, and removes a registration it made. Raises
     :class:`~specstrat.integrations.sglang.IntegrationError` when SGLang is not installed.
     """
+    if not isinstance(algo, SpecAlgorithm):
+        raise InvalidConfig(
+            f"algo={algo!r} is a {type(algo).__name__}; check_sglang checks a specstrat.SpecAlgorithm"
+        )
     modules = load_sglang()
     checks = [
         SGLangCheck(

@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 import torch
 
-from specstrat import BUILTINS, SpecAlgorithm
+from specstrat import BUILTINS, InvalidConfig, SpecAlgorithm, SpecstratError
+from specstrat.integrations._sglang_check import _placeholder_worker
 from specstrat.integrations.sglang import (
     CHECKED_DRAFT_TOKENS,
     SGLangCheck,
@@ -209,3 +210,15 @@ def test_report_lines_are_one_per_check() -> None:
     assert SGLangCheck("hook need_topk", True).line() == "PASS sglang: hook need_topk"
     failed = SGLangCheck("hook need_topk", False, "sglang=False, specstrat=True")
     assert failed.line() == "FAIL sglang: hook need_topk\n    sglang=False, specstrat=True"
+
+
+def test_check_sglang_refuses_what_is_not_an_algorithm() -> None:
+    """check_sglang takes a SpecAlgorithm; anything else is an InvalidConfig naming it."""
+    with pytest.raises(InvalidConfig, match=r"algo='MY_EAGLE' is a str"):
+        check_sglang("MY_EAGLE")  # type: ignore[arg-type]
+
+
+def test_the_checks_placeholder_worker_is_never_a_worker() -> None:
+    """The worker factory of a check-only registration says how to register for real."""
+    with pytest.raises(SpecstratError, match=r"registered this algorithm only to check it"):
+        _placeholder_worker(None)

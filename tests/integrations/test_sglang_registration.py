@@ -220,3 +220,20 @@ def test_the_relay_payload_types_stay_apart() -> None:
     ours = RelayPayload(bonus_tokens=torch.tensor([1]))
     theirs = importlib.import_module("sglang.srt.managers.overlap_utils").RelayPayload
     assert not isinstance(ours, theirs)
+
+
+def test_a_refusal_by_sglang_itself_is_a_registration_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """What SGLang's register raises past specstrat's own checks comes back named."""
+    spec_registry = importlib.import_module("sglang.srt.speculative.spec_registry")
+
+    def refuse(spec_class: type) -> None:
+        raise TypeError(f"{spec_class.__name__} is missing duck-typed methods")
+
+    monkeypatch.setattr(spec_registry, "_assert_custom_spec_algo_conforms", refuse)
+    with pytest.raises(
+        RegistrationError,
+        match=r"SGLang refused name='MY_EAGLE': TypeError: SpecstratSpecAlgo_MY_EAGLE is missing",
+    ):
+        register(MY_EAGLE, worker=StandInWorker)
