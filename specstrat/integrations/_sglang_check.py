@@ -143,16 +143,15 @@ def _hooks(spec: Any, algo: SpecAlgorithm[Any], modules: SGLangModules) -> list[
             widths,
         ),
     ]
-    for flag in ("has_draft_kv", "supports_ragged_verify", "need_topk"):
+    for flag in (
+        "has_draft_kv",
+        "supports_ragged_verify",
+        "need_topk",
+        "carries_draft_hidden_states",
+    ):
         checks.append(
             _compare(f"hook {flag}", {"": (_call(getattr(spec, flag)), getattr(caps, flag))})
         )
-    checks.append(
-        _compare(
-            "hook carries_draft_hidden_states",
-            {"": (_call(spec.carries_draft_hidden_states), caps.carries_draft_hidden_states)},
-        )
-    )
     checks.append(
         _compare("hook supports_overlap", {"": (spec.supports_overlap, caps.supports_overlap)})
     )
