@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
 
-.PHONY: demo test test-slow lint typecheck pytest bench clean
+.PHONY: demo test test-slow test-sglang sglang-env lint typecheck pytest bench clean
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -33,8 +33,37 @@ test-slow: $(STAMP)
 
 test: lint typecheck pytest
 
+# SGLang 0.5.23 in a second venv, for tests/integrations against the real package. Its full
+# dependency set pins a CUDA torch (several GB); the registry, spec_info, overlap_utils and
+# allocation_sizing import with the package alone (--no-deps) plus these small modules.
+SGLANG_VENV ?= .venv-sglang
+SGLANG_PY := $(SGLANG_VENV)/bin/python
+SGLANG_STAMP := $(SGLANG_VENV)/.specstrat-installed
+SGLANG_SPEC ?= sglang==0.5.23
+SGLANG_IMPORT_DEPS := aiohttp==3.14.5 ipython==9.18.1 msgspec==0.23.0 numpy==2.4.6 \
+	orjson==3.13.0 packaging==26.4 pillow==13.0.0 psutil==7.2.2 pybase64==1.5.1 \
+	pydantic==2.14.4 pydantic_core==2.50.5 pyzmq==27.3.0 requests==2.34.2 starlette==1.10.0 \
+	tqdm==4.70.1 triton==3.9.0
+
+$(SGLANG_PY):
+	python3 -m venv $(SGLANG_VENV)
+
+# pip reports SGLang's unmet pins (its CUDA torch, transformers, ...) on stderr: expected here.
+$(SGLANG_STAMP): $(SGLANG_PY) pyproject.toml
+	$(SGLANG_PY) -c "import torch" 2>/dev/null || $(SGLANG_PY) -m pip install -q "$(TORCH_SPEC)"
+	$(SGLANG_PY) -m pip install -q --no-deps "$(SGLANG_SPEC)"
+	$(SGLANG_PY) -m pip install -q $(SGLANG_IMPORT_DEPS)
+	$(SGLANG_PY) -m pip install -q -e ".[dev]"
+	touch $@
+
+sglang-env: $(SGLANG_STAMP)
+
+# No test may skip here: SPECSTRAT_REQUIRE_SGLANG turns a skip into a failure.
+test-sglang: $(SGLANG_STAMP)
+	SPECSTRAT_REQUIRE_SGLANG=1 $(SGLANG_VENV)/bin/pytest tests/integrations
+
 bench: $(STAMP)
 	$(PY) bench/metadata.py
 
 clean:
-	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(SGLANG_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis *.egg-info

@@ -1,4 +1,4 @@
-"""The ``specstrat`` command: ``list``, ``check MODULE:ATTR`` and ``demo``."""
+"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR`` and ``demo``."""
 
 from __future__ import annotations
 
@@ -96,7 +96,24 @@ def _mypy(path: Path) -> tuple[bool, str]:
     return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
+def _check_sglang(target: str) -> int:
+    """SGLang parity of MODULE:ATTR: one PASS/FAIL line per check, status 1 on any FAIL."""
+    from specstrat.integrations.sglang import check_sglang  # imports SGLang: only here
+
+    algo, _ = _load(target)
+    if not isinstance(algo, SpecAlgorithm):
+        raise SystemExit(
+            f"specstrat check --sglang: {target!r} is a {type(algo).__name__}, not a SpecAlgorithm"
+        )
+    report = check_sglang(algo)
+    for check in report.checks:
+        print(check.line())
+    return 0 if report.passed else 1
+
+
 def _check(args: argparse.Namespace) -> int:
+    if args.sglang:
+        return _check_sglang(args.target)
     algo, source = _load(args.target)
     failed = False
     for result in run_conformance(algo):
@@ -194,6 +211,11 @@ def _parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check", help="conformance kit and mypy on MODULE:ATTR")
     check.add_argument("target", help="the algorithm to check, as MODULE:ATTR")
     check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
+    check.add_argument(
+        "--sglang",
+        action="store_true",
+        help="instead: register it in the installed SGLang and check method and hook parity",
+    )
     demo = sub.add_parser("demo", help="run an algorithm against target-only decoding")
     demo.add_argument(
         "--algo", default="EAGLE", help="a registered name or MODULE:ATTR (default EAGLE)"

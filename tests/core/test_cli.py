@@ -366,3 +366,38 @@ def test_demo_tree_flags_need_a_budget_of_two() -> None:
     """--topk with --draft-tokens 1 exits naming the budget the tree needs, not a derived value."""
     with pytest.raises(SystemExit, match=r"a tree needs --draft-tokens >= 2"):
         main(["demo", "--topk", "2", "--draft-tokens", "1", "--requests", "1"])
+
+
+def test_check_sglang_without_sglang_says_how_to_install(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`check --sglang` with no SGLang importable exits 2 naming the install command."""
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    assert main(["check", "--sglang", "tests.typing.readme_example:MY_EAGLE"]) == 2
+    err = capsys.readouterr().err
+    assert re.search(
+        r"^specstrat check: IntegrationError: SGLang is not installed .*"
+        r"pip install --no-deps sglang==0\.5\.23.*make sglang-env",
+        err,
+    )
+
+
+@pytest.mark.parametrize(
+    ("target", "message"),
+    [
+        ("no_colon", r"'no_colon' is not MODULE:ATTR"),
+        ("no_such_module_q:X", r"importing 'no_such_module_q' failed: ModuleNotFoundError"),
+        ("specstrat.builtins:MEDUSA", r"module 'specstrat.builtins' has no attribute 'MEDUSA'"),
+        (
+            "specstrat.builtins:BUILTINS",
+            r"check --sglang: 'specstrat.builtins:BUILTINS' is a tuple",
+        ),
+    ],
+)
+def test_check_sglang_bad_targets_exit_before_importing_sglang(
+    target: str, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A malformed, missing or non-algorithm target stops with its message, SGLang or not."""
+    monkeypatch.setitem(sys.modules, "sglang", None)
+    with pytest.raises(SystemExit, match=message):
+        main(["check", "--sglang", target])
