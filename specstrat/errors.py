@@ -8,6 +8,7 @@ SpecstratError
 ├── InvalidStrategy      (also TypeError)   a strategy does not satisfy its hook's Protocol
 ├── UnknownAlgorithm     (also KeyError)    registry lookup of a name nobody registered
 ├── PluginLoadError      (also ImportError) an entry-point plugin failed to load
+├── IntegrationError     (also ImportError) an engine integration cannot load its engine
 ├── KernelError          (also RuntimeError) a Triton/CUDA launch failed at the launcher boundary
 ├── DisaggError          (also RuntimeError) the decode side cannot rebuild draft state
 ├── StrategyError        (also RuntimeError) a strategy hook raised or broke its contract mid-run
@@ -26,6 +27,7 @@ __all__ = [
     "ConformanceError",
     "DisaggError",
     "EngineStateError",
+    "IntegrationError",
     "InvalidConfig",
     "InvalidStrategy",
     "KernelError",
@@ -68,6 +70,10 @@ class UnknownAlgorithm(SpecstratError, KeyError):
 
 class PluginLoadError(SpecstratError, ImportError):
     """An entry point in the ``specstrat.algorithms`` group failed to load or is not an algorithm."""
+
+
+class IntegrationError(SpecstratError, ImportError):
+    """An engine integration cannot load its engine: not installed, or a module failed."""
 
 
 class KernelError(SpecstratError, RuntimeError):

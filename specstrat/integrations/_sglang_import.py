@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from types import ModuleType
 from typing import Any
 
-from specstrat.errors import SpecstratError
+from specstrat.errors import IntegrationError
 
 __all__ = [
     "SGLANG_VERSION",
@@ -29,10 +29,6 @@ _INSTALL = (
     "dependencies (`make sglang-env` in a specstrat checkout builds such a venv), or a full "
     "SGLang install"
 )
-
-
-class IntegrationError(SpecstratError, ImportError):
-    """An engine integration cannot load its engine: not installed, or a module failed."""
 
 
 @dataclass(frozen=True, slots=True)
