@@ -72,3 +72,6 @@ def test_training_refuses_zero_steps(capsys: pytest.CaptureFixture[str]) -> None
     with pytest.raises(SystemExit, match=r"^2$"):  # argparse's usage-error status
         main(["--steps", "0", "--out", "/nonexistent/never-written.pt"])
     assert "--steps must be at least 1, got 0" in capsys.readouterr().err
+    with pytest.raises(SystemExit, match=r"^2$"):
+        main(["--block-head", "--block-steps", "0", "--out", "/nonexistent/never-written.pt"])
+    assert "--block-steps must be at least 1, got 0" in capsys.readouterr().err

@@ -354,11 +354,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frozen", type=Path, default=weights / "embedded.pt")
     parser.add_argument("--block-steps", type=int, default=BLOCK_STEPS)
     args = parser.parse_args(argv)
-    if args.steps < 1 or args.block_steps < 1:
-        parser.error(
-            f"--steps={args.steps} and --block-steps={args.block_steps} must be at least 1; the "
-            f"shipped weights use 3000 and {BLOCK_STEPS}"
-        )
+    for flag, value, shipped in (
+        ("--steps", args.steps, 3000),
+        ("--block-steps", args.block_steps, BLOCK_STEPS),
+    ):
+        if value < 1:
+            parser.error(
+                f"{flag} must be at least 1, got {value}; the shipped weights use {shipped}"
+            )
     if args.block_head:
         return block_main(args.frozen, args.out or weights / "block.pt", args.block_steps)
     args.out = args.out or weights / "embedded.pt"
