@@ -354,10 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frozen", type=Path, default=weights / "embedded.pt")
     parser.add_argument("--block-steps", type=int, default=BLOCK_STEPS)
     args = parser.parse_args(argv)
-    for flag, value, shipped in (
-        ("--steps", args.steps, 3000),
-        ("--block-steps", args.block_steps, BLOCK_STEPS),
-    ):
+    steps = {"--steps": (args.steps, 3000), "--block-steps": (args.block_steps, BLOCK_STEPS)}
+    for flag, (value, shipped) in steps.items():
         if value < 1:
             parser.error(
                 f"{flag} must be at least 1, got {value}; the shipped weights use {shipped}"
