@@ -16,7 +16,9 @@ from specstrat import (
     STANDALONE,
     AcceptanceRule,
     AttentionBackend,
+    BlockDrafterFactory,
     CausalLM,
+    ChainTree,
     DflashDisaggDraftBuilder,
     DflashDraftInput,
     DisaggDraftBuilder,
@@ -44,6 +46,9 @@ from specstrat import (
     SlotFutureMapFactory,
     SpecAlgorithm,
     TargetVerifyPolicy,
+    TopkTree,
+    TreePolicy,
+    TreeShape,
 )
 from specstrat.strategies import (
     DraftModelDrafter,
@@ -84,6 +89,26 @@ eagle_drafters: DrafterFactory[EagleDraftInput] = EagleHeadDrafterFactory()
 ngram_drafters: DrafterFactory[None] = NgramDrafterFactory()
 draft_lm_drafters: DrafterFactory[None] = DraftModelDrafterFactory()
 no_drafters: DrafterFactory[None] = NoDrafterFactory()
+# The block drafter admits any draft input: DFLASH's and DSPARK's builders both feed it.
+block_drafters_for_dflash: DrafterFactory[DflashDraftInput] = BlockDrafterFactory()
+block_drafters_for_dspark: DrafterFactory[DsparkDraftInput] = BlockDrafterFactory(
+    confidence_threshold=0.3
+)
+dspark_drafter_field: DrafterFactory[DsparkDraftInput] = DSPARK.drafter
+# The tree hook: a policy, and the shape it answers.
+chain_policy: TreePolicy = ChainTree()
+tree_policy: TreePolicy = TopkTree(topk=2, num_steps=3)
+tree: TreeShape = tree_policy.tree_shape(4)
+eagle_tree: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
+    name="EAGLE_TREE",
+    capabilities=EAGLE.capabilities,
+    target_verify=EAGLE.target_verify,
+    future_map=EAGLE.future_map,
+    disagg=EAGLE.disagg,
+    drafter=EAGLE.drafter,
+    acceptance=EAGLE.acceptance,
+    tree=tree_policy,
+)
 # Contravariance: NoDrafterFactory's drafter admits any draft input, so it fits any algorithm.
 no_drafters_for_eagle: DrafterFactory[EagleDraftInput] = NoDrafterFactory()
 no_drafters_for_dspark: DrafterFactory[DsparkDraftInput] = NoDrafterFactory()
