@@ -57,6 +57,7 @@ from specstrat.errors import InvalidConfig
 from specstrat.models import BlockDraftModel, BlockKV, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
+from specstrat.strategies.drafters import DraftKVSlots
 
 __all__ = ["BlockDrafter", "BlockDrafterFactory", "BlockLayout", "block_layout"]
 
@@ -115,22 +116,19 @@ class BlockDrafter:
         layout: BlockLayout,
         threshold: float | None,
     ) -> None:
-        self.runner, self.target_tokens = runner, target_tokens
+        self.runner = runner
         self.layout, self.threshold = layout, threshold
         self.blanks = [model.placeholder(k) for k in range(1, layout.drafts + 1)]
-        self.own: dict[int, int] = {}
+        self.slots = DraftKVSlots(runner, target_tokens)
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
         """A draft-KV slot per request (filled at the first proposal; the KV never travels)."""
-        fresh = self.runner.alloc(len(admission.slots))
-        self.own.update(zip(admission.slots, fresh, strict=True))
+        self.slots.admit(admission.slots)
         return _NOTHING
 
     def release(self, slots: Sequence[int]) -> None:
         """Free the requests' draft KV."""
-        mine = [self.own.pop(s) for s in slots if s in self.own]
-        if mine:
-            self.runner.free(mine)
+        self.slots.release(slots)
 
     def propose(self, step: DraftStep) -> DraftTree:
         """One block per request: catch up, one draft-worker TARGET_VERIFY, rewind."""
@@ -143,13 +141,12 @@ class BlockDrafter:
             )
         if not n or not bs:
             return DraftTree.chain(torch.zeros(bs, 0, dtype=torch.int64, device=dev))
-        own = [self.own[s] for s in step.slots]
+        own, lacking = self.slots.behind(step.slots)
         last = [int(t) for t in step.last_tokens.tolist()]
         anchor = self.layout.anchor_in_block
-        have = self.runner.lengths(own)
         behind = [
-            (o, [*self.target_tokens(slot)[length:], *([] if anchor else [tok])])
-            for o, slot, length, tok in zip(own, step.slots, have, last, strict=True)
+            (o, [*tokens, *([] if anchor else [tok])])
+            for o, tokens, tok in zip(own, lacking, last, strict=True)
         ]
         behind = [(o, tokens) for o, tokens in behind if tokens]
         if behind:

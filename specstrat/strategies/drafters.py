@@ -29,6 +29,7 @@ from specstrat.sampling import DraftChooser
 from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = [
+    "DraftKVSlots",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",
     "NgramDrafter",
@@ -181,6 +182,34 @@ class NgramDrafterFactory:
 # -- a draft LM --------------------------------------------------------------------------------
 
 
+class DraftKVSlots:
+    """A drafter's slots in its own KV (a draft LM's): one per request, keyed by the request's
+    target slot, allocated at admission and filled at the first proposal (the draft KV never
+    travels, so PREBUILT requests start empty too)."""
+
+    def __init__(self, runner: DraftKV, target_tokens: Callable[[int], Sequence[int]]) -> None:
+        self.runner, self.target_tokens = runner, target_tokens
+        self.own: dict[int, int] = {}
+
+    def admit(self, slots: Sequence[int]) -> None:
+        """A draft-KV slot for each of ``slots``."""
+        fresh = self.runner.alloc(len(slots))
+        self.own.update(zip(slots, fresh, strict=True))
+
+    def release(self, slots: Sequence[int]) -> None:
+        """Free the draft KV of those of ``slots`` that have one."""
+        mine = [self.own.pop(s) for s in slots if s in self.own]
+        if mine:
+            self.runner.free(mine)
+
+    def behind(self, slots: Sequence[int]) -> tuple[list[int], list[list[int]]]:
+        """The draft slots of ``slots``, and the committed tokens each one's KV lacks."""
+        own = [self.own[s] for s in slots]
+        have = self.runner.lengths(own)
+        lacking = [list(self.target_tokens(s)[n:]) for s, n in zip(slots, have, strict=True)]
+        return own, lacking
+
+
 class DraftModelDrafter:
     """A small LM with its own KV drafts greedily, one token per forward.
 
@@ -192,20 +221,16 @@ class DraftModelDrafter:
 
     def __init__(self, runner: DraftKV, target_tokens: Callable[[int], Sequence[int]]) -> None:
         self.runner = runner
-        self.target_tokens = target_tokens
-        self.own: dict[int, int] = {}
+        self.slots = DraftKVSlots(runner, target_tokens)
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
         """A draft-KV slot per request (filled at the first proposal)."""
-        fresh = self.runner.alloc(len(admission.slots))
-        self.own.update(zip(admission.slots, fresh, strict=True))
+        self.slots.admit(admission.slots)
         return _NOTHING
 
     def release(self, slots: Sequence[int]) -> None:
         """Free the requests' draft KV."""
-        mine = [self.own.pop(s) for s in slots if s in self.own]
-        if mine:
-            self.runner.free(mine)
+        self.slots.release(slots)
 
     def propose(self, step: DraftStep) -> DraftTree:
         """``max_nodes`` tokens from the draft LM (none when T = 1): a chain, one token per
@@ -213,12 +238,9 @@ class DraftModelDrafter:
         bs, steps, dev = len(step.slots), step.max_nodes, step.last_tokens.device
         if not steps or not bs:
             return _empty_tree(bs, dev)
-        own = [self.own[s] for s in step.slots]
-        have = self.runner.lengths(own)
-        catch_up = [
-            [*self.target_tokens(slot)[length:], int(last)]
-            for slot, length, last in zip(step.slots, have, step.last_tokens.tolist(), strict=True)
-        ]
+        own, lacking = self.slots.behind(step.slots)
+        lasts = step.last_tokens.tolist()
+        catch_up = [[*tokens, int(last)] for tokens, last in zip(lacking, lasts, strict=True)]
         logits, _ = self.runner.extend(own, catch_up)
         ends = torch.tensor([len(c) for c in catch_up], device=logits.device).cumsum(0) - 1
         if not step.shape.is_chain:
@@ -261,7 +283,7 @@ class DraftModelDrafter:
             accepted = outcome.acceptance.accept_lengths.tolist()
             seq_lens = outcome.step.seq_lens.tolist()
             for slot, a, n in zip(outcome.step.slots, accepted, seq_lens, strict=True):
-                self.runner.rewind(self.own[slot], n + 1 + min(int(a), steps - 1))
+                self.runner.rewind(self.slots.own[slot], n + 1 + min(int(a), steps - 1))
         return _NOTHING
 
 
