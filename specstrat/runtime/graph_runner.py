@@ -31,13 +31,14 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import (
     TreeVerifyMetadataBuffers,
+    VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata_into,
     build_tree_verify_metadata_into,
     build_verify_metadata_into,
 )
 from specstrat.runtime.forward import ForwardMode, TreeAttention
-from specstrat.runtime.worker import ModelWorker
+from specstrat.runtime.worker import ModelWorker, PreparedTokens
 
 __all__ = ["GraphRunner"]
 
@@ -60,6 +61,17 @@ class _Bucket:
         self.graphs: dict[str, Any] = {}  # torch.cuda.CUDAGraph once captured
         self.outputs: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}
         self.tree: _TreeBuffers | None = None  # allocated at the first tree replay
+
+    def load(self, slots: Sequence[int], ids: torch.Tensor, prepared: PreparedTokens) -> int:
+        """Copy a batch placed by ``worker.place`` into the static inputs, real rows first;
+        padding: token 0 at position 0, KV slot 0, request row 0. Returns its token count."""
+        n, bs, dev = ids.numel(), len(slots), self.input_ids.device
+        self.input_ids.zero_()[:n].copy_(ids.reshape(-1))
+        self.positions.zero_()[:n].copy_(torch.tensor(prepared.positions, device=dev))
+        self.out_cache_loc.zero_()[:n].copy_(torch.tensor(prepared.locations, device=dev))
+        self.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
+        self.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        return n
 
 
 class _TreeBuffers:
@@ -119,6 +131,12 @@ class GraphRunner:
         """Whether some bucket holds ``bs`` requests."""
         return 0 < bs <= max(self._buckets)
 
+    def _bucket_for(self, bs: int) -> _Bucket:
+        """The smallest bucket holding ``bs`` requests."""
+        if not self.can_run(bs):
+            raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
+        return self._buckets[min(b for b in self._buckets if b >= bs)]
+
     def replay(
         self, slots: Sequence[int], tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -128,18 +146,9 @@ class GraphRunner:
             raise InvalidConfig(
                 f"tokens have width {t}; this runner verifies T={self.tokens_per_req}"
             )
-        if not self.can_run(bs):
-            raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
-        bucket = self._buckets[min(b for b in self._buckets if b >= bs)]
+        bucket = self._bucket_for(bs)
         prepared = self.worker.place(slots, tokens.tolist())
-        n = bs * t
-        dev = self.worker.device
-        # Real rows first; padding rows: token 0 at position 0, KV slot 0, request row 0.
-        bucket.input_ids.zero_()[:n].copy_(tokens.reshape(-1))
-        bucket.positions.zero_()[:n].copy_(torch.tensor(prepared.positions, device=dev))
-        bucket.out_cache_loc.zero_()[:n].copy_(torch.tensor(prepared.locations, device=dev))
-        bucket.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
-        bucket.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        n = bucket.load(slots, tokens, prepared)
         meta = build_verify_metadata_into(
             bucket.metadata,
             bucket.seq_lens[:bs],
@@ -149,19 +158,8 @@ class GraphRunner:
             seq_lens_cpu=prepared.prefix,
         )
         max_k = self.worker.context_len if self.use_cuda_graph else (meta.max_seq_len_k or t)
-
-        def forward() -> tuple[torch.Tensor, torch.Tensor]:
-            return self.worker.execute(
-                ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE,
-                input_ids=bucket.input_ids,
-                positions=bucket.positions,
-                out_cache_loc=bucket.out_cache_loc,
-                metadata=meta,
-                max_q=t,
-                max_k=max_k,
-            )
-
-        logits, hidden = self._run(bucket, forward, "uniform")
+        mode = ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE
+        logits, hidden = self._replay(bucket, "uniform", mode, meta, t, max_k)
         return logits[:n], hidden[:n]
 
     def replay_tree(
@@ -181,16 +179,10 @@ class GraphRunner:
                 f"tree tokens {tuple(tokens.shape)} and parents {tuple(parents.shape)}; this "
                 f"runner verifies T={self.tokens_per_req} (parents [bs, T - 1])"
             )
-        if not self.can_run(bs):
-            raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
-        bucket = self._buckets[min(b for b in self._buckets if b >= bs)]
+        bucket = self._bucket_for(bs)
         tree = bucket.tree = bucket.tree or _TreeBuffers(bucket, t)
         prepared = self.worker.place(slots, tokens.tolist())
-        n, dev = bs * t, self.worker.device
-        bucket.input_ids.zero_()[:n].copy_(tokens.reshape(-1))
-        bucket.out_cache_loc.zero_()[:n].copy_(torch.tensor(prepared.locations, device=dev))
-        bucket.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
-        bucket.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        n = bucket.load(slots, tokens, prepared)
         tree.parents.fill_(-1)[:bs].copy_(parents)
         tree.lengths.zero_()[:bs].copy_(lengths)
         meta = build_tree_verify_metadata_into(
@@ -205,20 +197,9 @@ class GraphRunner:
         base = meta.base
         max_k = self.worker.context_len if self.use_cuda_graph else (base.max_seq_len_k or t)
         attention = TreeAttention(start=bucket.seq_lens, mask=meta.tree_mask)
-
-        def forward() -> tuple[torch.Tensor, torch.Tensor]:
-            return self.worker.execute(
-                ForwardMode.TARGET_VERIFY,
-                input_ids=bucket.input_ids,
-                positions=meta.positions,
-                out_cache_loc=bucket.out_cache_loc,
-                metadata=base,
-                max_q=t,
-                max_k=max_k,
-                tree=attention,
-            )
-
-        logits, hidden = self._run(bucket, forward, "tree")
+        logits, hidden = self._replay(
+            bucket, "tree", ForwardMode.TARGET_VERIFY, base, t, max_k, meta.positions, attention
+        )
         return logits[:n], hidden[:n]
 
     def ragged_bucket(self, bs: int, total_tokens: int) -> int | None:
@@ -270,13 +251,8 @@ class GraphRunner:
         bucket = self._buckets[size]
         prepared = self.worker.place(slots, tokens)
         dev = self.worker.device
-        # Real tokens first; padding tokens: id 0 at position 0, KV slot 0, request row 0.
-        flat = [tok for row in tokens for tok in row]
-        bucket.input_ids.zero_()[:total].copy_(torch.tensor(flat, device=dev))
-        bucket.positions.zero_()[:total].copy_(torch.tensor(prepared.positions, device=dev))
-        bucket.out_cache_loc.zero_()[:total].copy_(torch.tensor(prepared.locations, device=dev))
-        bucket.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
-        bucket.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
+        flat = torch.tensor([tok for row in tokens for tok in row], device=dev)
+        bucket.load(slots, flat, prepared)
         bucket.widths.zero_()[:bs].copy_(torch.tensor(counts, device=dev))
         meta = build_ragged_verify_metadata_into(
             bucket.metadata,
@@ -293,19 +269,38 @@ class GraphRunner:
         else:
             max_q, max_k = meta.max_seq_len_q or t, meta.max_seq_len_k or t
 
+        logits, hidden = self._replay(
+            bucket, "ragged", ForwardMode.TARGET_VERIFY, meta, max_q, max_k
+        )
+        return logits[:total], hidden[:total]
+
+    def _replay(
+        self,
+        bucket: _Bucket,
+        shape: str,
+        mode: ForwardMode,
+        meta: VerifyMetadata,
+        max_q: int,
+        max_k: int,
+        positions: torch.Tensor | None = None,
+        tree: TreeAttention | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model over the bucket's static inputs (``positions`` overriding its own), run or
+        replayed as the ``shape`` graph of this bucket."""
+
         def forward() -> tuple[torch.Tensor, torch.Tensor]:
             return self.worker.execute(
-                ForwardMode.TARGET_VERIFY,
+                mode,
                 input_ids=bucket.input_ids,
-                positions=bucket.positions,
+                positions=bucket.positions if positions is None else positions,
                 out_cache_loc=bucket.out_cache_loc,
                 metadata=meta,
                 max_q=max_q,
                 max_k=max_k,
+                tree=tree,
             )
 
-        logits, hidden = self._run(bucket, forward, "ragged")
-        return logits[:total], hidden[:total]
+        return self._run(bucket, forward, shape)
 
     def _run(
         self,
