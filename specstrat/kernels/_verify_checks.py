@@ -24,6 +24,7 @@ from specstrat.kernels._triton import cdiv
 from specstrat.kernels._verify_buffers import PAD_SEQ_LEN
 
 __all__ = [
+    "max_k_bound",
     "INT32_MAX",
     "Paging",
     "bucket_tokens",
@@ -307,3 +308,17 @@ def ragged_bounds(
     if seq_mirror.shape[0] < rows:  # bucketed: padding rows stand for PAD_SEQ_LEN
         seq_mirror = F.pad(seq_mirror, (0, rows - seq_mirror.shape[0]), value=PAD_SEQ_LEN)
     return max_q, int((seq_mirror + tok_mirror).max()) if rows else 0
+
+
+def max_k_bound(
+    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
+    device_twin: torch.Tensor | None,
+    bs: int,
+    tokens: int,
+) -> int | None:
+    """The host bound on keys per request, from the CPU mirror (checked against the device
+    lengths when those are read); ``None`` without a mirror."""
+    if seq_lens_cpu is None:
+        return None
+    mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=device_twin)
+    return (int(mirror.max()) if bs else 0) + tokens

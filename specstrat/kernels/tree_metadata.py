@@ -52,7 +52,7 @@ from specstrat.kernels._verify_checks import (
     check_paging,
     check_total,
     check_values,
-    host_mirror,
+    max_k_bound,
 )
 from specstrat.kernels._verify_kernel import _BLOCK_PAGES, _BLOCK_ROWS
 
@@ -154,19 +154,6 @@ def _check_tree_values(
     return True
 
 
-def _max_k(
-    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
-    device_twin: torch.Tensor | None,
-    bs: int,
-    tokens: int,
-) -> int | None:
-    """The host bound on keys per request from the CPU mirror; ``None`` without one."""
-    if seq_lens_cpu is None:
-        return None
-    mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=device_twin)
-    return (int(mirror.max()) if bs else 0) + tokens
-
-
 def _run(
     parents: torch.Tensor,
     lengths: torch.Tensor,
@@ -263,7 +250,7 @@ def build_tree_verify_metadata(
     max_pages = paging.max_pages if paging is not None else None
     check_total("cu_seqlens_q", bs * t, "query tokens of the batch")
     read = _check_tree_values(parents, lengths, seq_lens, bs, paging, max_pages, validate)
-    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, t)
+    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, t)
     base = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
     out = TreeVerifyMetadataBuffers.uninitialized(base, t)
     _run(parents, lengths, seq_lens, out, paging, backend)
@@ -323,6 +310,6 @@ def build_tree_verify_metadata_into(
     page_cols = page_table.shape[1] if page_table is not None else None
     check_total("cu_seqlens_q", padded_bs * t, "query tokens of the padded batch")
     read = _check_tree_values(parents, lengths, seq_lens, padded_bs, paging, page_cols, validate)
-    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, t)
+    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, t)
     _run(parents, lengths, seq_lens, buffers, paging, backend)
     return _metadata(buffers, bs, page_size, max_k)

@@ -60,7 +60,7 @@ from specstrat.kernels._verify_checks import (
     check_paging,
     check_total,
     check_values,
-    host_mirror,
+    max_k_bound,
     ragged_bounds,
     ragged_mirrors,
     uniform_tokens,
@@ -159,20 +159,6 @@ def _check_values(
     return True
 
 
-def _max_k(
-    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
-    device_twin: torch.Tensor | None,
-    bs: int,
-    tokens: int,
-) -> int | None:
-    """The host bound on keys per request, from the CPU mirror (checked against the device
-    lengths when those are read); ``None`` without a mirror."""
-    if seq_lens_cpu is None:
-        return None
-    mirror = host_mirror("seq_lens_cpu", seq_lens_cpu, bs, minimum=0, device_twin=device_twin)
-    return (int(mirror.max()) if bs else 0) + tokens
-
-
 def _static_inputs(buffers: VerifyMetadataBuffers, seq_lens: torch.Tensor) -> torch.Tensor:
     """The in-place forms' first checks: real buffers, and ``seq_lens`` on their device."""
     if not isinstance(buffers, VerifyMetadataBuffers):
@@ -238,7 +224,7 @@ def build_verify_metadata(
     max_pages = paging.max_pages if paging is not None else None
     check_total("cu_seqlens_q", bs * tokens, "query tokens of the batch")
     read = _check_values(seq_lens, tokens, bs, paging, max_pages, validate)
-    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, tokens)
+    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, tokens)
     out = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
     _run(seq_lens, tokens, out, paging, backend)
     return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
@@ -272,7 +258,7 @@ def build_verify_metadata_into(
     padded_bs = buffers.padded_bs
     check_total("cu_seqlens_q", padded_bs * tokens, "query tokens of the padded batch")
     read = _check_values(seq_lens, tokens, padded_bs, paging, page_cols, validate)
-    max_k = _max_k(seq_lens_cpu, seq_lens if read else None, bs, tokens)
+    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, tokens)
     _run(seq_lens, tokens, buffers, paging, backend)
     return VerifyMetadata(buffers, bs, page_size, tokens, tokens, max_k)
 
