@@ -10,7 +10,7 @@ equal target-only decoding and every request slot and KV slot must come back.
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar, cast
 
 import torch
@@ -116,6 +116,13 @@ def _capabilities(needs: DrafterNeeds) -> Capabilities:
     return Capabilities(**dict.fromkeys(required_capabilities(needs), True))
 
 
+@dataclass(frozen=True, slots=True)
+class _Refused:
+    """A policy's ``InvalidConfig`` for one budget (a refusal, not a wrong answer)."""
+
+    message: str
+
+
 def check_tree_policy(policy: object) -> list[int]:
     """``policy`` answers ``tree_shape(T)`` for budgets ``T = 1..16`` purely, each with a
     :class:`~specstrat.drafting.TreeShape` of that budget or a named ``InvalidConfig``, and
@@ -129,22 +136,20 @@ def check_tree_policy(policy: object) -> list[int]:
     accepted: list[int] = []
     for t in range(1, 17):
         text = f"tree_shape({t}) is a TreeShape of budget {t} or an InvalidConfig, every time"
-        answers: list[TreeShape | str] = []
+        answers: list[object] = []
         for _ in range(2):
             try:
                 answers.append(tree.tree_shape(t))
             except InvalidConfig as exc:
-                answers.append(f"InvalidConfig: {exc}")
+                answers.append(_Refused(str(exc)))
             except Exception as exc:
                 raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
         first = answers[0]
         if answers[1] != first:
             raise _fail(hook, text, f"answered {answers[0]!r}, then {answers[1]!r}")
-        if isinstance(first, TreeShape):
-            if first.num_draft_tokens != t:
-                raise _fail(hook, text, f"returned {first!r}")
+        if isinstance(first, TreeShape) and first.num_draft_tokens == t:
             accepted.append(t)
-        elif not isinstance(first, str):
+        elif not isinstance(first, _Refused):
             raise _fail(hook, text, f"returned {first!r}")
     if not accepted:
         raise _fail(hook, "accepts some budget in 1..16", "it refused every one")

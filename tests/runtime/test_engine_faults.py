@@ -21,6 +21,7 @@ from specstrat import (
     RelayPayload,
     SpecAlgorithm,
     StrategyError,
+    TopkTree,
     UnknownAlgorithm,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
@@ -30,6 +31,9 @@ from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory, FaultyFutu
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
 REQUESTS = workload(6, seed=3)
+
+
+TREE = TopkTree(topk=2, num_steps=3)  # a top-k tree: its KV must come back too
 
 
 def drafting(method: str, fault: Any, after: int = 0, base: SpecAlgorithm[Any] = EAGLE) -> Any:
@@ -137,6 +141,11 @@ FAULTS: list[tuple[str, Callable[[], Any], str]] = [
      r"EAGLE\.drafter\.release: raised RuntimeError: gone"),
     ("draft-lm-propose-raises", lambda: drafting("propose", RuntimeError("x"), 2, specstrat.STANDALONE),
      r"STANDALONE\.drafter\.propose: raised RuntimeError: x"),
+    ("tree-commit-raises-later", lambda: replace(
+        drafting("commit", RuntimeError("t"), 3, specstrat.STANDALONE), tree=TREE),
+     r"STANDALONE\.drafter\.commit: raised RuntimeError: t"),
+    ("tree-accept-raises-later", lambda: replace(accepting(ZeroDivisionError("z"), 3), tree=TREE),
+     r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: z"),
     ("accept-raises", lambda: accepting(ZeroDivisionError("div")),
      r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: div"),
     ("stash-raises", lambda: relaying("stash", RuntimeError("relay"), after=3),

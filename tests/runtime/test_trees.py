@@ -408,3 +408,68 @@ def test_a_raising_tree_policy_fails_conformance() -> None:
 
     with pytest.raises(ConformanceError, match=r"TreePolicy Boom broke .* raised RuntimeError"):
         check_tree_policy(Boom())
+
+
+def test_replay_tree_refuses_mismatched_inputs(models: EmbeddedModels) -> None:
+    """The graph runner's tree replay names a width or parents shape it cannot verify."""
+    engine = Engine(tree(specstrat.EAGLE, 2, 3), models, EngineConfig(context_len=512))
+    runner = engine.graph_runner
+    assert runner is not None
+    tokens = torch.zeros(1, 4, dtype=torch.int64)
+    with pytest.raises(InvalidConfig, match=r"parents \(1, 2\); this runner verifies T=4"):
+        runner.replay_tree([1], tokens, torch.full((1, 2), -1), torch.tensor([2]))
+    with pytest.raises(InvalidConfig, match=r"bs=99 exceeds the largest bucket 16"):
+        runner.replay_tree(
+            list(range(99)),
+            torch.zeros(99, 4, dtype=torch.int64),
+            torch.full((99, 3), -1),
+            torch.full((99,), 3),
+        )
+
+
+def test_a_step_whose_tree_budget_disagrees_is_refused() -> None:
+    """DraftStep refuses a tree shape whose budget is not max_nodes + 1."""
+    with pytest.raises(InvalidConfig, match=r"num_draft_tokens=4 but max_nodes=2"):
+        specstrat.DraftStep(
+            slots=(1,),
+            last_tokens=torch.tensor([5]),
+            seq_lens=torch.tensor([3]),
+            relay=specstrat.RelayPayload(),
+            max_nodes=2,
+            sampling=(SamplingParams(),),
+            tree=TreeShape(topk=2, num_steps=3, num_draft_tokens=4),
+        )
+
+
+@pytest.mark.parametrize(
+    ("answer", "message"),
+    [
+        (lambda t: TreeShape.chain(max(t - 1, 1)), r"tree_shape\(2\) .* returned TreeShape"),
+        (lambda t: "wide", r"tree_shape\(1\) .* returned 'wide'"),
+        (lambda t: TreeShape(topk=2, num_steps=t + 1, num_draft_tokens=t), r"refused every one"),
+    ],
+)
+def test_check_tree_policy_names_a_bad_answer(answer: Any, message: str) -> None:
+    """A policy answering another budget, a non-shape, or refusing every budget fails the kit."""
+
+    class Policy:
+        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+            result: TreeShape = answer(num_draft_tokens)
+            return result
+
+    with pytest.raises(ConformanceError, match=message):
+        check_tree_policy(Policy())
+
+
+def test_check_tree_policy_names_an_impure_policy() -> None:
+    """A policy that answers differently on a second call fails the kit, naming both answers."""
+
+    class Flaky:
+        calls = 0
+
+        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+            Flaky.calls += 1
+            return TreeShape.chain(num_draft_tokens) if Flaky.calls % 2 else "chain"  # type: ignore[return-value]
+
+    with pytest.raises(ConformanceError, match=r"answered TreeShape\(.*\), then 'chain'"):
+        check_tree_policy(Flaky())
