@@ -4,7 +4,8 @@
 SpecstratError
 ├── InvalidConfig        (also ValueError)  bad value: num_tokens, slots, widths, names, ...
 │   ├── RelayError                          a FutureMap payload disagrees with its buffers
-│   └── RegistrationError                   duplicate or reserved algorithm name
+│   ├── RegistrationError                   duplicate or reserved algorithm name
+│   └── ModelLoadError                      a model path, id or config specstrat cannot load or run
 ├── InvalidStrategy      (also TypeError)   a strategy does not satisfy its hook's Protocol
 ├── UnknownAlgorithm     (also KeyError)    registry lookup of a name nobody registered
 ├── PluginLoadError      (also ImportError) an entry-point plugin failed to load
@@ -31,6 +32,7 @@ __all__ = [
     "InvalidConfig",
     "InvalidStrategy",
     "KernelError",
+    "ModelLoadError",
     "PluginLoadError",
     "RegistrationError",
     "RelayError",
@@ -54,6 +56,11 @@ class RelayError(InvalidConfig):
 
 class RegistrationError(InvalidConfig):
     """An algorithm could not be registered (duplicate or reserved name); the registry is unchanged."""
+
+
+class ModelLoadError(InvalidConfig):
+    """A model cannot be loaded or run: a missing path, a hub id (specstrat loads local files
+    only), a missing optional package, or a config field the engine's attention cannot honour."""
 
 
 class InvalidStrategy(SpecstratError, TypeError):

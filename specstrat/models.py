@@ -36,7 +36,14 @@ __all__ = [
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelShape:
-    """What the engine needs to know of a model to size its KV cache and check its outputs."""
+    """What the engine needs to know of a model to size its KV cache and check its outputs.
+
+    ``vocab_size``: the token ids the engine may draft, accept and sample (a Hugging Face model's
+    tokenizer vocabulary; its LM head may be wider, and the adapter slices the extra logits off).
+    ``heads``: query heads; ``kv_heads``: key/value heads (grouped-query attention: ``heads`` is
+    a multiple of it; ``None``, the default, means ``heads``). The KV cache holds ``kv_heads``
+    heads of ``head_dim`` per layer.
+    """
 
     vocab_size: int
     hidden_size: int
@@ -44,23 +51,49 @@ class ModelShape:
     heads: int
     head_dim: int
     max_positions: int
+    kv_heads: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "layers", "heads", "head_dim", "max_positions"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidConfig(f"ModelShape.{name}={value!r} must be an int >= 1")
+        kv = self.kv_heads
+        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
+            raise InvalidConfig(f"ModelShape.kv_heads={kv!r} must be an int >= 1, or None")
+        if kv is not None and self.heads % kv:
+            raise InvalidConfig(
+                f"ModelShape.heads={self.heads} is not a multiple of kv_heads={kv}; grouped-query "
+                "attention shares each key/value head among heads // kv_heads query heads"
+            )
+
+    @property
+    def num_kv_heads(self) -> int:
+        """Key/value heads per layer (``kv_heads``, or ``heads`` when it is ``None``)."""
+        return self.heads if self.kv_heads is None else self.kv_heads
 
 
 class AttentionBackend(Protocol):
-    """Computes one layer's attention for flat ``[n, heads, head_dim]`` q, k, v.
+    """Computes one layer's attention for flat q ``[n, heads, head_dim]`` and k, v
+    ``[n, kv_heads, head_dim]`` (grouped-query attention when ``kv_heads < heads``).
 
     The engine passes one per forward; it stores ``k``/``v`` in the KV cache and attends through
-    the TARGET_VERIFY/EXTEND/DECODE metadata the kernels built.
+    the TARGET_VERIFY/EXTEND/DECODE metadata the kernels built. Keyword arguments, each ``None``
+    for the default: ``scaling`` multiplies the scores (default ``head_dim ** -0.5``);
+    ``sliding_window`` ``W``: a query at position ``p`` sees keys at positions ``> p - W`` only;
+    ``softcap`` ``c``: scores become ``c * tanh(scores / c)`` before the mask and softmax.
     """
 
     def __call__(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scaling: float | None = None,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """Attention output ``[n, heads, head_dim]``."""
         ...
@@ -72,8 +105,9 @@ class CausalLM(Protocol):
 
     Called by the engine's model workers in every forward mode. Guarantees: ``__call__`` returns
     ``(logits [n, shape.vocab_size], hidden [n, shape.hidden_size])`` for ``n`` tokens and calls
-    ``attention(layer, q, k, v)`` once per layer in order ``0..shape.layers - 1`` with
-    ``[n, shape.heads, shape.head_dim]`` tensors; it keeps no state between calls.
+    ``attention(layer, q, k, v, ...)`` once per layer in order ``0..shape.layers - 1`` with q
+    ``[n, shape.heads, shape.head_dim]`` and k, v ``[n, shape.num_kv_heads, shape.head_dim]``;
+    it keeps no state between calls. :mod:`specstrat.hf` wraps any Hugging Face causal LM so.
     """
 
     @property

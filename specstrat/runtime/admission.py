@@ -28,7 +28,7 @@ __all__ = ["TransferBatch", "check_transfer"]
 class TransferBatch:
     """One prefilled batch: ids, prompts, budgets, stop tokens, first tokens, KV and payload.
 
-    ``k``/``v`` are ``[layers, sum(prompt lengths), heads, head_dim]``: request ``i``'s KV is the
+    ``k``/``v`` are ``[layers, sum(prompt lengths), kv_heads, head_dim]``: request ``i``'s KV is the
     slice of ``len(prompts[i])`` positions after the previous requests'. ``payload`` holds what
     the algorithm's drafter asked the prefill side to send (``DrafterNeeds.prefill_fields``).
     """
@@ -122,7 +122,7 @@ def check_transfer(
         len(batch.sampling) != bs or any(not isinstance(p, SamplingParams) for p in batch.sampling)
     ):
         raise fail("sampling needs one SamplingParams per request")
-    want = (shape.layers, sum(batch.kv_lens), shape.heads, shape.head_dim)
+    want = (shape.layers, sum(batch.kv_lens), shape.num_kv_heads, shape.head_dim)
     for name in ("k", "v"):
         tensor = getattr(batch, name)
         if (

@@ -5,7 +5,9 @@ TARGET_VERIFY with T from the algorithm's policy. Query ``j`` of request ``i`` s
 ``cache_seqlens[i] - q_len[i] + j`` and sees keys ``0..that position`` of its own page-table row,
 so a wrong ``cu_seqlens_q``, ``cache_seqlens`` or page table yields wrong tokens. With a draft
 tree (``batch.tree``), a query also sees, among its request's tree columns, only those its tree
-mask allows: its ancestors and itself.
+mask allows: its ancestors and itself. Grouped-query attention shares each cached key/value head
+among ``heads // kv_heads`` query heads; a layer's ``sliding_window`` and ``softcap`` (see
+:class:`~specstrat.models.AttentionBackend`) narrow the mask and cap the scores.
 """
 
 from __future__ import annotations
@@ -61,14 +63,36 @@ class PagedAttention:
         )
         if batch.tree is not None:
             visible &= _tree_visible(batch.tree, k_pos, batch.max_q)
-        # Query rows past a request's length are discarded; key 0 keeps their softmax finite.
-        self.mask = (visible | (k_pos == 0)[None, None, :])[:, None]
+        self._visible, self._q_pos, self._k_pos = visible, q_pos, k_pos
+        self._masks: dict[int | None, torch.Tensor] = {None: _finite(visible, k_pos)}
         if meta.page_table is None:
             raise InvalidConfig("paged attention needs metadata built with req_to_token")
         self.slots = meta.page_table[:, : batch.max_k].long()
 
+    @property
+    def mask(self) -> torch.Tensor:
+        """``[rows, 1, max_q, max_k]``: which key columns each query row sees (no window)."""
+        return self._masks[None]
+
+    def _mask(self, window: int | None) -> torch.Tensor:
+        """The mask of a layer with ``sliding_window=window`` (built once per forward)."""
+        if window not in self._masks:
+            if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+                raise InvalidConfig(f"sliding_window={window!r} must be an int >= 1 or None")
+            near = self._k_pos[None, None, :] > self._q_pos[:, :, None] - window
+            self._masks[window] = _finite(self._visible & near, self._k_pos)
+        return self._masks[window]
+
     def __call__(
-        self, layer: int, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scaling: float | None = None,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
     ) -> torch.Tensor:
         """Store this layer's new K/V at ``out_cache_loc``, then attend through the pages."""
         loc = self.batch.out_cache_loc
@@ -77,12 +101,31 @@ class PagedAttention:
         rows, (_, heads, dim) = self.slots.shape[0], q.shape
         queries = q.new_zeros(rows, self.batch.max_q, heads, dim)
         queries[self.req, self.qi] = q
-        keys = self.pool.k[layer][self.slots]  # [rows, max_k, heads, dim]
+        keys = self.pool.k[layer][self.slots]  # [rows, max_k, kv_heads, dim]
         values = self.pool.v[layer][self.slots]
-        out = F.scaled_dot_product_attention(
-            queries.transpose(1, 2),
-            keys.transpose(1, 2),
-            values.transpose(1, 2),
-            attn_mask=self.mask,
-        )
+        group, rest = divmod(heads, keys.shape[2])
+        if rest:
+            raise InvalidConfig(
+                f"layer {layer}: {heads} query heads are not a multiple of the cache's "
+                f"{keys.shape[2]} key/value heads; set ModelShape.kv_heads to the model's"
+            )
+        if group > 1:  # grouped-query attention: each KV head serves `group` query heads
+            keys = keys.repeat_interleave(group, dim=2)
+            values = values.repeat_interleave(group, dim=2)
+        mask = self._mask(sliding_window)
+        qt, kt, vt = queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        if softcap is None:
+            out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scaling)
+        else:  # SDPA has no score cap: the eager form, softmax in float32 as transformers does
+            scale = dim**-0.5 if scaling is None else scaling
+            scores = softcap * torch.tanh((qt @ kt.transpose(-1, -2)) * scale / softcap)
+            scores = scores.masked_fill(~mask, float("-inf"))
+            out = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vt.dtype) @ vt
         return out.transpose(1, 2)[self.req, self.qi]
+
+
+def _finite(visible: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    """``visible`` as an SDPA mask ``[rows, 1, max_q, max_k]``. A query row that sees no key (a
+    row past its request's length, discarded) sees key 0, which keeps its softmax finite."""
+    blind = ~visible.any(dim=-1, keepdim=True)
+    return (visible | (blind & (k_pos == 0)[None, None, :]))[:, None]

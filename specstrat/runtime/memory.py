@@ -60,12 +60,13 @@ class RequestPool:
 
 
 class KVPool:
-    """Per-layer K and V for ``num_tokens`` token slots plus padding slot 0."""
+    """Per-layer K and V for ``num_tokens`` token slots plus padding slot 0, with the model's
+    key/value heads (``ModelShape.num_kv_heads``)."""
 
     def __init__(
         self, num_tokens: int, shape: ModelShape, dtype: torch.dtype, device: torch.device
     ) -> None:
-        dims = (shape.layers, num_tokens + 1, shape.heads, shape.head_dim)
+        dims = (shape.layers, num_tokens + 1, shape.num_kv_heads, shape.head_dim)
         self.k = torch.zeros(dims, dtype=dtype, device=device)
         self.v = torch.zeros(dims, dtype=dtype, device=device)
         self.capacity = num_tokens

@@ -53,7 +53,7 @@ def kv_bytes(model: CausalLM, max_total_tokens: int, dtype: torch.dtype) -> int:
     """Bytes the K and V caches of ``max_total_tokens`` slots take for ``model``."""
     s = model.shape
     itemsize = torch.empty((), dtype=dtype).element_size()
-    return 2 * s.layers * (max_total_tokens + 1) * s.heads * s.head_dim * itemsize
+    return 2 * s.layers * (max_total_tokens + 1) * s.num_kv_heads * s.head_dim * itemsize
 
 
 def _available_bytes(device: torch.device) -> int | None:
@@ -297,7 +297,7 @@ class ModelWorker:
     # -- disaggregation -----------------------------------------------------------------------
 
     def export_kv(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """K and V of a request, ``[layers, length, heads, head_dim]`` each (for transfer)."""
+        """K and V of a request, ``[layers, length, kv_heads, head_dim]`` each (for transfer)."""
         locs = self.requests.req_to_token[slot, : self.length(slot)].long()
         return self.kv.k[:, locs].clone(), self.kv.v[:, locs].clone()
 
@@ -310,7 +310,7 @@ class ModelWorker:
         if tuple(k.shape) != want or k.shape != v.shape:
             raise InvalidConfig(
                 f"prebuilt KV shapes k={tuple(k.shape)} v={tuple(v.shape)}; expected "
-                f"[layers, length, heads, head_dim] = {want}"
+                f"[layers, length, kv_heads, head_dim] = {want}"
             )
         if self.length(slot):
             raise InvalidConfig(f"slot {slot} already holds {self.length(slot)} tokens")

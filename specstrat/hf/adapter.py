@@ -1,0 +1,294 @@
+"""Any Hugging Face causal LM behind :class:`~specstrat.models.CausalLM`, with no modelling code
+copied: the engine's paged attention runs inside a function registered with transformers'
+attention interface.
+
+How a forward reaches the engine's attention: :class:`HFCausalLM` sets the step's
+:class:`~specstrat.models.AttentionBackend` in a context variable around the model's own forward
+(so it works whether or not a model passes extra keyword arguments down to its attention) and
+passes positions as ``position_ids`` (RoPE, partial rotary and learned positions all follow
+them). transformers calls :func:`paged_attention` once per layer with the query
+``[1, heads, n, head_dim]``, the un-repeated key/value ``[1, kv_heads, n, head_dim]``, the
+attention module (its ``layer_idx``) and the layer's ``scaling``, ``sliding_window`` and
+``softcap``; the function hands them to the backend, which writes the KV cache and attends
+through the metadata the kernels built. transformers builds no mask for an implementation it
+does not know, so the engine's metadata is the only mask.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.models import AttentionBackend, ModelShape
+
+__all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
+
+#: The name :func:`paged_attention` is registered under in transformers' ``AttentionInterface``.
+ATTENTION_NAME = "specstrat_paged"
+
+_BACKEND: contextvars.ContextVar[AttentionBackend | None] = contextvars.ContextVar(
+    "specstrat_attention", default=None
+)
+_HIDDEN: contextvars.ContextVar[list[torch.Tensor] | None] = contextvars.ContextVar(
+    "specstrat_hidden", default=None
+)
+
+# Keyword arguments transformers' models pass to an attention function that carry nothing the
+# engine's metadata does not already say (positions, caches, flash-attention varlen bounds).
+_IGNORED = frozenset(
+    {
+        "dropout",
+        "position_ids",
+        "use_cache",
+        "cache",
+        "cache_position",
+        "is_causal",
+        "output_attentions",
+        "cu_seq_lens_q",
+        "cu_seq_lens_k",
+        "max_length_q",
+        "max_length_k",
+    }
+)
+# The config field behind each keyword argument, for the refusal message.
+_CONFIG_FIELD = {"s_aux": "sinks (attention sinks)", "position_bias": "relative position bias"}
+
+
+def paged_attention(
+    module: torch.nn.Module,
+    query: torch.Tensor,
+    key: torch.Tensor,
+    value: torch.Tensor,
+    attention_mask: torch.Tensor | None,
+    *,
+    scaling: float | None = None,
+    sliding_window: int | None = None,
+    softcap: float | None = None,
+    **kwargs: Any,
+) -> tuple[torch.Tensor, None]:
+    """transformers' attention-function signature over the engine's backend for this forward.
+
+    Returns ``(output [1, n, heads, head_dim], None)`` as transformers' own functions do. The
+    ``attention_mask`` is ignored: the backend masks through the engine's metadata. A keyword
+    argument this cannot honour (an attention sink, a position bias) raises
+    :class:`~specstrat.errors.ModelLoadError` naming it; :func:`~specstrat.hf.load` calls the
+    model once at load, so such a model is refused there.
+    """
+    backend = _BACKEND.get()
+    if backend is None:
+        raise InvalidConfig(
+            f"attn_implementation={ATTENTION_NAME!r} runs only inside a specstrat forward; "
+            "call the model through specstrat.hf.HFCausalLM (reference runs switch it back)"
+        )
+    unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
+    if unknown:
+        fields = ", ".join(f"{k} ({_CONFIG_FIELD.get(k, 'unsupported')})" for k in unknown)
+        raise ModelLoadError(
+            f"{type(module).__name__} passes attention arguments specstrat cannot honour: "
+            f"{fields}; this model is not supported"
+        )
+    if query.shape[0] != 1:
+        raise InvalidConfig(f"query batch={query.shape[0]}; specstrat runs flat batches of 1")
+    layer = getattr(module, "layer_idx", None)
+    if not isinstance(layer, int):
+        raise ModelLoadError(
+            f"{type(module).__name__} has no integer layer_idx; specstrat needs it to address "
+            "the layer's KV cache"
+        )
+    out = backend(
+        layer,
+        query[0].transpose(0, 1),
+        key[0].transpose(0, 1),
+        value[0].transpose(0, 1),
+        scaling=scaling,
+        sliding_window=sliding_window,
+        softcap=softcap,
+    )
+    return out.unsqueeze(0), None
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    AttentionInterface.register(ATTENTION_NAME, paged_attention)
+
+
+@dataclass(frozen=True, slots=True)
+class _LayerShape:
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+class _Probe:
+    """An attention backend that records each layer's head shapes and runs dense causal
+    attention with the layer's arguments (one probe forward at load)."""
+
+    def __init__(self) -> None:
+        self.layers: dict[int, _LayerShape] = {}
+
+    def __call__(
+        self,
+        layer: int,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        scaling: float | None = None,
+        sliding_window: int | None = None,
+        softcap: float | None = None,
+    ) -> torch.Tensor:
+        self.layers[layer] = _LayerShape(q.shape[1], k.shape[1], q.shape[2])
+        group = q.shape[1] // k.shape[1]
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        scores = torch.einsum("qhd,khd->hqk", q, k) * (scaling or q.shape[2] ** -0.5)
+        if softcap is not None:
+            scores = softcap * torch.tanh(scores / softcap)
+        n = q.shape[0]
+        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
+        scores = scores.masked_fill(~causal, float("-inf"))
+        return torch.einsum("hqk,khd->qhd", F.softmax(scores, dim=-1), v)
+
+
+class HFCausalLM:
+    """A transformers causal LM as a :class:`~specstrat.models.CausalLM`.
+
+    ``model``: a ``PreTrainedModel`` with an LM head whose attention goes through transformers'
+    ``AttentionInterface`` (``model.is_backend_compatible()``); ``vocab_size``: the ids the engine
+    may use (the tokenizer's vocabulary; default the LM head's width). The LM head may be wider
+    (padded): its extra logits are sliced off. ``__call__`` returns the LM head's logits (after
+    any final soft-cap the model applies) and the final normalised hidden state (the base
+    model's ``last_hidden_state``, what an EAGLE-style head reads).
+
+    Construction runs one probe forward of two tokens (the attention function sees every
+    layer): it sizes :attr:`shape` from what the layers actually pass (query heads, key/value
+    heads, head width) and refuses, with :class:`~specstrat.errors.ModelLoadError`, a model
+    whose attention needs something the engine cannot do. The model is switched to the engine's
+    attention; :meth:`reference` switches it back for transformers' own forward and
+    ``generate``.
+    """
+
+    def __init__(self, model: Any, *, vocab_size: int | None = None, name: str = "model") -> None:
+        _check_model(model, name)
+        _register()
+        self.model = model
+        self.name = name
+        self.reference_attention: str = model.config._attn_implementation
+        base = model.base_model
+        if not getattr(base, "_specstrat_hidden_hook", False):  # one hook however many wrappers
+            base.register_forward_hook(_capture_hidden)
+            base._specstrat_hidden_hook = True
+        head = model.get_output_embeddings()
+        width = int(head.weight.shape[0])
+        if vocab_size is not None and (
+            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
+        ):
+            raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
+        #: LM head width; logit columns kept: the tokenizer's ids (a padded head's rest dropped).
+        self.head_width = width
+        self.vocab_size = width if vocab_size is None else min(vocab_size, width)
+        model.set_attn_implementation(ATTENTION_NAME)
+        layers = self._probe()
+        first = layers[0]
+        if any(shape != first for shape in layers.values()) or sorted(layers) != list(
+            range(len(layers))
+        ):
+            raise ModelLoadError(
+                f"{name}: layers differ in head shapes or order ({layers}); specstrat's KV cache "
+                "holds one head shape for every layer"
+            )
+        hidden = getattr(model.config, "hidden_size", None)
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if not isinstance(positions, int):
+            raise ModelLoadError(
+                f"{name}: config has no max_position_embeddings; specstrat bounds context_len by it"
+            )
+        self._shape = ModelShape(
+            vocab_size=self.vocab_size,
+            hidden_size=int(hidden) if isinstance(hidden, int) else int(head.weight.shape[1]),
+            layers=len(layers),
+            heads=first.heads,
+            kv_heads=first.kv_heads,
+            head_dim=first.head_dim,
+            max_positions=positions,
+        )
+
+    def _probe(self) -> dict[int, _LayerShape]:
+        probe = _Probe()
+        device = next(self.model.parameters()).device
+        tokens = torch.zeros(2, dtype=torch.long, device=device)
+        with torch.inference_mode():
+            self(tokens, torch.arange(2, device=device), probe)
+        if not probe.layers:
+            raise ModelLoadError(
+                f"{self.name}: {type(self.model).__name__} never called the attention interface; "
+                "its attention is not pluggable, so specstrat cannot run it"
+            )
+        return probe.layers
+
+    @property
+    def shape(self) -> ModelShape:
+        """Vocabulary (the tokenizer's), widths, depth and head shapes, as the probe saw them."""
+        return self._shape
+
+    def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
+        """The wrapped model's parameters (their dtype and device are the KV cache's)."""
+        return iter(self.model.parameters(recurse))
+
+    def __call__(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[n, vocab_size]`` and final hidden states ``[n, hidden]`` for flat tokens."""
+        hidden: list[torch.Tensor] = []
+        backend, box = _BACKEND.set(attention), _HIDDEN.set(hidden)
+        try:
+            out = self.model(input_ids=tokens[None], position_ids=positions[None], use_cache=False)
+        finally:
+            _BACKEND.reset(backend)
+            _HIDDEN.reset(box)
+        return out.logits[0, :, : self.vocab_size], hidden[-1][0]
+
+    @contextlib.contextmanager
+    def reference(self) -> Iterator[Any]:
+        """The wrapped model on transformers' own attention for the block (its forward and
+        ``generate`` as transformers runs them); the engine's attention again after."""
+        self.model.set_attn_implementation(self.reference_attention)
+        try:
+            yield self.model
+        finally:
+            self.model.set_attn_implementation(ATTENTION_NAME)
+
+
+def _capture_hidden(module: torch.nn.Module, args: Any, output: Any) -> None:
+    box = _HIDDEN.get()
+    if box is not None:
+        box.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+
+
+def _check_model(model: Any, name: str) -> None:
+    """Refuse, by name, what is not a decoder-only causal LM on the attention interface."""
+    kind = type(model).__name__
+    if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
+        raise ModelLoadError(f"{name}: {kind} is not a transformers PreTrainedModel")
+    if model.get_output_embeddings() is None or model.base_model is model:
+        raise ModelLoadError(f"{name}: {kind} has no LM head; load it as a causal LM")
+    if getattr(model.config, "is_encoder_decoder", False):
+        raise ModelLoadError(f"{name}: {kind} is an encoder-decoder model; specstrat runs decoders")
+    if not model.is_backend_compatible():
+        raise ModelLoadError(
+            f"{name}: {kind} does not route attention through transformers' AttentionInterface "
+            "(_supports_attention_backend is False), so specstrat cannot run its attention"
+        )
+    for field in ("attention_chunk_size", "use_alibi", "alibi"):
+        if getattr(model.config, field, None):
+            raise ModelLoadError(
+                f"{name}: config.{field}={getattr(model.config, field)!r} is not supported "
+                "(specstrat's attention has no chunked or ALiBi masks)"
+            )

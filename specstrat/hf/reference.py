@@ -1,0 +1,117 @@
+"""Lossless against a reference nobody here wrote: transformers' own greedy ``generate``.
+
+Outputs are compared token for token. At the first position where they differ, the divergence
+is a **certified numerical tie** when, recomputed by transformers' own forward of the common
+prefix, the two tokens' float32 logits are both within ``TIE_EPSILON * max|logit|`` of the top
+logit: a batched verify forward and a one-token decode sum in different orders, and their drift
+(measured in the tests: below 1e-6 of the logit scale on the tiny models, float32) can flip such
+a pair. The rest of that request is not compared; the count is reported as ``ties``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import torch
+
+from specstrat.hf.adapter import HFCausalLM
+from specstrat.runtime.requests import Request
+
+__all__ = ["TIE_EPSILON", "ReferenceCheck", "certified_tie", "compare", "generate_reference"]
+
+#: Relative logit gap below which a divergence is a tie (see the module docstring).
+TIE_EPSILON = 1e-4
+
+
+@dataclass(frozen=True, slots=True)
+class ReferenceCheck:
+    """How a run's outputs compare with the reference: ``lossless`` is true only when every
+    divergence is a certified tie; ``mismatches`` names each other one (rid, position, tokens)."""
+
+    lossless: bool
+    requests: int
+    compared_tokens: int
+    ties: int
+    mismatches: tuple[str, ...]
+
+    def line(self) -> str:
+        """One line for a summary."""
+        verdict = "identical" if self.lossless else "DIFFERENT"
+        tie = f", {self.ties} certified tie(s)" if self.ties else ""
+        bad = f"; {'; '.join(self.mismatches[:3])}" if self.mismatches else ""
+        return f"{verdict} over {self.requests} requests, {self.compared_tokens} tokens{tie}{bad}"
+
+
+def generate_reference(
+    lm: HFCausalLM, requests: Sequence[Request], *, pad_token_id: int | None = None
+) -> dict[str, list[int]]:
+    """Each request's output from transformers' greedy ``generate`` at batch size 1, with the
+    request's stop ids as EOS and its ``max_new_tokens`` (the model's own generation defaults,
+    such as a repetition penalty, are not applied). A padded LM head's ids past the tokenizer's
+    vocabulary are suppressed (transformers' ``suppress_tokens``), as the engine never uses them."""
+    from transformers import GenerationConfig
+
+    out: dict[str, list[int]] = {}
+    device = next(lm.parameters()).device
+    padded = list(range(lm.shape.vocab_size, lm.head_width))
+    with lm.reference() as model, torch.inference_mode():
+        for r in requests:
+            stops = sorted(r.stop_token_ids)
+            config = GenerationConfig(  # type: ignore[no-untyped-call]
+                do_sample=False,
+                max_new_tokens=r.max_new_tokens,
+                eos_token_id=stops or None,
+                pad_token_id=pad_token_id if pad_token_id is not None else (stops or [0])[0],
+                suppress_tokens=padded or None,
+            )
+            ids = torch.tensor([r.prompt], device=device)
+            done = model.generate(
+                ids, attention_mask=torch.ones_like(ids), generation_config=config
+            )
+            out[r.rid] = [int(t) for t in done[0, len(r.prompt) :]]
+    return out
+
+
+def certified_tie(lm: HFCausalLM, context: Sequence[int], a: int, b: int) -> bool:
+    """Whether tokens ``a`` and ``b`` tie after ``context``: transformers' forward gives both
+    logits within ``TIE_EPSILON * max|logit|`` of the top one (float32)."""
+    device = next(lm.parameters()).device
+    with lm.reference() as model, torch.inference_mode():
+        logits = model(torch.tensor([list(context)], device=device)).logits[0, -1]
+    logits = logits[: lm.shape.vocab_size].float()
+    top, bound = logits.max(), TIE_EPSILON * logits.abs().max()
+    return bool((top - logits[a] <= bound) & (top - logits[b] <= bound))
+
+
+def compare(
+    lm: HFCausalLM,
+    requests: Sequence[Request],
+    outputs: Mapping[str, Sequence[int]],
+    reference: Mapping[str, Sequence[int]],
+) -> ReferenceCheck:
+    """``outputs`` against ``reference`` for each request in ``reference``."""
+    compared = ties = 0
+    mismatches: list[str] = []
+    by_rid = {r.rid: r for r in requests}
+    for rid, want in reference.items():
+        got = list(outputs.get(rid, ()))
+        first = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)
+        if first is None:
+            compared += min(len(got), len(want))
+            if len(got) != len(want):
+                mismatches.append(f"{rid}: {len(got)} tokens vs the reference's {len(want)}")
+            continue
+        compared += first
+        context = [*by_rid[rid].prompt, *want[:first]]
+        if certified_tie(lm, context, got[first], want[first]):
+            ties += 1
+        else:
+            mismatches.append(f"{rid}: position {first}: {got[first]} vs {want[first]}")
+    return ReferenceCheck(
+        lossless=not mismatches,
+        requests=len(reference),
+        compared_tokens=compared,
+        ties=ties,
+        mismatches=tuple(mismatches),
+    )
