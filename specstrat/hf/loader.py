@@ -139,6 +139,11 @@ def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
         model, tokenizer = _from_dir(file.parent, torch.float32, gguf_file=file.name)
         target.parent.mkdir(parents=True, exist_ok=True)
         tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+        # transformers dequantises GGUF weights at load but keeps the quantizer, which refuses
+        # save_pretrained; the weights are plain tensors by now, saved as such.
+        model.hf_quantizer = None
+        if hasattr(model.config, "quantization_config"):
+            del model.config.quantization_config
         try:  # written aside, then renamed: an interrupted conversion leaves no half cache
             model.save_pretrained(tmp)
             tokenizer.save_pretrained(tmp)

@@ -10,8 +10,10 @@ a pair. The rest of that request is not compared; the count is reported as ``tie
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import contextlib
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -55,7 +57,7 @@ def generate_reference(
     out: dict[str, list[int]] = {}
     device = next(lm.parameters()).device
     padded = list(range(lm.shape.vocab_size, lm.head_width))
-    with lm.reference() as model, torch.inference_mode():
+    with lm.reference() as model, _own_defaults(model), torch.inference_mode():
         for r in requests:
             stops = sorted(r.stop_token_ids)
             config = GenerationConfig(  # type: ignore[no-untyped-call]
@@ -71,6 +73,22 @@ def generate_reference(
             )
             out[r.rid] = [int(t) for t in done[0, len(r.prompt) :]]
     return out
+
+
+@contextlib.contextmanager
+def _own_defaults(model: Any) -> Iterator[None]:
+    """``model.generation_config`` replaced by transformers' plain defaults for the block:
+    ``generate`` fills every field a passed config leaves unset from the model's own, so without
+    this a model's EOS ids would end a request that has none, and its repetition penalty or
+    sampling defaults would apply."""
+    from transformers import GenerationConfig
+
+    saved = model.generation_config
+    model.generation_config = GenerationConfig()  # type: ignore[no-untyped-call]
+    try:
+        yield
+    finally:
+        model.generation_config = saved
 
 
 def certified_tie(lm: HFCausalLM, context: Sequence[int], a: int, b: int) -> bool:

@@ -85,6 +85,8 @@ def chat_request(
 
 def decode(tokenizer: Any, ids: list[int], *, stop: tuple[str, ...] = ()) -> str:
     """``ids`` as text, special tokens dropped, cut before the first of the ``stop`` strings."""
+    if isinstance(stop, str):
+        raise InvalidConfig(f"stop={stop!r} is a string; pass a tuple of strings, e.g. ({stop!r},)")
     text: str = tokenizer.decode(ids, skip_special_tokens=True)
     cuts = [i for i in (text.find(s) for s in stop if s) if i >= 0]
     return text[: min(cuts)] if cuts else text

@@ -1,8 +1,10 @@
-"""The main job: one algorithm against target-only decoding on the embedded models.
+"""The main job: one algorithm against target-only decoding.
 
-Both runs decode the same workload (prompts cut from the Python standard library's source, which
-every machine has); the summary reports mean acceptance length, tokens/s of each, their ratio,
-and whether speculation was lossless (token-for-token equal to target-only greedy output).
+Both runs decode the same workload: by default prompts cut from the Python standard library's
+source (which every machine has) on the embedded models, or any requests on any loaded models
+(:func:`run_comparison`; ``specstrat demo --model`` passes a Hugging Face model's). The summary
+reports mean acceptance length, tokens/s of each, their ratio, and whether speculation was
+lossless (token-for-token equal to target-only greedy output).
 """
 
 from __future__ import annotations
@@ -19,13 +21,23 @@ from tqdm import tqdm
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import GREEDY, SamplingParams
+from specstrat.errors import InvalidConfig
+from specstrat.models import LoadedModels
 from specstrat.registry import get
 from specstrat.runtime.engine import Engine
 from specstrat.runtime.models.text import encode_indentation
 from specstrat.runtime.models.weights import EmbeddedModels
 from specstrat.runtime.requests import EngineConfig, Request
 
-__all__ = ["DemoSummary", "ProgressBar", "run_demo", "workload"]
+__all__ = [
+    "DemoRun",
+    "DemoSummary",
+    "ProgressBar",
+    "RequestRecord",
+    "run_comparison",
+    "run_demo",
+    "workload",
+]
 
 #: Stdlib files the prompts come from (not among the training files).
 PROMPT_FILES = ("json/__init__.py", "glob.py", "fnmatch.py", "keyword.py", "colorsys.py", "this.py")
@@ -62,16 +74,32 @@ def workload(
 
 
 @dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request of a demo run: ``prompt_ids`` exactly as the target saw them, ``output_ids``
+    the speculative run's kept tokens."""
+
+    rid: str
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class DemoSummary:
-    """The demo's figures. ``topk``/``num_steps``: the draft tree (topk 1 is a chain);
-    ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft worker ran (a block
-    drafter's); ``draft_worker_tokens_per_req``: their ``T_draft`` (0: none)."""
+    """The demo's figures. ``requests``: every request's ids (:class:`RequestRecord`);
+    ``num_requests``: their count (``requests`` was that count in 0.3). ``topk``/``num_steps``:
+    the draft tree (topk 1 is a chain); ``draft_worker_verify_forwards``: TARGET_VERIFY forwards
+    the draft worker ran (a block drafter's); ``draft_worker_tokens_per_req``: their ``T_draft``
+    (0: none). ``temperature``, ``top_p``, ``top_k``, ``seed``: the sampling parameters (request
+    ``i`` samples with ``seed + i``). ``model``: what ran (``embedded`` or a model's path);
+    ``ties``: divergences certified as numerical ties (Hugging Face models, see
+    :mod:`specstrat.hf.reference`)."""
 
     algorithm: str
     overlap: bool
     disagg: bool
     num_draft_tokens: int
-    requests: int
+    requests: tuple[RequestRecord, ...]
+    num_requests: int
     tokens: int
     acceptance_length: float
     spec_tokens_per_s: float
@@ -86,6 +114,11 @@ class DemoSummary:
     num_steps: int
     draft_worker_verify_forwards: int = 0
     draft_worker_tokens_per_req: int = 0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    model: str = "embedded"
+    ties: int = 0
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -101,7 +134,8 @@ class DemoSummary:
         """The summary as aligned text."""
         rows = [
             ("algorithm", self._setup()),
-            ("requests", str(self.requests)),
+            ("model", self.model),
+            ("requests", str(self.num_requests)),
             ("tokens", str(self.tokens)),
             ("mean acceptance length", f"{self.acceptance_length:.2f}"),
             (
@@ -146,6 +180,15 @@ class ProgressBar:
         self.bar.close()
 
 
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """A demo run: its summary, and both runs' outputs by request id."""
+
+    summary: DemoSummary
+    spec_outputs: dict[str, list[int]]
+    target_outputs: dict[str, list[int]]
+
+
 def run_demo(
     algo: SpecAlgorithm[Any] | str = "EAGLE",
     *,
@@ -158,7 +201,38 @@ def run_demo(
     trace: TextIO | None = None,
     sampling: SamplingParams = GREEDY,
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
-    """Run the workload with ``algo`` and target-only; the summary and the spec outputs.
+    """Run the embedded workload with ``algo`` and target-only; the summary and spec outputs.
+
+    The workload is :func:`workload` (``num_requests`` prompts) in a context of 512 positions;
+    see :func:`run_comparison` for the rest.
+    """
+    config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
+    run = run_comparison(
+        algo,
+        models or EmbeddedModels.load(),
+        workload(num_requests, sampling=sampling),
+        config,
+        progress=progress,
+        disagg=disagg,
+        trace=trace,
+        sampling=sampling,
+    )
+    return run.summary, run.spec_outputs
+
+
+def run_comparison(
+    algo: SpecAlgorithm[Any] | str,
+    models: LoadedModels,
+    requests: list[Request],
+    config: EngineConfig,
+    *,
+    progress: bool = True,
+    disagg: bool = False,
+    trace: TextIO | None = None,
+    sampling: SamplingParams = GREEDY,
+    model_name: str = "embedded",
+) -> DemoRun:
+    """Run ``requests`` with ``algo`` and with target-only decoding on ``models``.
 
     Both engines are built (and their configuration checked) before either runs. With
     ``disagg`` the speculative run prefills in a second process and decodes here
@@ -168,9 +242,12 @@ def run_demo(
     (:func:`~specstrat.testing.check_lossless_in_distribution`), a lossy one says so.
     """
     spec_algo = get(algo) if isinstance(algo, str) else algo
-    models = models or EmbeddedModels.load()
-    requests = workload(num_requests, sampling=sampling)
-    config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
+    embedded = models if isinstance(models, EmbeddedModels) else None
+    if disagg and embedded is None:
+        raise InvalidConfig(
+            f"disagg=True with models={type(models).__name__}: the prefill process loads the "
+            "embedded models only; drop --disagg for this model"
+        )
     baseline = Engine(get("NONE"), models, config)
     spec = Engine(spec_algo, models, config)  # checks D against the context before any run
     torch.manual_seed(0)
@@ -180,7 +257,7 @@ def run_demo(
 
         bar = ProgressBar(spec_algo.name) if progress else None
         try:
-            result = run_disaggregated(spec_algo, requests, config, models=models, progress=bar)
+            result = run_disaggregated(spec_algo, requests, config, models=embedded, progress=bar)
         finally:
             if bar is not None:
                 bar.close()
@@ -188,14 +265,18 @@ def run_demo(
     else:
         spec_out = _timed(spec, requests, spec_algo.name, progress, trace)
         spec_stats = spec.stats
-    lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, num_draft_tokens)
+    d = config.num_draft_tokens
+    lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, d)
     base_stats = baseline.stats
     summary = DemoSummary(
         algorithm=spec_algo.name,
-        overlap=overlap,
+        overlap=config.overlap,
         disagg=disagg,
-        num_draft_tokens=num_draft_tokens,
-        requests=len(requests),
+        num_draft_tokens=d,
+        requests=tuple(
+            RequestRecord(r.rid, r.prompt, tuple(spec_out.get(r.rid, ()))) for r in requests
+        ),
+        num_requests=len(requests),
         tokens=spec_stats.generated_tokens,
         acceptance_length=spec_stats.acceptance_length,
         spec_tokens_per_s=spec_stats.tokens_per_second,
@@ -210,15 +291,19 @@ def run_demo(
         num_steps=spec.tree.num_steps,
         draft_worker_verify_forwards=spec_stats.draft_worker_verify_forwards,
         draft_worker_tokens_per_req=spec_stats.draft_worker_tokens_per_req,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        seed=sampling.seed,
+        model=model_name,
     )
-    return summary, spec_out
+    return DemoRun(summary, spec_out, base_out)
 
 
 def _lossless(
     algo: SpecAlgorithm[Any],
     same_tokens: bool,
     sampling: SamplingParams,
-    models: EmbeddedModels,
+    models: LoadedModels,
     num_draft_tokens: int,
 ) -> tuple[bool, str]:
     """Whether the run was lossless, and how that was established."""
