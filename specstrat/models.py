@@ -25,6 +25,7 @@ __all__ = [
     "CausalLM",
     "DraftHead",
     "DraftKV",
+    "EarlyExitModel",
     "KVForward",
     "KVRequests",
     "KVVerify",
@@ -123,6 +124,21 @@ class CausalLM(Protocol):
 
     def parameters(self, recurse: bool = True) -> Iterator[torch.nn.Parameter]:
         """The model's parameters (their dtype and device are the KV cache's)."""
+        ...
+
+
+@runtime_checkable
+class EarlyExitModel(CausalLM, Protocol):
+    """A causal LM that can also run as its own first layers: self-speculation by early exit.
+
+    Guarantees: ``early_exit(k)`` is a :class:`CausalLM` of the first ``k`` layers followed by
+    the model's final norm and LM head (LayerSkip's early exit), sharing this model's weights
+    (nothing is copied) and its ``vocab_size``; the engine gives it a KV cache of its own.
+    """
+
+    def early_exit(self, exit_layer: int) -> CausalLM:
+        """The first ``exit_layer`` layers (``1 <= exit_layer < shape.layers``) plus the final
+        norm and LM head."""
         ...
 
 

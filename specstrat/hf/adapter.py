@@ -282,6 +282,13 @@ class HFCausalLM:
             _HIDDEN.reset(box)
         return out.logits[0, :, : self.vocab_size], hidden[-1][0]
 
+    def early_exit(self, exit_layer: int) -> HFCausalLM:
+        """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's
+        weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit`)."""
+        from specstrat.hf.early_exit import early_exit_view
+
+        return early_exit_view(self, exit_layer)
+
     @contextlib.contextmanager
     def reference(self) -> Iterator[Any]:
         """The wrapped model on transformers' own attention for the block (its forward and

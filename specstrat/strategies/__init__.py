@@ -29,6 +29,7 @@ from specstrat.strategies.drafters import (
     NoDrafterFactory,
 )
 from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
+from specstrat.strategies.early_exit import EarlyExitDrafterFactory
 from specstrat.strategies.future_map import (
     RingFutureMap,
     RingFutureMapFactory,
@@ -51,6 +52,7 @@ __all__ = [
     "DraftModelDrafterFactory",
     "EagleHeadDrafter",
     "EagleHeadDrafterFactory",
+    "EarlyExitDrafterFactory",
     "GreedyAcceptance",
     "RejectionSamplingAcceptance",
     "TypicalAcceptance",

@@ -206,7 +206,15 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
     summary = json.loads(capsys.readouterr().out)
     assert summary["algorithm"] == "EAGLE"
     assert summary["lossless"] is True
-    assert summary["requests"] == 2
+    assert summary["num_requests"] == 2
+    assert [set(r) for r in summary["requests"]] == [{"rid", "prompt_ids", "output_ids"}] * 2
+    assert all(r["output_ids"] for r in summary["requests"])
+    assert (summary["temperature"], summary["top_p"], summary["top_k"], summary["seed"]) == (
+        0.0,
+        1.0,
+        0,
+        0,
+    )
     assert len(summary["acceptance_by_position"]) == 3  # D = 4: positions 1..3
     assert summary["acceptance_rule_lossless"] is True
     assert (summary["draft_worker_verify_forwards"], summary["draft_worker_tokens_per_req"]) == (

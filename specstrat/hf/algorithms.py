@@ -1,0 +1,27 @@
+"""Algorithms that run on any Hugging Face model without trained draft weights."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.builtins import STANDALONE
+from specstrat.errors import InvalidConfig
+from specstrat.strategies.early_exit import EarlyExitDrafterFactory
+
+__all__ = ["EARLY_EXIT", "early_exit_algorithm"]
+
+
+def early_exit_algorithm(exit_layer: int) -> SpecAlgorithm[None]:
+    """Self-speculation by early exit at ``exit_layer``: STANDALONE's relay, verify policy and
+    acceptance (rejection sampling; greedy for temperature 0), drafting with the target's own
+    first ``exit_layer`` layers (:class:`~specstrat.strategies.EarlyExitDrafterFactory`)."""
+    if isinstance(exit_layer, bool) or not isinstance(exit_layer, int):
+        raise InvalidConfig(f"exit_layer={exit_layer!r} must be an int")
+    return replace(
+        STANDALONE, name=f"EARLY_EXIT_{exit_layer}", drafter=EarlyExitDrafterFactory(exit_layer)
+    )
+
+
+#: Early exit at layer 8 (of SmolLM2-135M's 30; see the docs' acceptance table per layer).
+EARLY_EXIT = early_exit_algorithm(8)

@@ -1,0 +1,79 @@
+"""`specstrat demo --model`: a Hugging Face model directory through the CLI (tiny, no download)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from specstrat.cli import main
+from tests.hf import tiny
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny Llama with its tokenizer (chat template included)."""
+    return tiny.save("llama", tmp_path_factory.mktemp("tiny-llama"))
+
+
+def test_demo_model_json_is_lossless_with_ids(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`demo --model DIR --algo NGRAM --json` is lossless against target-only and generate, and
+    stdout is one JSON document carrying each request's prompt and output ids."""
+    argv = ["demo", "--model", str(model_dir), "--algo", "NGRAM", "--requests", "3"]
+    assert main([*argv, "--max-new-tokens", "12", "--json"]) == 0
+    captured = capsys.readouterr()
+    summary = json.loads(captured.out)  # nothing but the document on stdout
+    assert summary["lossless"] is True
+    assert summary["num_requests"] == 3
+    assert "transformers generate: identical over 3 requests" in summary["lossless_check"]
+    record = summary["requests"][0]
+    assert record["rid"] == "shlex.quote#0"
+    assert record["prompt_ids"][:1] and 1 <= len(record["output_ids"]) <= 12
+    assert summary["model"] == str(model_dir)
+    assert "target-only vs transformers generate" in captured.err
+    assert "sample (shlex.quote#0)" in captured.err
+
+
+def test_demo_model_table(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Without --json the summary, the comparison with generate and a sample are printed."""
+    argv = ["demo", "--model", str(model_dir), "--requests", "2", "--max-new-tokens", "6"]
+    assert main([*argv, "--algo", "NONE", "--no-overlap"]) == 0
+    out = capsys.readouterr().out
+    assert "lossless                   yes" in out
+    assert "tokens/s transformers generate" in out
+
+
+@pytest.mark.parametrize(
+    ("model", "message"),
+    [
+        ("HuggingFaceTB/SmolLM2-135M", r"not a local path and looks like a hub id; this machine loads local files only"),
+        ("/nonexistent/model", r"model='/nonexistent/model': no such file or directory"),
+    ],
+)  # fmt: skip
+def test_demo_model_refusals(
+    model: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A hub id or a missing path is one named line on stderr and exit status 2."""
+    assert main(["demo", "--model", model, "--algo", "NGRAM"]) == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    lines = [line for line in err.splitlines() if line.startswith("specstrat demo:")]
+    assert len(lines) == 1
+    assert re.search(message, lines[0])
+
+
+@pytest.mark.parametrize("flag", ["--max-new-tokens", "--context-len", "--batch-size"])
+def test_demo_model_flags_need_a_model(flag: str) -> None:
+    """The HF workload's flags are refused on the embedded workload, by name."""
+    with pytest.raises(SystemExit, match=f"{flag} goes with --model"):
+        main(["demo", flag, "8"])
+
+
+def test_demo_model_refuses_disagg(model_dir: Path) -> None:
+    """--disagg with --model is refused before anything loads."""
+    with pytest.raises(SystemExit, match="--disagg runs the embedded models only"):
+        main(["demo", "--model", str(model_dir), "--disagg"])
