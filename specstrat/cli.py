@@ -209,10 +209,6 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.hf.demo import run_hf_demo
     from specstrat.hf.smollm2 import smollm2_path
 
-    if args.disagg:
-        raise SystemExit(
-            "specstrat demo: --disagg runs the embedded models only; drop it with --model"
-        )
     torch.set_num_threads(args.threads)  # both sides of the comparison run on these threads
     path = smollm2_path() if args.model == "smollm2" else args.model
     print(f"loading {path} ...", file=sys.stderr)
@@ -236,6 +232,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
             progress=not args.json,
             trace=trace,
             sampling=sampling,
+            disagg=args.disagg,
         )
     finally:
         if trace is not None:

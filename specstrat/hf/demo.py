@@ -16,6 +16,7 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.hf.loader import HFModels
+from specstrat.hf.process import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
 from specstrat.hf.workload import code_prompts
 from specstrat.runtime.demo import DemoSummary, run_comparison
@@ -82,13 +83,16 @@ def run_hf_demo(
     progress: bool = True,
     trace: TextIO | None = None,
     sampling: SamplingParams = GREEDY,
+    disagg: bool = False,
 ) -> HFDemo:
     """Run the code-editing workload with ``algo`` and target-only on ``models``.
 
     ``context_len`` defaults to the longest prompt plus ``max_new_tokens`` plus what a step may
     reserve past them (``2 * (D + 1)``; a top-k tree's columns), not the model's
     ``max_position_embeddings`` (whose KV cache at float32 could take gigabytes). Greedy: the
-    first ``compare_requests`` requests also run through transformers' ``generate``.
+    first ``compare_requests`` requests also run through transformers' ``generate``. With
+    ``disagg`` the speculative run prefills in a second process, which loads the same model
+    (:class:`~specstrat.hf.process.HFLoader`).
     """
     requests = code_requests(models, num_requests, max_new_tokens, sampling)
     if context_len is None:
@@ -104,7 +108,7 @@ def run_hf_demo(
     )
     run = run_comparison(
         algo, models, requests, config, progress=progress, trace=trace, sampling=sampling,
-        model_name=models.source,
+        model_name=models.source, disagg=disagg, loader=HFLoader(models.source) if disagg else None,
     )  # fmt: skip
     summary = run.summary
     reference = None

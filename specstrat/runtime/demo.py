@@ -14,7 +14,7 @@ import sys
 import sysconfig
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from tqdm import tqdm
@@ -28,6 +28,9 @@ from specstrat.runtime.engine import Engine
 from specstrat.runtime.models.text import encode_indentation
 from specstrat.runtime.models.weights import EmbeddedModels
 from specstrat.runtime.requests import EngineConfig, Request
+
+if TYPE_CHECKING:
+    from specstrat.runtime.disagg.process import ModelLoader
 
 __all__ = [
     "DemoRun",
@@ -231,22 +234,23 @@ def run_comparison(
     trace: TextIO | None = None,
     sampling: SamplingParams = GREEDY,
     model_name: str = "embedded",
+    loader: ModelLoader | None = None,
 ) -> DemoRun:
     """Run ``requests`` with ``algo`` and with target-only decoding on ``models``.
 
     Both engines are built (and their configuration checked) before either runs. With
     ``disagg`` the speculative run prefills in a second process and decodes here
-    (:func:`~specstrat.runtime.disagg.run_disaggregated`). Greedy: lossless compares the outputs
+    (:func:`~specstrat.runtime.disagg.run_disaggregated`; models other than the embedded ones
+    need the ``loader`` that process calls to load them). Greedy: lossless compares the outputs
     token for token with target-only's. Sampling (``sampling.temperature > 0``): outputs differ
     by design; a lossless rule is checked in distribution
     (:func:`~specstrat.testing.check_lossless_in_distribution`), a lossy one says so.
     """
     spec_algo = get(algo) if isinstance(algo, str) else algo
-    embedded = models if isinstance(models, EmbeddedModels) else None
-    if disagg and embedded is None:
+    if disagg and loader is None and not isinstance(models, EmbeddedModels):
         raise InvalidConfig(
-            f"disagg=True with models={type(models).__name__}: the prefill process loads the "
-            "embedded models only; drop --disagg for this model"
+            f"disagg=True with models={type(models).__name__} and no loader: the prefill "
+            "process loads the embedded models unless given a loader for these"
         )
     baseline = Engine(get("NONE"), models, config)
     spec = Engine(spec_algo, models, config)  # checks D against the context before any run
@@ -257,7 +261,9 @@ def run_comparison(
 
         bar = ProgressBar(spec_algo.name) if progress else None
         try:
-            result = run_disaggregated(spec_algo, requests, config, models=embedded, progress=bar)
+            result = run_disaggregated(
+                spec_algo, requests, config, models=models, progress=bar, loader=loader
+            )
         finally:
             if bar is not None:
                 bar.close()

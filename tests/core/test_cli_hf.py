@@ -32,7 +32,8 @@ def test_demo_model_json_is_lossless_with_ids(
     assert "transformers generate: identical over 3 requests" in summary["lossless_check"]
     record = summary["requests"][0]
     assert record["rid"] == "shlex.quote#0"
-    assert record["prompt_ids"][:1] and 1 <= len(record["output_ids"]) <= 12
+    assert record["prompt_ids"]
+    assert 1 <= len(record["output_ids"]) <= 12
     assert summary["model"] == str(model_dir)
     assert "target-only vs transformers generate" in captured.err
     assert "sample (shlex.quote#0)" in captured.err
@@ -73,7 +74,9 @@ def test_demo_model_flags_need_a_model(flag: str) -> None:
         main(["demo", flag, "8"])
 
 
-def test_demo_model_refuses_disagg(model_dir: Path) -> None:
-    """--disagg with --model is refused before anything loads."""
-    with pytest.raises(SystemExit, match="--disagg runs the embedded models only"):
-        main(["demo", "--model", str(model_dir), "--disagg"])
+def test_demo_model_disagg(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """--disagg with --model prefills in a second process that loads the same model; lossless."""
+    argv = ["demo", "--model", str(model_dir), "--algo", "NGRAM", "--requests", "2"]
+    assert main([*argv, "--max-new-tokens", "8", "--disagg", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert (summary["disagg"], summary["lossless"]) == (True, True)

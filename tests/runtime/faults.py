@@ -4,12 +4,11 @@
 import os
 import time
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import torch.distributed as dist
 
-from specstrat.runtime import EmbeddedModels, Request
+from specstrat.runtime import Request
 from specstrat.runtime.disagg import PrefillWorker, send_transfer
 from specstrat.runtime.disagg.process import connect
 from specstrat.runtime.disagg.wire import encode
@@ -27,12 +26,10 @@ def stall_before_connect(port: int, *args: Any) -> None:
 
 def _first_batch_then(
     port: int, algo: Any, requests: list[Request], batch_size: int, context_len: int,
-    weights: str, timeout: float, device: str, *, second: str,
+    loader: Any, timeout: float, device: str, *, second: str,
 ) -> None:  # fmt: skip
     connect(port, 0, "gloo", timeout)
-    worker = PrefillWorker(
-        algo, EmbeddedModels.load(Path(weights)), context_len=context_len, batch_size=batch_size
-    )
+    worker = PrefillWorker(algo, loader(device), context_len=context_len, batch_size=batch_size)
     send_transfer(worker.prefill(requests[:batch_size]), dst=1)
     batch = worker.prefill(requests[batch_size : 2 * batch_size])
     if second == "die":

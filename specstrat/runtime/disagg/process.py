@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from multiprocessing.process import BaseProcess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import torch
 import torch.distributed as dist
@@ -28,6 +28,7 @@ from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import DisaggError, InvalidConfig
+from specstrat.models import LoadedModels
 from specstrat.runtime.admission import TransferBatch
 from specstrat.runtime.disagg.prefill import PrefillWorker
 from specstrat.runtime.disagg.wire import recv_transfer, send_transfer
@@ -39,6 +40,8 @@ from specstrat.runtime.scheduler import Progress
 __all__ = [
     "READY_KEY",
     "DisaggResult",
+    "EmbeddedLoader",
+    "ModelLoader",
     "backend_for",
     "connect",
     "prefill_main",
@@ -47,6 +50,26 @@ __all__ = [
 
 #: The key the prefill process sets in the decode side's store once it has connected.
 READY_KEY = "specstrat/prefill-ready"
+
+
+class ModelLoader(Protocol):
+    """How the prefill process loads its models: a picklable callable (it travels to the spawned
+    process) returning the same models the decode side runs, on ``device``."""
+
+    def __call__(self, device: str) -> LoadedModels:
+        """The models, loaded on ``device``."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class EmbeddedLoader:
+    """Loads the embedded models of ``weights`` (the default :class:`ModelLoader`)."""
+
+    weights: str = str(EMBEDDED_WEIGHTS)
+
+    def __call__(self, device: str) -> EmbeddedModels:
+        """``EmbeddedModels.load(weights, device=device)``."""
+        return EmbeddedModels.load(Path(self.weights), device=device)
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,14 +101,14 @@ def prefill_main(
     requests: list[Request],
     batch_size: int,
     context_len: int,
-    weights: str,
+    loader: ModelLoader,
     timeout: float,
     device: str,
 ) -> None:
     """The prefill process: connect, prefill each batch and send it, then the end marker."""
     torch.set_num_threads(1)
     connect(port, 0, backend_for(torch.device(device)), timeout)
-    models = EmbeddedModels.load(Path(weights), device=device)
+    models = loader(device)
     worker = PrefillWorker(algo, models, context_len=context_len, batch_size=batch_size)
     for index in range(0, len(requests), batch_size):
         send_transfer(worker.prefill(requests[index : index + batch_size]), dst=1)
@@ -142,29 +165,38 @@ def run_disaggregated(
     requests: Sequence[Request],
     config: EngineConfig | None = None,
     *,
-    models: EmbeddedModels | None = None,
+    models: LoadedModels | None = None,
     weights: Path = EMBEDDED_WEIGHTS,
     batch_size: int = 4,
     timeout: float = 60.0,
     progress: Progress | None = None,
+    loader: ModelLoader | None = None,
 ) -> DisaggResult:
     """Prefill in a child process, decode here; returns when every admitted request finished.
 
-    Both sides run the embedded models of ``weights``: the prefill process loads them from the
-    file, and ``models`` (the same weights, loaded here) only spares the decode side a second
-    load. Arguments are checked before anything is spawned. A broken transfer raises
+    Both sides run the same models. By default the embedded models of ``weights``: the prefill
+    process loads them from the file, and ``models`` (the same weights, loaded here) only spares
+    the decode side a second load. Any other models come with a ``loader`` (a picklable
+    :class:`ModelLoader`, such as ``specstrat.hf.HFLoader(path)``) that the prefill process
+    calls; ``models`` must then be what it loads (``None``: the decode side calls it too, on
+    the CPU). Arguments are checked before anything is spawned. A broken transfer raises
     :class:`~specstrat.errors.DisaggError` naming every request that was lost; batches refused
     at admission are reported in :attr:`DisaggResult.rejected` while the others run on.
     """
     config = config or EngineConfig()
     _check_arguments(algo, requests, config, batch_size, timeout)
-    if models is not None and not isinstance(models, EmbeddedModels):
-        raise InvalidConfig(
-            f"models={type(models).__name__}: the prefill process loads the embedded weights "
-            f"from {weights}, so the decode side must run the same (EmbeddedModels.load(weights)"
-            " or None); your own models run disaggregated only within one process"
-        )
-    engine = Engine(algo, models or EmbeddedModels.load(weights), config)
+    if loader is None:
+        if models is not None and not isinstance(models, EmbeddedModels):
+            raise InvalidConfig(
+                f"models={type(models).__name__}: the prefill process loads the embedded "
+                f"weights from {weights}, so the decode side must run the same "
+                "(EmbeddedModels.load(weights) or None); for other models pass loader= (a "
+                "picklable callable the prefill process calls to load them)"
+            )
+        loader = EmbeddedLoader(str(weights))
+    elif not callable(loader):
+        raise InvalidConfig(f"loader={loader!r} is not callable; pass a ModelLoader")
+    engine = Engine(algo, models if models is not None else loader("cpu"), config)
     backend = backend_for(engine.target.device)
     store = TCPStore(
         "127.0.0.1", 0, world_size=2, is_master=True, timeout=timedelta(seconds=timeout),
@@ -178,7 +210,7 @@ def run_disaggregated(
             list(requests),
             batch_size,
             config.context_len,
-            str(weights),
+            loader,
             timeout,
             str(engine.target.device),
         ),
