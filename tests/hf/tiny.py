@@ -37,7 +37,9 @@ def tokenizer() -> Any:
         show_progress=False,
     )
     tok.train_from_iterator([inspect.getsource(textwrap)], trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>")
+    fast = PreTrainedTokenizerFast(  # type: ignore[no-untyped-call]
+        tokenizer_object=tok, eos_token="<eos>", pad_token="<pad>"
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -49,7 +51,7 @@ def config(family: str, **overrides: Any) -> Any:
 
     vocab = VOCAB + 16
     common: dict[str, Any] = {"vocab_size": vocab, "initializer_range": 0.4, "eos_token_id": 0}
-    decoder = dict(
+    decoder: dict[str, Any] = dict(
         hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
         num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
     )  # fmt: skip
@@ -58,13 +60,16 @@ def config(family: str, **overrides: Any) -> Any:
         "qwen2": lambda: tf.Qwen2Config(**common, **decoder),
         "qwen3": lambda: tf.Qwen3Config(**common, **decoder, head_dim=16),
         "mistral": lambda: tf.MistralConfig(**common, **decoder),  # sliding_window 4096 default
-        "gpt2": lambda: tf.GPT2Config(
-            **common, n_embd=64, n_layer=2, n_head=4, n_positions=512
-        ),
+        "gpt2": lambda: tf.GPT2Config(**common, n_embd=64, n_layer=2, n_head=4, n_positions=512),
         "gemma2": lambda: tf.Gemma2Config(
-            **common, **decoder, head_dim=16, sliding_window=8, attn_logit_softcapping=5.0,
-            final_logit_softcapping=3.0, query_pre_attn_scalar=16,
-        ),  # fmt: skip
+            **common,
+            **decoder,
+            head_dim=16,
+            sliding_window=8,
+            attn_logit_softcapping=5.0,
+            final_logit_softcapping=3.0,
+            query_pre_attn_scalar=16,
+        ),
     }
     cfg = made[family]()
     for key, value in overrides.items():
@@ -77,7 +82,8 @@ def model(family: str, seed: int = 0, **overrides: Any) -> Any:
     from transformers import AutoModelForCausalLM
 
     torch.manual_seed(seed)
-    return AutoModelForCausalLM.from_config(config(family, **overrides)).eval()
+    built = AutoModelForCausalLM.from_config(config(family, **overrides))  # type: ignore[no-untyped-call]
+    return built.eval()
 
 
 def save(family: str, directory: Path, seed: int = 0) -> Path:
