@@ -74,7 +74,7 @@ $(SGLANG_STAMP): $(SGLANG_PY) pyproject.toml
 	$(SGLANG_PY) -c "import torch" 2>/dev/null || $(SGLANG_PY) -m pip install -q "$(TORCH_SPEC)"
 	$(SGLANG_PY) -m pip install -q --no-deps "$(SGLANG_SPEC)"
 	$(SGLANG_PY) -m pip install -q $(SGLANG_IMPORT_DEPS)
-	$(SGLANG_PY) -m pip install -q -e ".[dev]"
+	$(SGLANG_PY) -m pip install -q -e ".[test]"  # not [hf]: SGLang pins its own transformers
 	touch $@
 
 sglang-env: $(SGLANG_STAMP)

@@ -26,6 +26,7 @@ import torch
 import torch.nn.functional as F
 
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
+from specstrat.hf.early_exit import truncated_model
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
@@ -285,9 +286,10 @@ class HFCausalLM:
     def early_exit(self, exit_layer: int) -> HFCausalLM:
         """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's
         weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit`)."""
-        from specstrat.hf.early_exit import early_exit_view
-
-        return early_exit_view(self, exit_layer)
+        top = truncated_model(self.model, self.shape.layers, exit_layer, self.name)
+        view = HFCausalLM(top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]")
+        view.reference_attention = self.reference_attention  # the shared config says ours now
+        return view
 
     @contextlib.contextmanager
     def reference(self) -> Iterator[Any]:

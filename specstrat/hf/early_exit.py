@@ -9,16 +9,13 @@ soft-cap) the view does too.
 from __future__ import annotations
 
 import copy
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torch import nn
 
 from specstrat.errors import InvalidConfig, ModelLoadError
 
-if TYPE_CHECKING:
-    from specstrat.hf.adapter import HFCausalLM
-
-__all__ = ["early_exit_view"]
+__all__ = ["truncated_model"]
 
 
 def _layer_list(base: nn.Module, count: int) -> str:
@@ -44,21 +41,16 @@ def _shallow(module: Any) -> Any:
     return clone
 
 
-def early_exit_view(lm: HFCausalLM, exit_layer: int) -> HFCausalLM:
-    """``lm``'s first ``exit_layer`` layers plus its final norm and LM head, weights shared."""
-    from specstrat.hf.adapter import HFCausalLM
-
-    layers = lm.shape.layers
+def truncated_model(model: Any, layers: int, exit_layer: int, name: str = "model") -> Any:
+    """A shallow copy of the transformers ``model`` (``layers`` decoder layers) running only its
+    first ``exit_layer`` layers, then whatever its forward does after them."""
     if isinstance(exit_layer, bool) or not isinstance(exit_layer, int):
         raise InvalidConfig(f"exit_layer={exit_layer!r} must be an int")
     if not 1 <= exit_layer < layers:
-        raise InvalidConfig(f"exit_layer={exit_layer} must be in 1..{layers - 1} ({lm.name})")
-    model = lm.model
+        raise InvalidConfig(f"exit_layer={exit_layer} must be in 1..{layers - 1} ({name})")
     base = _shallow(model.base_model)
-    name = _layer_list(model.base_model, layers)
-    base._modules[name] = nn.ModuleList(list(getattr(model.base_model, name))[:exit_layer])
+    attr = _layer_list(model.base_model, layers)
+    base._modules[attr] = nn.ModuleList(list(getattr(model.base_model, attr))[:exit_layer])
     top = _shallow(model)
     top._modules[model.base_model_prefix] = base
-    view = HFCausalLM(top, vocab_size=lm.vocab_size, name=f"{lm.name}[:{exit_layer}]")
-    view.reference_attention = lm.reference_attention  # the shared config says ours by now
-    return view
+    return top

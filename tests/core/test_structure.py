@@ -110,3 +110,16 @@ def test_the_runtime_reads_no_drafting_capability() -> None:
         text = path.read_text()
         for flag in ("carries_draft_hidden_states", "has_draft_kv", "need_topk"):
             assert flag not in text, f"{path.relative_to(ROOT)} reads {flag}"
+
+
+def test_runtime_never_imports_the_hf_adapter() -> None:
+    """No runtime module imports specstrat.hf, even inside a function: the demo and the CLI hand
+    the runtime loaded models, so the adapter's package sits above the runtime, not in a cycle."""
+    offenders = {
+        name: sorted(
+            t for t in imports_of(path) if t == "specstrat.hf" or t.startswith("specstrat.hf.")
+        )
+        for name, path in NAMES.items()
+        if name.startswith("specstrat.runtime")
+    }
+    assert {k: v for k, v in offenders.items() if v} == {}
