@@ -14,6 +14,7 @@ import os
 import re
 import shutil
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,26 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     raise ModelLoadError(f"model={text!r}: no such file or directory")
 
 
+_NO_TOKENIZER = (
+    "the directory lacks the tokenizer files (tokenizer.json, tokenizer.model, vocab.json and "
+    "merges.txt, ...): copy them from where the model came from"
+)
+
+
+def _loaded(source: str, build: Callable[[], Any], hint: str = "") -> Any:
+    """``build()``, its failures as :class:`~specstrat.errors.ModelLoadError` naming ``source``
+    (the first line of transformers' message, then ``hint``)."""
+    try:
+        return build()
+    except ImportError as exc:
+        raise ModelLoadError(f"loading {source} failed: {exc}; {_INSTALL}") from exc
+    except (OSError, ValueError, KeyError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise ModelLoadError(
+            f"model={source!r} cannot be loaded: {first}" + (f"; {hint}" if hint else "")
+        ) from exc
+
+
 def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None) -> tuple[Any, Any]:
     tf = _transformers()
     if gguf_file is None and not (directory / "config.json").is_file():
@@ -117,16 +138,25 @@ def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None)
             "(config.json, weights, tokenizer files) or a .gguf file"
         )
     extra = {"gguf_file": gguf_file} if gguf_file else {}
-    try:
-        model = tf.AutoModelForCausalLM.from_pretrained(
+    source = str(directory / gguf_file) if gguf_file else str(directory)
+    model = _loaded(
+        source,
+        lambda: tf.AutoModelForCausalLM.from_pretrained(
             directory, local_files_only=True, dtype=dtype, **extra
+        ),
+    )
+    tokenizer = _loaded(
+        source,
+        lambda: tf.AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra),
+        _NO_TOKENIZER,
+    )
+    # transformers builds a tokenizer of nothing but its special tokens from a directory with no
+    # tokenizer files (for some model types); every prompt would encode to unknown ids.
+    if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
+        raise ModelLoadError(
+            f"model={source!r}: its tokenizer has only {len(tokenizer)} id(s), its special "
+            f"tokens; {_NO_TOKENIZER}"
         )
-        tokenizer = tf.AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra)
-    except ImportError as exc:
-        raise ModelLoadError(f"loading {directory} failed: {exc}; {_INSTALL}") from exc
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise ModelLoadError(f"model={str(directory)!r} cannot be loaded: {first}") from exc
     return model, tokenizer
 
 

@@ -4,8 +4,11 @@ Outputs are compared token for token. At the first position where they differ, t
 is a **certified numerical tie** when, recomputed by transformers' own forward of the common
 prefix, the two tokens' float32 logits are both within ``TIE_EPSILON * max|logit|`` of the top
 logit: a batched verify forward and a one-token decode sum in different orders, and their drift
-(measured in the tests: below 1e-6 of the logit scale on the tiny models, float32) can flip such
-a pair. The rest of that request is not compared; the count is reported as ``ties``.
+can flip such a pair. Measured in float32 on six tiny families (llama, qwen2, qwen3, mistral,
+gpt2, gemma2; 216 prefix/width/seed configurations): at most 4.5e-6 of max|logit| between a
+verify and one-token decodes, 3.9e-6 between the engine and transformers' forward; the tests hold
+both to 2e-5, and ``TIE_EPSILON`` sits 5x above that. The rest of that request is not
+compared; the count is reported as ``ties``.
 """
 
 from __future__ import annotations

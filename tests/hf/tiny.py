@@ -88,6 +88,11 @@ def model(family: str, seed: int = 0, **overrides: Any) -> Any:
 
 def save(family: str, directory: Path, seed: int = 0) -> Path:
     """A model directory (config, weights, tokenizer) of a tiny ``family`` model."""
-    model(family, seed).save_pretrained(directory)
+    return save_model(model(family, seed), directory)
+
+
+def save_model(built: Any, directory: Path) -> Path:
+    """A model directory of ``built`` (a tiny model) with the tiny tokenizer."""
+    built.save_pretrained(directory)
     tokenizer().save_pretrained(directory)
     return directory
