@@ -171,8 +171,10 @@ class HFCausalLM:
     ``AttentionInterface`` (``model.is_backend_compatible()``); ``vocab_size``: the ids the engine
     may use (the tokenizer's vocabulary; default the LM head's width). The LM head may be wider
     (padded): its extra logits are sliced off. ``__call__`` returns the LM head's logits (after
-    any final soft-cap the model applies) and the final normalised hidden state (the base
-    model's ``last_hidden_state``, what an EAGLE-style head reads).
+    any final soft-cap the model applies) and the final normalised hidden state: the LM head's
+    input (the base model's ``last_hidden_state``, or its projection where a model projects it
+    for the head, as OPT does; what an EAGLE-style head reads; ``shape.hidden_size`` is its
+    width).
 
     Construction runs one probe forward of two tokens (the attention function sees every
     layer): it sizes :attr:`shape` from what the layers actually pass (query heads, key/value
@@ -192,11 +194,12 @@ class HFCausalLM:
             current = getattr(model, "_specstrat_reference_attention", None) or "eager"
         #: transformers' attention implementation :meth:`reference` switches back to.
         self.reference_attention: str = current
-        base = model.base_model
-        if not getattr(base, "_specstrat_hidden_hook", False):  # one hook however many wrappers
-            base.register_forward_hook(_capture_hidden)
-            base._specstrat_hidden_hook = True
         head = model.get_output_embeddings()
+        # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
+        # around the base model, so a hook on the base model would never fire).
+        if not getattr(head, "_specstrat_hidden_hook", False):  # one hook however many wrappers
+            head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
+            head._specstrat_hidden_hook = True
         width = int(head.weight.shape[0])
         if vocab_size is not None and (
             isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
@@ -220,7 +223,6 @@ class HFCausalLM:
                 f"{name}: layers differ in head shapes or order ({layers}); specstrat's KV cache "
                 "holds one head shape for every layer"
             )
-        hidden = getattr(model.config, "hidden_size", None)
         positions = getattr(model.config, "max_position_embeddings", None)
         if not isinstance(positions, int):
             raise ModelLoadError(
@@ -228,7 +230,7 @@ class HFCausalLM:
             )
         self._shape = ModelShape(
             vocab_size=self.vocab_size,
-            hidden_size=int(hidden) if isinstance(hidden, int) else int(head.weight.shape[1]),
+            hidden_size=int(head.weight.shape[1]),  # what the head reads (OPT projects it)
             layers=len(layers),
             heads=first.heads,
             kv_heads=first.kv_heads,
@@ -281,6 +283,11 @@ class HFCausalLM:
         finally:
             _BACKEND.reset(backend)
             _HIDDEN.reset(box)
+        if not hidden:
+            raise ModelLoadError(
+                f"{self.name}: {type(self.model).__name__}'s forward never called its LM head "
+                "(get_output_embeddings()); specstrat reads the hidden state the head reads"
+            )
         return out.logits[0, :, : self.vocab_size], hidden[-1][0]
 
     def early_exit(self, exit_layer: int) -> HFCausalLM:
@@ -303,10 +310,10 @@ class HFCausalLM:
             self.model.set_attn_implementation(before)
 
 
-def _capture_hidden(module: torch.nn.Module, args: Any, output: Any) -> None:
+def _capture_hidden(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     box = _HIDDEN.get()
     if box is not None:
-        box.append(output.last_hidden_state if hasattr(output, "last_hidden_state") else output[0])
+        box.append(args[0] if args else next(iter(kwargs.values())))
 
 
 def _check_model(model: Any, name: str) -> None:

@@ -10,7 +10,7 @@ import torch
 from specstrat.hf import HFCausalLM
 from tests.hf import tiny
 
-FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gpt2", "gemma2"]
+FAMILIES = tiny.FAMILIES
 
 #: Engine logits vs transformers' forward, and a batched verify vs one-token decodes, relative to
 #: max|logit| (float32). Measured over 216 configurations (6 families x seeds 0-2 x prefix

@@ -29,8 +29,9 @@ def assert_drift(got: torch.Tensor, want: torch.Tensor, scale: float) -> None:
 def test_every_forward_mode_matches_transformers_forward(
     family: str, wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
 ) -> None:
-    """EXTEND of a 24-token prompt, a 5-token TARGET_VERIFY, a ragged verify beside a second
-    request and a DECODE give transformers' forward's logits within DRIFT."""
+    """EXTEND of a 24-token prompt (its hidden states: the base model's last, normalised), a
+    5-token TARGET_VERIFY, a ragged verify beside a second request and a DECODE give
+    transformers' forward's logits within DRIFT."""
     lm = wrapped(family)
     ref = reference_logits(lm, ids[:32])
     scale = float(ref.abs().max())
@@ -38,8 +39,11 @@ def test_every_forward_mode_matches_transformers_forward(
     a, b = worker.alloc_request(), worker.alloc_request()
     extend, hidden = worker.forward(ForwardMode.EXTEND, [a], [list(ids[:24])])
     assert extend.shape == (24, tiny.VOCAB)
-    assert hidden.shape == (24, lm.shape.hidden_size)
     assert_drift(extend, ref[:24], scale)
+    with lm.reference() as model, torch.inference_mode():
+        final = model.base_model(torch.tensor([ids[:24]])).last_hidden_state[0]
+    assert hidden.shape == (24, lm.shape.hidden_size)
+    assert_drift(hidden, final, float(final.abs().max()))  # the final normalised hidden state
     verify, _ = worker.forward(ForwardMode.TARGET_VERIFY, [a], [list(ids[24:29])])
     assert_drift(verify, ref[24:29], scale)
     worker.rewind(a, 24)
@@ -109,3 +113,19 @@ def test_greedy_outputs_equal_transformers_generate(
     assert check.lossless, check.line()
     assert (check.ties, check.compared_tokens) == (0, 41)
     assert outputs == reference
+
+
+@pytest.mark.parametrize("family", tiny.MORE_FAMILIES)
+def test_more_families_equal_transformers_generate(
+    family: str, requests: list[Request], ids: tuple[int, ...]
+) -> None:
+    """Ten more architectures (partial rotary, QK norms, per-layer windows, logit scaling,
+    parallel blocks, OPT's offset positions and projected head input) give generate's greedy
+    tokens under NGRAM with overlap; the hidden state is what the LM head reads."""
+    lm = HFCausalLM(tiny.model(family), vocab_size=tiny.VOCAB, name=family)
+    assert lm.shape.hidden_size == lm.model.get_output_embeddings().in_features
+    config = EngineConfig(context_len=64, max_running_requests=2, overlap=True)
+    outputs = Engine("NGRAM", ModelSet(target=lm), config).run(requests)
+    check = compare(lm, requests, outputs, generate_reference(lm, requests))
+    assert check.lossless, check.line()
+    assert check.ties == 0

@@ -124,6 +124,14 @@ def _no_head() -> Any:
     return model.eval()
 
 
+def _bloom() -> Any:
+    """A BLOOM model (ALiBi, its own attention code: not on the attention interface)."""
+    from transformers import BloomConfig, BloomForCausalLM
+
+    model: Any = BloomForCausalLM(BloomConfig(hidden_size=32, n_layer=1, n_head=2, vocab_size=100))
+    return model.eval()
+
+
 def _no_backend() -> Any:
     """A llama whose class says it does not route attention through the interface."""
     model = tiny.model("llama")
@@ -139,6 +147,8 @@ REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str
     ("no-lm-head", _no_head, {}, ModelLoadError, r"LlamaModel has no LM head; load it as a causal"),
     ("no-attention-backend", _no_backend, {},
      ModelLoadError, r"OwnAttentionLM does not route attention through transformers' AttentionInterface"),
+    ("own-attention-bloom", _bloom, {},
+     ModelLoadError, r"BloomForCausalLM does not route attention through transformers' Atten"),
     ("chunked", lambda: tiny.model("llama", attention_chunk_size=4), {},
      ModelLoadError, r"config\.attention_chunk_size=4 is not supported"),
     ("meta", lambda: tiny.model("llama").to("meta"), {},
