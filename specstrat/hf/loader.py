@@ -167,24 +167,45 @@ def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     target = cache_dir() / "models" / f"{file.stem}-{key.hexdigest()[:16]}"
     if not (target / "config.json").is_file():
         model, tokenizer = _from_dir(file.parent, torch.float32, gguf_file=file.name)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
         # transformers dequantises GGUF weights at load but keeps the quantizer, which refuses
         # save_pretrained; the weights are plain tensors by now, saved as such.
         model.hf_quantizer = None
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
-        try:  # written aside, then renamed: an interrupted conversion leaves no half cache
-            model.save_pretrained(tmp)
-            tokenizer.save_pretrained(tmp)
-            os.replace(tmp, target)
-        except BaseException:
-            shutil.rmtree(tmp, ignore_errors=True)
-            raise
+        _write_cache(model, tokenizer, target)
         if dtype == torch.float32:
             return model, tokenizer
         del model
     return _from_dir(target, dtype)
+
+
+def _write_cache(model: Any, tokenizer: Any, target: Path) -> None:
+    """The converted model and tokenizer saved at ``target``: written aside, then renamed, so an
+    interrupted conversion leaves no half cache, and a process that lost the race to convert the
+    same file keeps the winner's."""
+    tmp: Path | None = None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=".converting-"))
+        model.save_pretrained(tmp)
+        tokenizer.save_pretrained(tmp)
+        try:
+            os.replace(tmp, target)
+        except OSError:
+            if not (target / "config.json").is_file():
+                raise
+            shutil.rmtree(tmp, ignore_errors=True)  # converted meanwhile by another process
+    except OSError as exc:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise ModelLoadError(
+            f"cannot write the GGUF conversion cache at {target}: {exc}; set SPECSTRAT_CACHE to "
+            "a writable directory"
+        ) from exc
+    except BaseException:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
 
 
 def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:

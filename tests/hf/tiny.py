@@ -8,6 +8,7 @@ everywhere). The tokenizer is a byte-level BPE trained on a standard-library fil
 from __future__ import annotations
 
 import inspect
+import json
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -133,3 +134,67 @@ def save_model(built: Any, directory: Path) -> Path:
     built.save_pretrained(directory)
     tokenizer().save_pretrained(directory)
     return directory
+
+
+_GGUF_NAMES = {  # llama.cpp's tensor names for one llama layer
+    "input_layernorm.weight": "attn_norm.weight",
+    "self_attn.q_proj.weight": "attn_q.weight",
+    "self_attn.k_proj.weight": "attn_k.weight",
+    "self_attn.v_proj.weight": "attn_v.weight",
+    "self_attn.o_proj.weight": "attn_output.weight",
+    "post_attention_layernorm.weight": "ffn_norm.weight",
+    "mlp.gate_proj.weight": "ffn_gate.weight",
+    "mlp.up_proj.weight": "ffn_up.weight",
+    "mlp.down_proj.weight": "ffn_down.weight",
+}
+
+
+def save_gguf(path: Path, seed: int = 0) -> Path:
+    """A float32 ``.gguf`` file of a tiny llama with the tiny tokenizer (byte-level BPE in
+    GGUF's ``gpt2`` tokenizer form), written with the ``gguf`` package; its head is the
+    tokenizer's width. transformers reads llama.cpp's q/k layout, so the weights it loads
+    differ from this model's (a fixed permutation): tests compare with what it loaded."""
+    import gguf
+    import numpy as np
+
+    tok = tokenizer()
+    state = json.loads(tok.backend_tokenizer.to_str())
+    tokens = [""] * len(state["model"]["vocab"])
+    for text, index in state["model"]["vocab"].items():
+        tokens[index] = text
+    merges = [m if isinstance(m, str) else " ".join(m) for m in state["model"]["merges"]]
+    built = model("llama", seed)
+    cfg = built.config
+    weights = {k: v.detach().float().numpy() for k, v in built.state_dict().items()}
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_context_length(cfg.max_position_embeddings)
+    writer.add_embedding_length(cfg.hidden_size)
+    writer.add_block_count(cfg.num_hidden_layers)
+    writer.add_feed_forward_length(cfg.intermediate_size)
+    writer.add_head_count(cfg.num_attention_heads)
+    writer.add_head_count_kv(cfg.num_key_value_heads)
+    writer.add_rope_dimension_count(cfg.hidden_size // cfg.num_attention_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(cfg.rms_norm_eps)
+    writer.add_vocab_size(len(tokens))
+    writer.add_tokenizer_model("gpt2")
+    writer.add_token_list(tokens)
+    writer.add_token_merges(merges)
+    writer.add_token_types([3 if t in ("<eos>", "<pad>") else 1 for t in tokens])
+    writer.add_eos_token_id(0)
+    writer.add_bos_token_id(0)
+    writer.add_pad_token_id(1)
+    rows = len(tokens)
+    writer.add_tensor(
+        "token_embd.weight", np.ascontiguousarray(weights["model.embed_tokens.weight"][:rows])
+    )
+    writer.add_tensor("output_norm.weight", weights["model.norm.weight"])
+    writer.add_tensor("output.weight", np.ascontiguousarray(weights["lm_head.weight"][:rows]))
+    for i in range(cfg.num_hidden_layers):
+        for hf, name in _GGUF_NAMES.items():
+            writer.add_tensor(f"blk.{i}.{name}", weights[f"model.layers.{i}.{hf}"])
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path
