@@ -13,7 +13,7 @@ All through :func:`specstrat.bench.interleaved` (rounds A B C A B C ..., warm-up
 ratios within a round). Both sides run on ``--threads`` torch threads.
 
 Usage: ``python bench/hf_speed.py [--model smollm2|PATH] [--requests 8] [--max-new-tokens 64]
-[--rounds 3] [--threads 2] [--json FILE] [--sections 1,2,3,4]``.
+[--rounds 3] [--threads 1] [--json FILE] [--sections 1,2,3,4]``.
 """
 
 from __future__ import annotations
@@ -100,12 +100,21 @@ def hf_generate(
 def engine_run(
     models: HFModels, algo: SpecAlgorithm[Any], requests: Sequence[Request], *, bs: int, d: int
 ) -> tuple[Engine, Callable[[], dict[str, list[int]]]]:
+    """One engine for every round (its stats add up over them); each round submits the
+    requests under fresh ids (an engine refuses an id it has seen) and reports the old ones."""
     longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
     config = EngineConfig(
         num_draft_tokens=d, max_running_requests=bs, context_len=longest + 4 * (d + 1)
     )
     engine = Engine(algo, models, config)
-    return engine, lambda: engine.run(list(requests))
+    rounds = iter(range(1 << 30))
+
+    def run() -> dict[str, list[int]]:
+        n = next(rounds)
+        out = engine.run([replace(r, rid=f"{r.rid}~{n}") for r in requests])
+        return {r.rid: out[f"{r.rid}~{n}"] for r in requests}
+
+    return engine, run
 
 
 def _checks(models: HFModels, requests: Sequence[Request], timings: Mapping[str, Any],
@@ -247,7 +256,7 @@ def main() -> None:
     )
     parser.add_argument("--exit-layer", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--sections", default="1,2,3,4")
     parser.add_argument("--json")
     args = parser.parse_args()

@@ -300,8 +300,9 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--threads",
         type=_positive,
-        default=max(1, torch.get_num_threads()),
-        help="with --model: torch threads for both specstrat and transformers (default: torch's)",
+        default=1,
+        help="with --model: torch threads, the same for specstrat and transformers (default 1: "
+        "on a shared machine a second thread often costs more than it gives)",
     )
     demo.add_argument(
         "--draft-tokens",

@@ -68,20 +68,29 @@ class PagedAttention:
         if meta.page_table is None:
             raise InvalidConfig("paged attention needs metadata built with req_to_token")
         self.slots = meta.page_table[:, : batch.max_k].long()
+        self._flat_slots = self.slots.reshape(-1)
+        # Every request runs max_q tokens (DECODE, uniform TARGET_VERIFY): the flat tokens are
+        # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
+        self._dense = n == self.slots.shape[0] * batch.max_q
+        self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
 
     @property
     def mask(self) -> torch.Tensor:
         """``[rows, 1, max_q, max_k]``: which key columns each query row sees (no window)."""
         return self._masks[None]
 
-    def _mask(self, window: int | None) -> torch.Tensor:
-        """The mask of a layer with ``sliding_window=window`` (built once per forward)."""
-        if window not in self._masks:
-            if isinstance(window, bool) or not isinstance(window, int) or window < 1:
-                raise InvalidConfig(f"sliding_window={window!r} must be an int >= 1 or None")
-            near = self._k_pos[None, None, :] > self._q_pos[:, :, None] - window
-            self._masks[window] = _finite(self._visible & near, self._k_pos)
-        return self._masks[window]
+    def _mask(self, window: int | None, group: int) -> torch.Tensor:
+        """The mask of a layer with ``sliding_window=window`` whose ``group`` query heads share a
+        key/value head, rows packed as ``g * max_q + j`` (built once per forward)."""
+        key = (window, group)
+        if key not in self._packed:
+            if window not in self._masks:
+                if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+                    raise InvalidConfig(f"sliding_window={window!r} must be an int >= 1 or None")
+                near = self._k_pos[None, None, :] > self._q_pos[:, :, None] - window
+                self._masks[window] = _finite(self._visible & near, self._k_pos)
+            self._packed[key] = self._masks[window].repeat(1, 1, group, 1)
+        return self._packed[key]
 
     def __call__(
         self,
@@ -98,22 +107,29 @@ class PagedAttention:
         loc = self.batch.out_cache_loc
         self.pool.k[layer].index_copy_(0, loc, k.to(self.pool.k.dtype))
         self.pool.v[layer].index_copy_(0, loc, v.to(self.pool.v.dtype))
-        rows, (_, heads, dim) = self.slots.shape[0], q.shape
-        queries = q.new_zeros(rows, self.batch.max_q, heads, dim)
-        queries[self.req, self.qi] = q
-        keys = self.pool.k[layer][self.slots]  # [rows, max_k, kv_heads, dim]
-        values = self.pool.v[layer][self.slots]
-        group, rest = divmod(heads, keys.shape[2])
+        rows, max_q, (n, heads, dim) = self.slots.shape[0], self.batch.max_q, q.shape
+        if self._dense:
+            queries = q.view(rows, max_q, heads, dim)
+        else:
+            queries = q.new_zeros(rows, max_q, heads, dim)
+            queries[self.req, self.qi] = q
+        pool_k, pool_v = self.pool.k[layer], self.pool.v[layer]
+        kv_heads = pool_k.shape[1]
+        group, rest = divmod(heads, kv_heads)
         if rest:
             raise InvalidConfig(
                 f"layer {layer}: {heads} query heads are not a multiple of the cache's "
-                f"{keys.shape[2]} key/value heads; set ModelShape.kv_heads to the model's"
+                f"{kv_heads} key/value heads; set ModelShape.kv_heads to the model's"
             )
-        if group > 1:  # grouped-query attention: each KV head serves `group` query heads
-            keys = keys.repeat_interleave(group, dim=2)
-            values = values.repeat_interleave(group, dim=2)
-        mask = self._mask(sliding_window)
-        qt, kt, vt = queries.transpose(1, 2), keys.transpose(1, 2), values.transpose(1, 2)
+        max_k = self.slots.shape[1]
+        # [rows, kv_heads, max_k, dim]: each request's keys through its page-table row.
+        keys = pool_k.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
+        values = pool_v.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
+        kt, vt = keys.transpose(1, 2), values.transpose(1, 2)
+        # Grouped-query attention without repeating K/V: the `group` query heads of a KV head
+        # stack along the query axis (row g * max_q + j), as transformers' pack_gqa does.
+        qt = queries.transpose(1, 2).reshape(rows, kv_heads, group * max_q, dim)
+        mask = self._mask(sliding_window, group)
         if softcap is None:
             out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scaling)
         else:  # SDPA has no score cap: the eager form, softmax in float32 as transformers does
@@ -121,7 +137,10 @@ class PagedAttention:
             scores = softcap * torch.tanh((qt @ kt.transpose(-1, -2)) * scale / softcap)
             scores = scores.masked_fill(~mask, float("-inf"))
             out = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vt.dtype) @ vt
-        return out.transpose(1, 2)[self.req, self.qi]
+        out = out.reshape(rows, heads, max_q, dim).transpose(1, 2)  # [rows, max_q, heads, dim]
+        if self._dense:
+            return out.reshape(n, heads, dim)
+        return out[self.req, self.qi]
 
 
 def _finite(visible: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
