@@ -56,6 +56,7 @@ _IGNORED = frozenset(
         "cu_seq_lens_k",
         "max_length_q",
         "max_length_k",
+        "output_router_logits",  # MoE models pass their router flag down to every layer
     }
 )
 # The config field behind each keyword argument, for the refusal message.
@@ -89,7 +90,10 @@ def paged_attention(
             "call the model through specstrat.hf.HFCausalLM, or inside `with lm.reference():` "
             "for transformers' own forward and generate"
         )
-    unknown = sorted(k for k, v in kwargs.items() if k not in _IGNORED and v is not None)
+    # None or False: a feature switched off, nothing to honour.
+    unknown = sorted(
+        k for k, v in kwargs.items() if k not in _IGNORED and v is not None and v is not False
+    )
     if unknown:
         fields = ", ".join(f"{k} ({_CONFIG_FIELD.get(k, 'unsupported')})" for k in unknown)
         raise ModelLoadError(
@@ -152,6 +156,18 @@ class _Probe:
         sliding_window: int | None = None,
         softcap: float | None = None,
     ) -> torch.Tensor:
+        if not (q.shape[2] == k.shape[2] == v.shape[2]) or k.shape[1] != v.shape[1]:
+            raise ModelLoadError(
+                f"layer {layer}: query, key and value heads are {tuple(q.shape[1:])}, "
+                f"{tuple(k.shape[1:])} and {tuple(v.shape[1:])} (heads, width): specstrat's KV "
+                "cache holds key and value heads of the query's width (a value head width such "
+                "as v_head_dim that differs is not supported)"
+            )
+        if q.shape[1] % k.shape[1]:
+            raise ModelLoadError(
+                f"layer {layer}: {q.shape[1]} query heads are not a multiple of {k.shape[1]} "
+                "key/value heads"
+            )
         self.layers[layer] = _LayerShape(q.shape[1], k.shape[1], q.shape[2])
         group = q.shape[1] // k.shape[1]
         k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
@@ -323,7 +339,14 @@ def _check_model(model: Any, name: str) -> None:
         raise ModelLoadError(f"{name}: {kind} is not a transformers PreTrainedModel")
     if getattr(model.config, "is_encoder_decoder", False):
         raise ModelLoadError(f"{name}: {kind} is an encoder-decoder model; specstrat runs decoders")
-    if model.get_output_embeddings() is None or model.base_model is model:
+    for field in ("attention_chunk_size", "use_alibi", "alibi"):
+        if getattr(model.config, field, None):
+            raise ModelLoadError(
+                f"{name}: config.{field}={getattr(model.config, field)!r} is not supported "
+                "(specstrat's attention has no chunked or ALiBi masks)"
+            )
+    # (not `base_model is model`: Llama 4's prefix names no child, so its base_model is itself)
+    if model.get_output_embeddings() is None:
         raise ModelLoadError(f"{name}: {kind} has no LM head; load it as a causal LM")
     if model.training:
         raise InvalidConfig(
@@ -341,9 +364,3 @@ def _check_model(model: Any, name: str) -> None:
             f"{name}: {kind} does not route attention through transformers' AttentionInterface "
             "(_supports_attention_backend is False), so specstrat cannot run its attention"
         )
-    for field in ("attention_chunk_size", "use_alibi", "alibi"):
-        if getattr(model.config, field, None):
-            raise ModelLoadError(
-                f"{name}: config.{field}={getattr(model.config, field)!r} is not supported "
-                "(specstrat's attention has no chunked or ALiBi masks)"
-            )

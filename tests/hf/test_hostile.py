@@ -149,12 +149,20 @@ REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str
      ModelLoadError, r"OwnAttentionLM does not route attention through transformers' AttentionInterface"),
     ("own-attention-bloom", _bloom, {},
      ModelLoadError, r"BloomForCausalLM does not route attention through transformers' Atten"),
+    ("sinks", lambda: tiny.model("gpt_oss"), {},
+     ModelLoadError, r"GptOssAttention passes attention arguments specstrat cannot honour: s_aux "
+     r"\(sinks \(attention sinks\)\); this model is not supported"),
+    ("chunked-llama4", lambda: tiny.model("llama4"), {},
+     ModelLoadError, r"Llama4ForCausalLM: config\.attention_chunk_size=8 is not supported"),
+    ("value-width", lambda: tiny.model("deepseek_v3", qk_nope_head_dim=16, v_head_dim=8), {},
+     ModelLoadError, r"layer 0: query, key and value heads are \(4, 24\), \(4, 24\) and "
+     r"\(4, 8\) \(heads, width\)"),
     ("chunked", lambda: tiny.model("llama", attention_chunk_size=4), {},
      ModelLoadError, r"config\.attention_chunk_size=4 is not supported"),
     ("meta", lambda: tiny.model("llama").to("meta"), {},
      ModelLoadError, r"weights are on the meta device \(parameter model\.embed_tokens\.weight\)"),
     ("not-a-model", lambda: torch.nn.Linear(2, 2), {},
-     ModelLoadError, r"model: Linear is not a transformers PreTrainedModel"),
+     ModelLoadError, r"Linear: Linear is not a transformers PreTrainedModel"),
     ("vocab-zero", lambda: tiny.model("llama"), {"vocab_size": 0},
      InvalidConfig, r"vocab_size=0 must be an int >= 1, or None"),
 ]  # fmt: skip
@@ -171,7 +179,7 @@ def test_what_the_engine_cannot_run_is_refused_by_name_and_left_untouched(
     model = build()
     before = getattr(getattr(model, "config", None), "_attn_implementation", None)
     with pytest.raises(error, match=message):
-        HFCausalLM(model, **kw)
+        HFCausalLM(model, name=type(model).__name__, **kw)
     assert getattr(getattr(model, "config", None), "_attn_implementation", None) == before
 
 

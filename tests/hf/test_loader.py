@@ -2,6 +2,7 @@
 or wrong path, missing weights or tokenizer files, a model on meta and an unsupported config
 are refused by name; the conversion cache directory follows the environment."""
 
+import json
 import os
 from collections.abc import Callable
 from pathlib import Path
@@ -53,6 +54,19 @@ def test_a_loaded_model_runs_losslessly_from_text(loaded: HFModels) -> None:
     )
     check = compare(loaded.target, requests, outputs, generate_reference(loaded.target, requests))
     assert check.lossless, check.line()
+
+
+def test_every_eos_id_of_the_generation_config_ends_a_request(tmp_path: Path) -> None:
+    """A generation config with several EOS ids (as chat models ship) adds each to the
+    tokenizer's EOS in eos_token_ids, so a request built from text stops at any of them."""
+    directory = tiny.save("llama", tmp_path / "multi-eos")
+    config = json.loads((directory / "generation_config.json").read_text())
+    (directory / "generation_config.json").write_text(
+        json.dumps({**config, "eos_token_id": [5, 7]})
+    )
+    models = load(directory)
+    assert models.eos_token_ids == frozenset({0, 5, 7})
+    assert models.request("r", 4, text="x").stop_token_ids == frozenset({0, 5, 7})
 
 
 def test_bfloat16_on_the_cpu_runs(saved: Path) -> None:

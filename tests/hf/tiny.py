@@ -22,7 +22,7 @@ FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gpt2", "gemma2"]
 #: Further families checked against generate (OPT's head reads a projection of width 32).
 MORE_FAMILIES = [
     "phi", "phi3", "gemma3", "olmo2", "granite", "cohere", "gpt_neox", "starcoder2",
-    "qwen2-window", "opt",
+    "qwen2-window", "opt", "mixtral", "qwen3_moe", "deepseek_v3",
 ]  # fmt: skip
 
 CHAT_TEMPLATE = (
@@ -88,6 +88,13 @@ def config(family: str, **overrides: Any) -> Any:
         ),
         "qwen2-window": lambda **kw: tf.Qwen2Config(**_merged(common, decoder, _QWEN2_WINDOW, kw)),
         "opt": lambda **kw: tf.OPTConfig(**_merged(_OPT, {"vocab_size": vocab}, kw)),
+        # Mixture-of-experts layers pass their router flag down to attention; MLA (DeepSeek).
+        "mixtral": lambda **kw: tf.MixtralConfig(**_merged(common, decoder, _MIXTRAL, kw)),
+        "qwen3_moe": lambda **kw: tf.Qwen3MoeConfig(**_merged(common, decoder, _QWEN3_MOE, kw)),
+        "deepseek_v3": lambda **kw: tf.DeepseekV3Config(**_merged(common, decoder, _MLA, kw)),
+        # Refused: attention sinks (gpt-oss), chunked attention (Llama 4).
+        "gpt_oss": lambda **kw: tf.GptOssConfig(**_merged(common, decoder, _GPT_OSS, kw)),
+        "llama4": lambda **kw: tf.Llama4TextConfig(**_merged(common, decoder, _LLAMA4, kw)),
     }
     return made[family](**overrides)
 
@@ -109,6 +116,23 @@ _GEMMA3: dict[str, Any] = dict(  # sliding_window_pattern=2: the layers alternat
     head_dim=16, sliding_window=8, query_pre_attn_scalar=16, sliding_window_pattern=2
 )
 _QWEN2_WINDOW: dict[str, Any] = dict(use_sliding_window=True, sliding_window=6, max_window_layers=1)
+_MIXTRAL: dict[str, Any] = dict(num_local_experts=4, num_experts_per_tok=2)
+_QWEN3_MOE: dict[str, Any] = dict(
+    num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16
+)
+_MLA: dict[str, Any] = dict(  # query/key head 16 = 8 rotary + 8 plain, value head 16
+    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, kv_lora_rank=16,
+    q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
+    first_k_dense_replace=1, n_group=1, topk_group=1,
+)  # fmt: skip
+_GPT_OSS: dict[str, Any] = dict(
+    head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+    layer_types=["sliding_attention", "full_attention"],
+)  # fmt: skip
+_LLAMA4: dict[str, Any] = dict(
+    head_dim=16, attention_chunk_size=8, num_local_experts=2, interleave_moe_layer_step=1,
+    intermediate_size_mlp=96,
+)  # fmt: skip
 _OPT: dict[str, Any] = dict(
     eos_token_id=0, init_std=0.4, hidden_size=64, ffn_dim=96, num_hidden_layers=2,
     num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=32,
