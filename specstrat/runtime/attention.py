@@ -7,7 +7,9 @@ so a wrong ``cu_seqlens_q``, ``cache_seqlens`` or page table yields wrong tokens
 tree (``batch.tree``), a query also sees, among its request's tree columns, only those its tree
 mask allows: its ancestors and itself. Grouped-query attention shares each cached key/value head
 among ``heads // kv_heads`` query heads; a layer's ``sliding_window`` and ``softcap`` (see
-:class:`~specstrat.models.AttentionBackend`) narrow the mask and cap the scores.
+:class:`~specstrat.models.AttentionBackend`) narrow the mask and cap the scores. The window
+measures distance in token positions, which the KV pool keeps per slot (a draft-tree node sits
+at its prefix plus depth, whatever column it occupies).
 """
 
 from __future__ import annotations
@@ -63,7 +65,7 @@ class PagedAttention:
         )
         if batch.tree is not None:
             visible &= _tree_visible(batch.tree, k_pos, batch.max_q)
-        self._visible, self._q_pos, self._k_pos = visible, q_pos, k_pos
+        self._visible, self._k_pos = visible, k_pos
         self._masks: dict[int | None, torch.Tensor] = {None: _finite(visible, k_pos)}
         if meta.page_table is None:
             raise InvalidConfig("paged attention needs metadata built with req_to_token")
@@ -73,6 +75,8 @@ class PagedAttention:
         # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
         self._dense = n == self.slots.shape[0] * batch.max_q
         self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
+        # Each new token's position goes with its KV slot (read by later windowed forwards).
+        pool.positions.index_copy_(0, batch.out_cache_loc, batch.positions.to(torch.int64))
 
     @property
     def mask(self) -> torch.Tensor:
@@ -87,10 +91,25 @@ class PagedAttention:
             if window not in self._masks:
                 if isinstance(window, bool) or not isinstance(window, int) or window < 1:
                     raise InvalidConfig(f"sliding_window={window!r} must be an int >= 1 or None")
-                near = self._k_pos[None, None, :] > self._q_pos[:, :, None] - window
+                start = self._query_positions()[:, :, None] - window
+                near = self._key_positions()[:, None, :] > start
                 self._masks[window] = _finite(self._visible & near, self._k_pos)
             self._packed[key] = self._masks[window].repeat(1, 1, group, 1)
         return self._packed[key]
+
+    def _key_positions(self) -> torch.Tensor:
+        """``[rows, max_k]``: the position of the token in each key column."""
+        return self.pool.positions[self._flat_slots].view(self.slots.shape)
+
+    def _query_positions(self) -> torch.Tensor:
+        """``[rows, max_q]``: each query row's position (rows past a request's length: 0)."""
+        positions = self.batch.positions.to(torch.int64)
+        rows, max_q = self.slots.shape[0], self.batch.max_q
+        if self._dense:
+            return positions.view(rows, max_q)
+        out = positions.new_zeros(rows, max_q)
+        out[self.req, self.qi] = positions
+        return out
 
     def __call__(
         self,

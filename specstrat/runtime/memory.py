@@ -61,7 +61,9 @@ class RequestPool:
 
 class KVPool:
     """Per-layer K and V for ``num_tokens`` token slots plus padding slot 0, with the model's
-    key/value heads (``ModelShape.num_kv_heads``)."""
+    key/value heads (``ModelShape.num_kv_heads``), and ``positions``: the absolute position of
+    the token each slot holds (a draft-tree node's is its prefix plus depth, not its column; a
+    sliding window measures distance in positions)."""
 
     def __init__(
         self, num_tokens: int, shape: ModelShape, dtype: torch.dtype, device: torch.device
@@ -69,6 +71,7 @@ class KVPool:
         dims = (shape.layers, num_tokens + 1, shape.num_kv_heads, shape.head_dim)
         self.k = torch.zeros(dims, dtype=dtype, device=device)
         self.v = torch.zeros(dims, dtype=dtype, device=device)
+        self.positions = torch.zeros(num_tokens + 1, dtype=torch.int64, device=device)
         self.capacity = num_tokens
         self._free = list(range(num_tokens, 0, -1))
 

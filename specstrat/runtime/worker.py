@@ -318,3 +318,4 @@ class ModelWorker:
         locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
+        self.kv.positions[locs] = torch.tensor(prepared.positions, device=self.device)

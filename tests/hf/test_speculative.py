@@ -121,12 +121,6 @@ def test_a_request_stops_at_its_eos_id_like_generate(
     assert outputs["run"] == reference["run"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="tree-masked TARGET_VERIFY applies sliding_window to key *columns*, not the tree "
-    "nodes' positions (prefix + depth): specstrat/runtime/attention.py PagedAttention builds "
-    "q_pos/k_pos from column indices; chains and windows wider than the context are unaffected",
-)
 @pytest.mark.parametrize(
     ("family", "window"),
     [("mistral", {"sliding_window": 6}), ("gemma2", {}), ("qwen2-window", {})],
