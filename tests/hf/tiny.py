@@ -71,7 +71,11 @@ def config(family: str, **overrides: Any) -> Any:
         # mistral: its config's sliding_window defaults to 4096
         "mistral": lambda **kw: tf.MistralConfig(**_merged(common, decoder, kw)),
         "gpt2": lambda **kw: tf.GPT2Config(
-            **_merged(common, {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 512}, kw)
+            **_merged(
+                common,
+                {"n_embd": 64, "n_layer": 2, "n_head": 4, "n_positions": 512, "bos_token_id": 0},
+                kw,
+            )
         ),
         "gemma2": lambda **kw: tf.Gemma2Config(**_merged(common, decoder, _GEMMA2, kw)),
         # Beyond the list: partial rotary, QK norms, per-layer windows, logit scaling,
