@@ -21,12 +21,15 @@ __all__ = ["DraftChooser", "SamplingBatch", "choose_tokens"]
 
 @dataclass(frozen=True, slots=True)
 class SamplingBatch:
-    """Per-row sampling parameters as tensors: ``temperature``, ``top_p``, ``top_k``, ``seed``."""
+    """Per-row sampling parameters as tensors: ``temperature``, ``top_p``, ``top_k``, ``seed``;
+    ``filtered``: whether any row uses top-k or top-p (known on the host, so the probabilities
+    skip their sort without reading the device)."""
 
     temperature: torch.Tensor
     top_p: torch.Tensor
     top_k: torch.Tensor
     seed: torch.Tensor
+    filtered: bool = True
 
     @classmethod
     def of(
@@ -38,20 +41,24 @@ class SamplingBatch:
             torch.tensor([p.top_p for p in params], dtype=torch.float64, device=device),
             torch.tensor([p.top_k for p in params], dtype=torch.int64, device=device),
             torch.tensor([p.seed for p in params], dtype=torch.int64, device=device),
+            filtered=any(p.top_k > 0 or p.top_p < 1 for p in params),
         )
 
     def repeat(self, times: int) -> SamplingBatch:
         """Each row ``times`` times in a row (for ``[bs, n, V]`` logits flattened to rows)."""
         return SamplingBatch(
-            *(
-                t.repeat_interleave(times)
-                for t in (self.temperature, self.top_p, self.top_k, self.seed)
-            )
+            self.temperature.repeat_interleave(times),
+            self.top_p.repeat_interleave(times),
+            self.top_k.repeat_interleave(times),
+            self.seed.repeat_interleave(times),
+            filtered=self.filtered,
         )
 
     def probs(self, logits: torch.Tensor) -> torch.Tensor:
         """``[rows, V]`` logits to the probabilities each row samples from."""
-        return sampling_probs(logits, self.temperature, self.top_p, self.top_k)
+        return sampling_probs(
+            logits, self.temperature, self.top_p, self.top_k, filtered=self.filtered
+        )
 
     @property
     def greedy(self) -> torch.Tensor:
