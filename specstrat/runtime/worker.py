@@ -197,7 +197,7 @@ class ModelWorker:
         if mode in _UNIFORM and len(set(prepared.counts)) <= 1:
             return build_verify_metadata(
                 prefix,
-                sum(prepared.counts),
+                num_tokens=sum(prepared.counts),
                 req_pool_indices=rpi,
                 req_to_token=table,
                 seq_lens_cpu=prepared.prefix,
