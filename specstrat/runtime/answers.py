@@ -32,7 +32,14 @@ from specstrat.contracts import (
 from specstrat.drafting import Acceptance, DraftTree
 from specstrat.relay import RelayPayload
 
-__all__ = ["copy_payload", "copy_tree", "frozen_acceptance", "frozen_drafts", "frozen_payload"]
+__all__ = [
+    "copy_acceptance",
+    "copy_payload",
+    "copy_tree",
+    "frozen_acceptance",
+    "frozen_drafts",
+    "frozen_payload",
+]
 
 _T = TypeVar("_T")
 
@@ -60,6 +67,15 @@ def copy_tree(tree: DraftTree) -> DraftTree:
         lengths=tree.lengths.clone(),
         q=_clone(tree.q),
         confidence=_clone(tree.confidence),
+    )
+
+
+def copy_acceptance(acceptance: Acceptance) -> Acceptance:
+    """A copy of ``acceptance`` that no later in-place write into its tensors reaches."""
+    return Acceptance(
+        acceptance.accept_index.clone(),
+        acceptance.accept_lengths.clone(),
+        acceptance.bonus_tokens.clone(),
     )
 
 
@@ -94,9 +110,7 @@ def frozen_acceptance(
     copy and its host values."""
     n = len(tree.parents[0]) if tree.parents else 0
     checked = check_acceptance_shape(algorithm, answer, len(tree.lengths), n, device)
-    acceptance = Acceptance(
-        checked.accept_index.clone(), checked.accept_lengths.clone(), checked.bonus_tokens.clone()
-    )
+    acceptance = copy_acceptance(checked)
     host = HostAcceptance.of(acceptance)
     check_acceptance_host(algorithm, host, tree, vocab)
     return acceptance, host
