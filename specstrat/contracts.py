@@ -32,6 +32,7 @@ __all__ = [
     "check_drafts_host",
     "check_drafts_shape",
     "check_payload",
+    "check_q",
     "describe",
     "hook_error",
 ]

@@ -12,7 +12,8 @@ contract (:mod:`specstrat.contracts`) before anything uses it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -113,7 +114,8 @@ class StepRunner:
         """EXTEND over the prompts, the first token of each, and the drafter's admission."""
         slots = [slot for _, slot in admit]
         prompts = [list(req.prompt) for req, _ in admit]
-        logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
+        with _engine_invariant("prefill"):
+            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
         ends = lens.cumsum(0) - 1
         params = tuple(req.sampling for req, _ in admit)
@@ -184,7 +186,8 @@ class StepRunner:
         drafts, host.tree = self._draft(step)
         drafted = time.perf_counter()
         last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
-        logits, hidden, ran = self.verifier.verify(slots, last, drafts)
+        with _engine_invariant("verify"):
+            logits, hidden, ran = self.verifier.verify(slots, last, drafts)
         verified = time.perf_counter()
         acceptance, host.answer = self._accept(drafts, host, logits, step)
         accepted = time.perf_counter()
@@ -267,10 +270,8 @@ class StepRunner:
         paths = host.answer.paths
         for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
             # Keep the root and the accepted path, moved into place; free the other nodes.
-            try:
+            with _engine_invariant("keep_path after a checked acceptance"):
                 self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
-            except InvalidConfig as exc:  # the path was checked against the tree: a bug here
-                raise InternalError(f"keep_path after a checked acceptance failed: {exc}") from exc
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
         at_bonus = [path[-1] + 1 if path else 0 for path in paths]
         rows = torch.arange(len(step.slots))
@@ -302,6 +303,20 @@ class StepRunner:
             )
             for i, slot in enumerate(step.slots)
         }
+
+
+@contextmanager
+def _engine_invariant(what: str) -> Iterator[None]:
+    """The engine's own calls with values it checked or reserved (admission reserved every
+    position, the hooks' answers were checked): an InvalidConfig there is a broken invariant
+    of specstrat, not a value the caller passed."""
+    try:
+        yield
+    except InvalidConfig as exc:
+        raise InternalError(
+            f"{what} refused values the engine checked before ({exc}); this is a bug in "
+            "specstrat, please report it"
+        ) from exc
 
 
 @dataclass(frozen=False, slots=True)
