@@ -113,8 +113,9 @@ class StepRelay:
         tokens the engine keeps for them; a wrong value names the hook that wrote it."""
         try:
             answer = self._hook(_RESOLVE, self.relay.resolve, self._index(slots))
-        except StrategyError as exc:
-            if self.writers.writer(slots, "bonus_tokens") != BUILDER:
+        except StrategyError as exc:  # a ring refusing slots the builder never stashed
+            missing = isinstance(exc.__cause__, RelayError)
+            if not missing or self.writers.writer(slots, "bonus_tokens") != BUILDER:
                 raise
             raise hook_error(
                 self.algorithm, BUILDER, f"the relay holds nothing usable for slots {slots} "

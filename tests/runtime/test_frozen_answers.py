@@ -32,7 +32,7 @@ from specstrat.runtime.disagg import PrefillWorker
 from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
-REQUESTS = [replace(r, max_new_tokens=12) for r in workload(3, seed=3)]
+REQUESTS = [replace(r, max_new_tokens=8) for r in workload(2, seed=3)]
 TREE = TopkTree(topk=2, num_steps=3)
 MODES = pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 
