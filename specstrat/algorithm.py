@@ -231,10 +231,10 @@ class SpecAlgorithm(Generic[DraftT_co]):
             self.target_verify.supports_target_verify_for_draft,
         )
         if not isinstance(allowed, bool):
-            raise InvalidConfig(
-                f"{self.name}: supports_target_verify_for_draft() returned {allowed!r}; "
-                "the policy must return True or False"
-            )
+            raise hook_error(
+                self.name, "target_verify.supports_target_verify_for_draft",
+                f"returned {allowed!r}; the policy must return True or False",
+            )  # fmt: skip
         return allowed
 
     def get_num_tokens_per_req_for_target_verify(
@@ -258,16 +258,19 @@ class SpecAlgorithm(Generic[DraftT_co]):
             num_draft_tokens,
             is_draft_worker,
         )
+        # A wrong answer is the policy's, not a value the caller passed: a StrategyError.
+        hook = "target_verify.get_num_tokens_per_req_for_target_verify"
         if isinstance(tokens, bool) or not isinstance(tokens, int):
-            raise InvalidConfig(
-                f"{self.name}: tokens per request={tokens!r} ({type(tokens).__name__}) for "
-                f"num_draft_tokens={num_draft_tokens}; the policy must return an int"
-            )
+            raise hook_error(
+                self.name, hook, f"returned tokens per request={tokens!r} "
+                f"({type(tokens).__name__}) for num_draft_tokens={num_draft_tokens}; the policy "
+                "must return an int"
+            )  # fmt: skip
         if not 1 <= tokens <= num_draft_tokens + 1:
-            raise InvalidConfig(
-                f"{self.name}: tokens per request={tokens} for num_draft_tokens="
-                f"{num_draft_tokens} is outside 1..{num_draft_tokens + 1}; fix the policy"
-            )
+            raise hook_error(
+                self.name, hook, f"returned tokens per request={tokens} for num_draft_tokens="
+                f"{num_draft_tokens}, outside 1..{num_draft_tokens + 1}; fix the policy"
+            )  # fmt: skip
         return tokens
 
     def get_num_tokens_per_bs_for_target_verify(
