@@ -123,7 +123,7 @@ def check_kernels_against_twins() -> None:
         for t in (1, 2, 5, 8):
             x = inputs(bs, t)
             uni = [
-                build_verify_metadata(x["seq_lens"], bs * t, backend=b, **paging(x))
+                build_verify_metadata(x["seq_lens"], num_tokens=bs * t, backend=b, **paging(x))
                 for b in ("triton", "torch")
             ]
             rag = [
@@ -134,7 +134,9 @@ def check_kernels_against_twins() -> None:
             for b in ("triton", "torch"):
                 bufs = VerifyMetadataBuffers.allocate(bs + 5, max_pages=CTX // PAGE, device=DEV)
                 graph.append(
-                    build_verify_metadata_into(bufs, x["seq_lens"], t, backend=b, **paging(x))
+                    build_verify_metadata_into(
+                        bufs, x["seq_lens"], tokens_per_req=t, backend=b, **paging(x)
+                    )
                 )
             check(
                 same(*uni) and same(*rag) and same(*graph),
@@ -231,11 +233,15 @@ def check_graph_capture() -> None:
     stream = torch.cuda.Stream()  # type: ignore[no-untyped-call]
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up compiles the kernel outside the capture
-        build_verify_metadata_into(bufs, static_seq, t, backend="triton", **paging(x))
+        build_verify_metadata_into(
+            bufs, static_seq, tokens_per_req=t, backend="triton", **paging(x)
+        )
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
-        build_verify_metadata_into(bufs, static_seq, t, backend="triton", **paging(x))
+        build_verify_metadata_into(
+            bufs, static_seq, tokens_per_req=t, backend="triton", **paging(x)
+        )
     ok = True
     torch.cuda.set_sync_debug_mode("error")
     try:
@@ -243,10 +249,12 @@ def check_graph_capture() -> None:
             static_seq.copy_(torch.randint(0, CTX - t, (bs,), device=DEV))
             graph.replay()
             # The eager launcher path must not sync either.
-            build_verify_metadata(static_seq, bs * t, backend="triton", **paging(x))
+            build_verify_metadata(static_seq, num_tokens=bs * t, backend="triton", **paging(x))
             torch.cuda.set_sync_debug_mode("default")
             ref = VerifyMetadataBuffers.allocate(padded, max_pages=CTX // PAGE, device=DEV)
-            want = build_verify_metadata_into(ref, static_seq, t, backend="torch", **paging(x))
+            want = build_verify_metadata_into(
+                ref, static_seq, tokens_per_req=t, backend="torch", **paging(x)
+            )
             ok &= same(VerifyMetadata(bufs, bs, PAGE, t, t, None), want)
             torch.cuda.set_sync_debug_mode("error")
             _ = step
@@ -491,9 +499,11 @@ def pair(
 
     def fused() -> object:
         if form == "uniform":
-            return build_verify_metadata(seq, bs * t, backend="triton", **paging(x))
+            return build_verify_metadata(seq, num_tokens=bs * t, backend="triton", **paging(x))
         if form == "graph":
-            return build_verify_metadata_into(bufs, seq, t, backend="triton", **paging(x))
+            return build_verify_metadata_into(
+                bufs, seq, tokens_per_req=t, backend="triton", **paging(x)
+            )
         return build_ragged_verify_metadata(seq, ntok, backend="triton", **paging(x))
 
     def eager() -> object:

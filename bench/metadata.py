@@ -145,10 +145,16 @@ def fused(form: str, x: dict[str, torch.Tensor], backend: Any) -> object:
     paging = {"req_pool_indices": x["rpi"], "req_to_token": x["rtt"], "page_size": PAGE}
     bs = x["seq_lens"].shape[0]
     if form == "uniform":
-        return vm.build_verify_metadata(x["seq_lens"], bs * T, backend=backend, **paging)  # type: ignore[arg-type]
+        return vm.build_verify_metadata(x["seq_lens"], num_tokens=bs * T, backend=backend, **paging)  # type: ignore[arg-type]
     if form == "ragged":
         return vm.build_ragged_verify_metadata(x["seq_lens"], x["ntok"], backend=backend, **paging)  # type: ignore[arg-type]
-    return vm.build_verify_metadata_into(x["bufs"], x["seq_lens"], T, backend=backend, **paging)  # type: ignore[arg-type, arg-type]
+    return vm.build_verify_metadata_into(
+        x["bufs"],  # type: ignore[arg-type]
+        x["seq_lens"],
+        tokens_per_req=T,
+        backend=backend,
+        **paging,  # type: ignore[arg-type]
+    )
 
 
 def eager(form: str, x: dict[str, Any]) -> object:

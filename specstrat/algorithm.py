@@ -9,16 +9,18 @@ the method and what was found, instead of an ``AttributeError`` at scheduler sta
 
 from __future__ import annotations
 
-import inspect
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, fields
-from typing import Any, Generic
+from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
 
+from specstrat._protocol_check import check_strategy, read_member
 from specstrat.batch import PrebuiltBatch
+from specstrat.contracts import hook_error
 from specstrat.drafting import DrafterNeeds
-from specstrat.errors import InvalidConfig, InvalidStrategy
+from specstrat.errors import InvalidConfig, InvalidStrategy, SpecstratError, StrategyError
 from specstrat.protocols import (
     AcceptanceRule,
     DisaggDraftBuilder,
@@ -59,51 +61,8 @@ def required_capabilities(needs: DrafterNeeds) -> dict[str, str]:
 
 
 _NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*\Z")
-
-
-def _protocol_methods(protocol: type) -> dict[str, inspect.Signature]:
-    """The methods a Protocol declares, with their signatures (``self`` dropped)."""
-    methods: dict[str, inspect.Signature] = {}
-    for name, member in vars(protocol).items():
-        if name.startswith("_") or not inspect.isfunction(member):
-            continue
-        sig = inspect.signature(member)
-        methods[name] = sig.replace(parameters=list(sig.parameters.values())[1:])
-    return methods
-
-
-def check_strategy(hook: str, protocol: type, strategy: object) -> None:
-    """Refuse ``strategy`` unless every method of ``protocol`` exists and takes its arguments.
-
-    The scheduler passes hook arguments positionally, so a method must accept exactly as many
-    positional arguments as the Protocol's method declares (extra parameters need defaults).
-    """
-    kind = type(strategy).__name__
-    for method, expected in _protocol_methods(protocol).items():
-        found = getattr(strategy, method, None)
-        if found is None:
-            raise InvalidStrategy(
-                f"{hook}={kind} has no method {method}{expected}; "
-                f"{protocol.__name__} needs it (found attributes: "
-                f"{sorted(a for a in dir(strategy) if not a.startswith('_'))})"
-            )
-        if not callable(found):
-            raise InvalidStrategy(
-                f"{hook}={kind}.{method} is a {type(found).__name__}, not a method; "
-                f"{protocol.__name__} needs {method}{expected}"
-            )
-        try:
-            actual = inspect.signature(found)
-        except (TypeError, ValueError):  # builtins without signatures: cannot check arity
-            continue
-        try:
-            actual.bind(*([None] * len(expected.parameters)))
-        except TypeError:
-            raise InvalidStrategy(
-                f"{hook}={kind}.{method}{actual} cannot take the "
-                f"{len(expected.parameters)} positional arguments of "
-                f"{protocol.__name__}.{method}{expected}"
-            ) from None
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -186,7 +145,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
         for hook, protocol in HOOKS.items():
             check_strategy(hook, protocol, getattr(self, hook))
         self._check_drafter_needs()
-        lossless = getattr(self.acceptance, "lossless", None)
+        lossless = read_member("acceptance", AcceptanceRule, self.acceptance, "lossless")
         if not isinstance(lossless, bool):
             raise InvalidStrategy(
                 f"acceptance={type(self.acceptance).__name__}.lossless is {lossless!r}; "
@@ -196,7 +155,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
     def _check_drafter_needs(self) -> None:
         """The drafter's declared needs agree with the declared capabilities."""
         kind = type(self.drafter).__name__
-        needs = getattr(self.drafter, "needs", None)
+        needs = read_member("drafter", DrafterFactory, self.drafter, "needs")
         if not isinstance(needs, DrafterNeeds):
             raise InvalidStrategy(
                 f"drafter={kind}.needs is {needs!r}; DrafterFactory needs a `needs` property "
@@ -209,7 +168,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
                     f"{capability}=False; declare Capabilities({capability}=True) or use a "
                     "drafter that does not need it"
                 )
-        if needs.draft_worker_verify and not self.supports_target_verify_for_draft():
+        if needs.draft_worker_verify and not self._allows_draft_worker_verify():
             raise InvalidStrategy(
                 f"{self.name}: drafter={kind} needs draft_worker_verify (a TARGET_VERIFY forward "
                 f"on the draft worker) but target_verify={type(self.target_verify).__name__}."
@@ -217,6 +176,24 @@ class SpecAlgorithm(Generic[DraftT_co]):
                 "FixedWidthVerifyPolicy(allow_on_draft_worker=True)) or a drafter that does not "
                 "need it"
             )
+
+    def _allows_draft_worker_verify(self) -> bool:
+        """``supports_target_verify_for_draft()`` at construction: a policy that raises is a
+        strategy that cannot be composed (InvalidStrategy), the original chained."""
+        try:
+            return self.supports_target_verify_for_draft()
+        except StrategyError as exc:
+            raise InvalidStrategy(str(exc)) from exc.__cause__
+
+    def _call(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        """A strategy's method, guarded as the engine guards per-step hooks: anything but a
+        SpecstratError it raises becomes a StrategyError naming ``NAME.hook``."""
+        try:
+            return fn(*args, **kwargs)
+        except SpecstratError:
+            raise
+        except Exception as exc:
+            raise hook_error(self.name, hook, f"raised {type(exc).__name__}: {exc}") from exc
 
     # -- engine-facing methods, by delegation -------------------------------------------------
 
@@ -236,20 +213,28 @@ class SpecAlgorithm(Generic[DraftT_co]):
         device: torch.device,
     ) -> FutureMap:
         """The overlap relay, from the ``future_map`` strategy; checked to be a FutureMap."""
-        relay = self.future_map.create_future_map(
-            max_running_requests, chunked_prefill_size, context_len, device
+        relay = self._call(
+            "future_map.create_future_map",
+            self.future_map.create_future_map,
+            max_running_requests,
+            chunked_prefill_size,
+            context_len,
+            device,
         )
         check_strategy(f"{self.name}.create_future_map() result", FutureMap, relay)
         return relay
 
     def supports_target_verify_for_draft(self) -> bool:
         """Whether a draft worker may run TARGET_VERIFY, from the ``target_verify`` policy."""
-        allowed = self.target_verify.supports_target_verify_for_draft()
+        allowed = self._call(
+            "target_verify.supports_target_verify_for_draft",
+            self.target_verify.supports_target_verify_for_draft,
+        )
         if not isinstance(allowed, bool):
-            raise InvalidConfig(
-                f"{self.name}: supports_target_verify_for_draft() returned {allowed!r}; "
-                "the policy must return True or False"
-            )
+            raise hook_error(
+                self.name, "target_verify.supports_target_verify_for_draft",
+                f"returned {allowed!r}; the policy must return True or False",
+            )  # fmt: skip
         return allowed
 
     def get_num_tokens_per_req_for_target_verify(
@@ -267,19 +252,25 @@ class SpecAlgorithm(Generic[DraftT_co]):
                 f"algorithm {self.name} is not speculative; it has no TARGET_VERIFY width "
                 "(check algo.is_speculative() before sizing verify graphs)"
             )
-        tokens = self.target_verify.get_num_tokens_per_req_for_target_verify(
-            num_draft_tokens, is_draft_worker
+        tokens = self._call(
+            "target_verify.get_num_tokens_per_req_for_target_verify",
+            self.target_verify.get_num_tokens_per_req_for_target_verify,
+            num_draft_tokens,
+            is_draft_worker,
         )
+        # A wrong answer is the policy's, not a value the caller passed: a StrategyError.
+        hook = "target_verify.get_num_tokens_per_req_for_target_verify"
         if isinstance(tokens, bool) or not isinstance(tokens, int):
-            raise InvalidConfig(
-                f"{self.name}: tokens per request={tokens!r} ({type(tokens).__name__}) for "
-                f"num_draft_tokens={num_draft_tokens}; the policy must return an int"
-            )
+            raise hook_error(
+                self.name, hook, f"returned tokens per request={tokens!r} "
+                f"({type(tokens).__name__}) for num_draft_tokens={num_draft_tokens}; the policy "
+                "must return an int"
+            )  # fmt: skip
         if not 1 <= tokens <= num_draft_tokens + 1:
-            raise InvalidConfig(
-                f"{self.name}: tokens per request={tokens} for num_draft_tokens="
-                f"{num_draft_tokens} is outside 1..{num_draft_tokens + 1}; fix the policy"
-            )
+            raise hook_error(
+                self.name, hook, f"returned tokens per request={tokens} for num_draft_tokens="
+                f"{num_draft_tokens}, outside 1..{num_draft_tokens + 1}; fix the policy"
+            )  # fmt: skip
         return tokens
 
     def get_num_tokens_per_bs_for_target_verify(

@@ -2,11 +2,19 @@
 
 The engine runs these on every answer of a drafter, an acceptance rule and a relay, and the
 conformance kit (:mod:`specstrat.testing`) runs them on a user's strategy. Each check raises
-:class:`~specstrat.errors.StrategyError` naming the algorithm, the hook and what was wrong; the
-checks are vectorised over the batch.
+:class:`~specstrat.errors.StrategyError` naming the algorithm, the hook and what was wrong.
+
+Each check comes in two halves: one reads only what a tensor carries on the host anyway (type,
+dtype, shape, device: no host sync), the other reads the small metadata a step needs on the
+host in any case (a tree's tokens, parents and lengths; an accepted path and its bonus token)
+from plain lists (:class:`HostTree`, :class:`HostAcceptance`). The engine copies those lists
+once per answer and checks them; :func:`check_drafts` and :func:`check_acceptance` run both
+halves for callers that hold tensors only.
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 
@@ -14,7 +22,20 @@ from specstrat.drafting import Acceptance, DraftTree
 from specstrat.errors import StrategyError
 from specstrat.relay import RelayPayload
 
-__all__ = ["check_acceptance", "check_drafts", "check_payload", "describe", "hook_error"]
+__all__ = [
+    "HostAcceptance",
+    "HostTree",
+    "check_acceptance",
+    "check_acceptance_host",
+    "check_acceptance_shape",
+    "check_drafts",
+    "check_drafts_host",
+    "check_drafts_shape",
+    "check_payload",
+    "check_q",
+    "describe",
+    "hook_error",
+]
 
 
 def describe(value: object) -> str:
@@ -44,10 +65,124 @@ def check_payload(algorithm: str, hook: str, payload: object, bs: int) -> None:
         )
 
 
-def _check_q(algorithm: str, hook: str, drafts: DraftTree) -> None:
+@dataclass(frozen=True, slots=True)
+class HostTree:
+    """A draft tree's small metadata on the host: per request its tokens, parents, lengths."""
+
+    tokens: list[list[int]]
+    parents: list[list[int]]
+    lengths: list[int]
+
+    @classmethod
+    def of(cls, tree: DraftTree) -> HostTree:
+        """The host copy of ``tree``'s tokens, parents and lengths (three device reads)."""
+        return cls(tree.tokens.tolist(), tree.parents.tolist(), tree.lengths.tolist())
+
+    def is_chain(self) -> bool:
+        """Whether every row is a chain (node ``j``'s parent is ``j - 1``)."""
+        return all(row == list(range(-1, len(row) - 1)) for row in self.parents)
+
+    def depth(self) -> int:
+        """The deepest real node of any row (the root's children are at depth 1)."""
+        deepest = 0
+        for row, length in zip(self.parents, self.lengths, strict=True):
+            depth = [0] * len(row)
+            for j, parent in enumerate(row[:length]):
+                depth[j] = 1 + (depth[parent] if parent >= 0 else 0)
+            deepest = max(deepest, max(depth[:length], default=0))
+        return deepest
+
+
+@dataclass(frozen=True, slots=True)
+class HostAcceptance:
+    """An acceptance's answer on the host: per request the accepted path and the bonus token."""
+
+    index: list[list[int]]
+    counts: list[int]
+    bonus: list[int]
+
+    @classmethod
+    def of(cls, acceptance: Acceptance) -> HostAcceptance:
+        """The host copy of ``acceptance`` (three device reads)."""
+        return cls(
+            acceptance.accept_index.tolist(),
+            acceptance.accept_lengths.tolist(),
+            acceptance.bonus_tokens.tolist(),
+        )
+
+    @property
+    def paths(self) -> list[list[int]]:
+        """Each request's accepted node indices, root first."""
+        return [row[:count] for row, count in zip(self.index, self.counts, strict=True)]
+
+
+def _outside(values: list[int], vocab: int) -> list[int]:
+    return [v for v in values if not 0 <= v < vocab][:5]
+
+
+def check_drafts_shape(
+    algorithm: str,
+    drafts: object,
+    bs: int,
+    max_nodes: int,
+    vocab: int,
+    device: torch.device | None = None,
+) -> DraftTree:
+    """``drafts`` is a DraftTree of ``bs`` rows, at most ``max_nodes`` nodes, ``q``'s last
+    dimension the vocabulary, on ``device`` when one is given (no value is read)."""
+    hook = "drafter.propose"
+    if not isinstance(drafts, DraftTree):
+        raise hook_error(algorithm, hook, f"returned {type(drafts).__name__}, not a DraftTree")
+    if device is not None and drafts.tokens.device != device:
+        raise hook_error(
+            algorithm, hook, f"proposed a tree on {drafts.tokens.device}; the engine runs on "
+            f"{device}: put its tensors there"
+        )  # fmt: skip
+    if drafts.q is not None and drafts.q.shape[2] != vocab:
+        raise hook_error(
+            algorithm, hook, f"q has {drafts.q.shape[2]} columns; the target's vocabulary has "
+            f"{vocab}"
+        )  # fmt: skip
+    if drafts.bs != bs:
+        raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
+    if drafts.num_nodes > max_nodes:
+        raise hook_error(
+            algorithm,
+            hook,
+            f"proposed {drafts.num_nodes} nodes per request; the target "
+            f"verifies at most max_nodes={max_nodes} (T - 1)",
+        )
+    return drafts
+
+
+def check_drafts_host(algorithm: str, tree: HostTree, vocab: int) -> None:
+    """Lengths within the nodes, every parent before its child, tokens in the vocabulary."""
+    hook = "drafter.propose"
+    n = len(tree.parents[0]) if tree.parents else 0
+    if any(not 0 <= length <= n for length in tree.lengths):
+        raise hook_error(
+            algorithm, hook, f"proposed lengths={tree.lengths}; each must lie in 0..{n} (the "
+            "tree's nodes per request)"
+        )  # fmt: skip
+    for row, parents in enumerate(tree.parents):
+        if any(not -1 <= p < j for j, p in enumerate(parents)):
+            raise hook_error(
+                algorithm, hook, f"request {row}: parents={parents} break parent-before-child "
+                "(node j's parent must lie in -1..j-1, -1 = the root)"
+            )  # fmt: skip
+    bad = _outside([t for row in tree.tokens for t in row], vocab)
+    if bad:
+        raise hook_error(
+            algorithm, hook, f"proposed token ids {bad} outside the vocabulary 0..{vocab - 1}"
+        )
+
+
+def check_q(algorithm: str, drafts: DraftTree, lengths: list[int]) -> None:
     """``q`` of every real node is a distribution that gives the node's token some mass."""
-    assert drafts.q is not None
-    real = torch.arange(drafts.num_nodes)[None, :] < drafts.lengths.cpu()[:, None]
+    hook = "drafter.propose"
+    if drafts.q is None:
+        return
+    real = torch.arange(drafts.num_nodes)[None, :] < torch.tensor(lengths)[:, None]
     q = drafts.q[real].to(torch.float64)
     if not bool(torch.isfinite(q).all()) or bool((q < 0).any()):
         raise hook_error(algorithm, hook, "q holds negative, NaN or infinite probabilities")
@@ -65,11 +200,6 @@ def _check_q(algorithm: str, hook: str, drafts: DraftTree) -> None:
         )  # fmt: skip
 
 
-def _out_of_vocab(tokens: torch.Tensor, vocab: int) -> list[int]:
-    bad = (tokens < 0) | (tokens >= vocab)
-    return tokens[bad].tolist()[:5]
-
-
 def check_drafts(
     algorithm: str,
     drafts: object,
@@ -77,49 +207,27 @@ def check_drafts(
     max_nodes: int,
     vocab: int,
     device: torch.device | None = None,
-) -> None:
-    """``drafts`` is a DraftTree of ``bs`` rows, at most ``max_nodes`` nodes, tokens (and ``q``'s
-    last dimension) in the vocabulary, on ``device`` when one is given."""
-    hook = "drafter.propose"
-    if not isinstance(drafts, DraftTree):
-        raise hook_error(algorithm, hook, f"returned {type(drafts).__name__}, not a DraftTree")
-    if device is not None and drafts.tokens.device != device:
-        raise hook_error(
-            algorithm, hook, f"proposed a tree on {drafts.tokens.device}; the engine runs on "
-            f"{device}: put its tensors there"
-        )  # fmt: skip
-    if drafts.q is not None and drafts.q.shape[2] != vocab:
-        raise hook_error(
-            algorithm, hook, f"q has {drafts.q.shape[2]} columns; the target's vocabulary has "
-            f"{vocab}"
-        )  # fmt: skip
-    if drafts.q is not None and drafts.q.device.type == "cpu":
-        _check_q(algorithm, hook, drafts)
-    if drafts.bs != bs:
-        raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
-    if drafts.num_nodes > max_nodes:
-        raise hook_error(
-            algorithm,
-            hook,
-            f"proposed {drafts.num_nodes} nodes per request; the target "
-            f"verifies at most max_nodes={max_nodes} (T - 1)",
-        )
-    bad = _out_of_vocab(drafts.tokens, vocab)
-    if bad:
-        raise hook_error(
-            algorithm, hook, f"proposed token ids {bad} outside the vocabulary 0..{vocab - 1}"
-        )
+) -> HostTree:
+    """Both halves for a tree: :func:`check_drafts_shape`, then :func:`check_drafts_host` on
+    its host copy (and ``q`` when it is on the CPU, where reading it is free); the copy."""
+    tree = check_drafts_shape(algorithm, drafts, bs, max_nodes, vocab, device)
+    host = HostTree.of(tree)
+    check_drafts_host(algorithm, host, vocab)
+    if tree.q is not None and tree.q.device.type == "cpu":
+        check_q(algorithm, tree, host.lengths)
+    return host
 
 
-def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, vocab: int) -> None:
-    """``acceptance`` holds, per request, a root-to-node path within the real nodes of
-    ``drafts`` and a bonus token in the vocabulary."""
+def check_acceptance_shape(
+    algorithm: str, acceptance: object, bs: int, n: int, device: torch.device | None = None
+) -> Acceptance:
+    """``acceptance`` is an Acceptance of int64 ``[bs, n]``, ``[bs]``, ``[bs]`` tensors, on
+    ``device`` when one is given (no value is read)."""
     hook = "acceptance.accept"
     if not isinstance(acceptance, Acceptance):
         raise hook_error(
             algorithm, hook, f"returned {type(acceptance).__name__}, not an Acceptance"
         )
-    bs, n = drafts.bs, drafts.num_nodes
     shapes = {
         "accept_index": (acceptance.accept_index, (bs, n)),
         "accept_lengths": (acceptance.accept_lengths, (bs,)),
@@ -133,40 +241,63 @@ def check_acceptance(algorithm: str, acceptance: object, drafts: DraftTree, voca
         ):
             got = describe(tensor)
             raise hook_error(algorithm, hook, f"{name} is {got}; expected torch.int64 {shape}")
-    lengths, index = acceptance.accept_lengths.cpu(), acceptance.accept_index.cpu()
-    real = drafts.lengths.cpu()
-    too_long = (lengths < 0) | (lengths > real)
-    if bool(too_long.any()):
-        row = int(too_long.nonzero()[0])
-        raise hook_error(
-            algorithm,
-            hook,
-            f"request {row} accepted {int(lengths[row])} drafts but {int(real[row])} were proposed",
-        )
-    on_path = torch.arange(n)[None, :] < lengths[:, None]
-    beyond = (index < -1) | (index >= n)
-    if bool(beyond.any()):
-        row = int(beyond.any(dim=1).nonzero()[0])
-        raise hook_error(
-            algorithm, hook, f"request {row}: accept_index={index[row].tolist()} holds node "
-            f"indices outside -1..{n - 1}"
-        )  # fmt: skip
-    parents = drafts.parents.cpu().gather(1, index.clamp(min=0))
-    previous = torch.cat([torch.full((bs, 1), -1, dtype=torch.int64), index[:, :-1]], dim=1)
-    off_tree = on_path & ((index < 0) | (index >= real[:, None]) | (parents != previous))
-    padded = ~on_path & (index != -1)
-    if bool((off_tree | padded).any()):
-        row = int((off_tree | padded).any(dim=1).nonzero()[0])
-        raise hook_error(
-            algorithm,
-            hook,
-            f"request {row}: accept_index={index[row].tolist()} with "
-            f"accept_lengths={int(lengths[row])} is not a root-to-node path of the draft tree "
-            f"(parents={drafts.parents[row].tolist()}, real nodes={int(real[row])}; -1 after "
-            "the path)",
-        )
-    bad = _out_of_vocab(acceptance.bonus_tokens, vocab)
+        if device is not None and tensor.device != device:
+            raise hook_error(
+                algorithm, hook, f"answered {name} on {tensor.device}; the engine runs on "
+                f"{device}: put the answer's tensors there"
+            )  # fmt: skip
+    return acceptance
+
+
+def check_acceptance_host(
+    algorithm: str, answer: HostAcceptance, tree: HostTree, vocab: int
+) -> None:
+    """Per request a root-to-node path within the tree's real nodes (-1 after it), and a bonus
+    token in the vocabulary."""
+    hook = "acceptance.accept"
+    n = len(tree.parents[0]) if tree.parents else 0
+    for row, (count, real) in enumerate(zip(answer.counts, tree.lengths, strict=True)):
+        if not 0 <= count <= real:
+            raise hook_error(
+                algorithm, hook, f"request {row} accepted {count} drafts but {real} were proposed"
+            )
+    for row, index in enumerate(answer.index):
+        if any(not -1 <= j < n for j in index):
+            raise hook_error(
+                algorithm, hook, f"request {row}: accept_index={index} holds node "
+                f"indices outside -1..{n - 1}"
+            )  # fmt: skip
+    for row, index in enumerate(answer.index):
+        count, parents, real = answer.counts[row], tree.parents[row], tree.lengths[row]
+        path, rest = index[:count], index[count:]
+        previous = [-1, *path][: len(path)]
+        pairs = zip(path, previous, strict=True)
+        on_tree = all(0 <= j < real and parents[j] == p for j, p in pairs)
+        if not on_tree or any(j != -1 for j in rest):
+            raise hook_error(
+                algorithm,
+                hook,
+                f"request {row}: accept_index={index} with accept_lengths={count} is not a "
+                f"root-to-node path of the draft tree (parents={parents}, real nodes={real}; "
+                "-1 after the path)",
+            )
+    bad = _outside(answer.bonus, vocab)
     if bad:
         raise hook_error(
             algorithm, hook, f"bonus tokens {bad} outside the vocabulary 0..{vocab - 1}"
         )
+
+
+def check_acceptance(
+    algorithm: str,
+    acceptance: object,
+    drafts: DraftTree,
+    vocab: int,
+    device: torch.device | None = None,
+) -> HostAcceptance:
+    """Both halves for an answer to ``drafts``: :func:`check_acceptance_shape`, then
+    :func:`check_acceptance_host` on the host copies; the answer's copy."""
+    answer = check_acceptance_shape(algorithm, acceptance, drafts.bs, drafts.num_nodes, device)
+    host = HostAcceptance.of(answer)
+    check_acceptance_host(algorithm, host, HostTree.of(drafts), vocab)
+    return host

@@ -13,9 +13,17 @@ SpecstratError
 ├── KernelError          (also RuntimeError) a Triton/CUDA launch failed at the launcher boundary
 ├── DisaggError          (also RuntimeError) the decode side cannot rebuild draft state
 ├── StrategyError        (also RuntimeError) a strategy hook raised or broke its contract mid-run
+├── ModelShapeError      (also RuntimeError) a model's outputs disagree with its ModelShape
 ├── EngineStateError     (also RuntimeError) the engine refuses a call in its current state
+├── CapacityError        (also RuntimeError) request slots or KV ran out mid-run
+├── InternalError        (also RuntimeError) an invariant of specstrat itself broke (a bug)
 └── ConformanceError     (also AssertionError) a strategy broke an obligation of its hook
 ```
+
+``InvalidConfig`` is only for values a caller passed. What goes wrong while a run is under way
+has its own class: a hook's answer (``StrategyError``), a model's output (``ModelShapeError``),
+a pool that admission should have kept from running out (``CapacityError``), or specstrat's
+own bookkeeping (``InternalError``).
 
 Messages show ``name=value`` and the fix, e.g.
 ``num_tokens=10 is not a multiple of bs=4; pass bs * tokens_per_req tokens``.
@@ -25,14 +33,17 @@ Subclassing the builtin exceptions keeps plain ``except ValueError`` working.
 from __future__ import annotations
 
 __all__ = [
+    "CapacityError",
     "ConformanceError",
     "DisaggError",
     "EngineStateError",
     "IntegrationError",
+    "InternalError",
     "InvalidConfig",
     "InvalidStrategy",
     "KernelError",
     "ModelLoadError",
+    "ModelShapeError",
     "PluginLoadError",
     "RegistrationError",
     "RelayError",
@@ -106,3 +117,23 @@ class StrategyError(SpecstratError, RuntimeError):
 class EngineStateError(SpecstratError, RuntimeError):
     """The engine refuses the call in its current state: a run is already in progress on
     another thread, or an earlier run failed and the engine was closed (create a new one)."""
+
+
+class ModelShapeError(SpecstratError, RuntimeError):
+    """A model's outputs disagree with its declared :class:`~specstrat.models.ModelShape`
+    (logits wider or narrower than ``vocab_size``, hidden states not ``hidden_size`` wide),
+    found at the model's first forward; the message names the model, the width and the fix."""
+
+
+class CapacityError(SpecstratError, RuntimeError):
+    """A request pool or KV pool ran out mid-run.
+
+    Admission reserves every request's slots and KV before it starts, so this names a pool
+    that a drafter or a custom scheduler used beyond its reservation; nothing the caller passed
+    is wrong, so it is not an :class:`InvalidConfig`.
+    """
+
+
+class InternalError(SpecstratError, RuntimeError):
+    """An invariant of specstrat's own bookkeeping broke: a bug in specstrat, not in the
+    caller's values or strategies; the message says which invariant (please report it)."""

@@ -4,6 +4,10 @@ A scheduler never asks an algorithm *what it is*; it calls these hooks and reads
 :class:`~specstrat.algorithm.Capabilities`. Each docstring says when the scheduler calls the hook
 and what an implementation must guarantee; :mod:`specstrat.testing` checks those guarantees on
 any implementation (``check_target_verify_policy`` and friends).
+
+The engine copies what a hook returns the moment it returns and uses only the copy, and what it
+hands a hook is a copy it does not read back: a hook that keeps references and writes into them
+later changes nothing (:mod:`specstrat.runtime.answers`).
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int, index_tensor, reads_values
+from specstrat.kernels._keyword_width import width_by_keyword
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
 from specstrat.kernels._verify_buffers import (
     PAD_PAGE,
@@ -197,10 +198,11 @@ def _fits(
     return paging, buffers.page_table.shape[1] if buffers.page_table is not None else None
 
 
+@width_by_keyword("num_tokens", positional=1)
 def build_verify_metadata(
     seq_lens: torch.Tensor,
-    num_tokens: int,
     *,
+    num_tokens: int,
     req_pool_indices: torch.Tensor | None = None,
     req_to_token: torch.Tensor | None = None,
     page_size: int = 1,
@@ -209,6 +211,10 @@ def build_verify_metadata(
     validate: bool = False,
 ) -> VerifyMetadata:
     """Uniform TARGET_VERIFY metadata for ``bs = len(seq_lens)`` requests of ``num_tokens // bs``.
+
+    ``num_tokens`` is the batch's *total* query tokens and keyword-only (the graph form takes a
+    per-request ``tokens_per_req``; positional use is deprecated, see
+    :mod:`specstrat.kernels._keyword_width`).
 
     ``num_tokens % bs != 0`` is an :class:`~specstrat.errors.InvalidConfig` (never a silent
     floor); ``bs == 0`` needs ``num_tokens == 0`` and gives empty, well-formed metadata. With
@@ -230,11 +236,12 @@ def build_verify_metadata(
     return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
 
 
+@width_by_keyword("tokens_per_req", positional=2)
 def build_verify_metadata_into(
     buffers: VerifyMetadataBuffers,
     seq_lens: torch.Tensor,
-    tokens_per_req: int,
     *,
+    tokens_per_req: int,
     req_pool_indices: torch.Tensor | None = None,
     req_to_token: torch.Tensor | None = None,
     page_size: int = 1,
@@ -244,8 +251,8 @@ def build_verify_metadata_into(
 ) -> VerifyMetadata:
     """Graph form: write uniform metadata for ``len(seq_lens) <= buffers.padded_bs`` in place.
 
-    ``tokens_per_req`` is ``T`` from the algorithm's
-    :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch are padding (see
+    ``tokens_per_req`` (keyword-only; positional use is deprecated) is ``T`` per request, from
+    the algorithm's :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch are padding (see
     the module docstring). On the Triton path this is one launch, no allocation, no host sync;
     ``validate=True`` adds the value checks of :func:`build_verify_metadata` (host syncs) and
     checks that ``buffers.page_table`` has a column for every page a row uses. On CPU tensors

@@ -280,7 +280,7 @@ def run_comparison(
         disagg=disagg,
         num_draft_tokens=d,
         requests=tuple(
-            RequestRecord(r.rid, r.prompt, tuple(spec_out.get(r.rid, ()))) for r in requests
+            RequestRecord(r.rid, tuple(r.prompt), tuple(spec_out.get(r.rid, ()))) for r in requests
         ),
         num_requests=len(requests),
         tokens=spec_stats.generated_tokens,

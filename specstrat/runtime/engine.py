@@ -21,17 +21,20 @@ from typing import Any, TextIO
 
 import torch
 
-from specstrat.algorithm import SpecAlgorithm, check_strategy
-from specstrat.contracts import hook_error
+from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import DrafterContext
-from specstrat.errors import DisaggError, EngineStateError, InvalidConfig, SpecstratError
+from specstrat.errors import (
+    DisaggError,
+    EngineStateError,
+    InvalidConfig,
+)
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.registry import get
 from specstrat.runtime.admission import TransferBatch, check_transfer
 from specstrat.runtime.graph_runner import GraphRunner
 from specstrat.runtime.kv_runner import BlockKVRunner, KVRunner
-from specstrat.runtime.policy import tree_shape, verify_width
+from specstrat.runtime.policy import check_same_width, create_drafter, tree_shape, verify_width
 from specstrat.runtime.requests import EngineConfig, Request, RunStats
 from specstrat.runtime.scheduler import Progress, Scheduler, Source
 from specstrat.runtime.step import StepRunner
@@ -135,6 +138,11 @@ class Engine:
             if algo.is_speculative() and cfg.use_graph_runner
             else None
         )
+        if self.graph_runner is not None:
+            built = self.graph_runner.tokens_per_req
+            check_same_width(
+                algo, False, "when its graph runner was built", built, self.tokens_per_req
+            )
         verifier = Verifier(
             self.target,
             self.tokens_per_req,
@@ -173,9 +181,13 @@ class Engine:
     def _new_block_runner(self, model: CausalLM) -> BlockKV:
         """A KV runner that also runs TARGET_VERIFY on the draft worker, through a draft-worker
         graph runner (which refuses a policy without ``supports_target_verify_for_draft``)."""
-        cfg, worker = self.config, self._new_worker(model)
+        algo, cfg, worker = self.algo, self.config, self._new_worker(model)
         graphs = GraphRunner(
-            worker, self.algo, cfg.num_draft_tokens, is_draft_worker=True, buckets=cfg.graph_buckets
+            worker, algo, cfg.num_draft_tokens, is_draft_worker=True, buckets=cfg.graph_buckets
+        )
+        checked = algo.get_num_tokens_per_req_for_target_verify(cfg.num_draft_tokens, True)
+        check_same_width(
+            algo, True, "when its graph runner was built", graphs.tokens_per_req, checked
         )
         self.stats.draft_worker_tokens_per_req = graphs.tokens_per_req
 
@@ -203,16 +215,7 @@ class Engine:
             new_block_runner=self._new_block_runner,
             verify_tokens_per_req=self.tokens_per_req,
         )
-        try:
-            drafter = algo.drafter.create_drafter(context)
-        except SpecstratError:  # a factory refusing the models or limits: a configuration error
-            raise
-        except Exception as exc:
-            raise hook_error(
-                algo.name, "drafter.create_drafter", f"raised {type(exc).__name__}: {exc}"
-            ) from exc
-        check_strategy(f"{algo.name}.drafter.create_drafter() result", Drafter, drafter)
-        return drafter
+        return create_drafter(algo, context)
 
     def init_overlap(self, device: torch.device) -> FutureMap:
         """The relay between steps, from the algorithm's future-map strategy."""

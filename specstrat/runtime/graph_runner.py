@@ -152,7 +152,7 @@ class GraphRunner:
         meta = build_verify_metadata_into(
             bucket.metadata,
             bucket.seq_lens[:bs],
-            t,
+            tokens_per_req=t,
             req_pool_indices=bucket.req_pool_indices[:bs],
             req_to_token=self.worker.requests.req_to_token,
             seq_lens_cpu=prepared.prefix,

@@ -9,7 +9,7 @@ from typing import Protocol
 
 import torch
 
-from specstrat.errors import InvalidConfig
+from specstrat.errors import CapacityError, InvalidConfig
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.worker import ModelWorker, TreeTokens
 
@@ -25,7 +25,7 @@ class KVRunner:
     def alloc(self, count: int) -> list[int]:
         """``count`` fresh slots, all or none."""
         if count > self.worker.requests.available:
-            raise InvalidConfig(
+            raise CapacityError(
                 f"draft request pool has {self.worker.requests.available} free slots, "
                 f"{count} needed; raise max_running_requests"
             )

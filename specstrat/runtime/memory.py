@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import torch
 
-from specstrat.errors import InvalidConfig
+from specstrat.errors import CapacityError
 from specstrat.models import ModelShape
 
 __all__ = ["KVPool", "RequestPool"]
@@ -41,7 +41,7 @@ class RequestPool:
     def alloc(self) -> int:
         """A free slot in ``1..size``."""
         if not self._free:
-            raise InvalidConfig(
+            raise CapacityError(
                 f"request pool is full ({self.size} slots); raise max_running_requests"
             )
         return self._free.pop()
@@ -83,7 +83,7 @@ class KVPool:
     def alloc(self, n: int) -> list[int]:
         """``n`` free token slots."""
         if n > len(self._free):
-            raise InvalidConfig(
+            raise CapacityError(
                 f"KV pool has {len(self._free)} free token slots, {n} needed; raise "
                 "max_total_tokens or lower max_running_requests"
             )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
 from specstrat.drafting import GREEDY, SamplingParams
@@ -21,10 +22,13 @@ def _is_int(value: object) -> bool:
 class Request:
     """A generation request: a prompt of token ids, how many tokens to generate at most, the
     tokens that end it early (a generated stop token is kept as the output's last token), and
-    how it samples (greedy by default; a seed makes its tokens reproducible in any batch)."""
+    how it samples (greedy by default; a seed makes its tokens reproducible in any batch).
+
+    ``prompt`` is any non-empty sequence of token ids (a list, a range, a tuple); the request
+    stores it as a tuple, so ``Request("a", [1, 2], 4).prompt == (1, 2)``."""
 
     rid: str
-    prompt: tuple[int, ...]
+    prompt: Sequence[int]
     max_new_tokens: int
     stop_token_ids: frozenset[int] = field(default_factory=frozenset)
     sampling: SamplingParams = GREEDY
@@ -32,11 +36,15 @@ class Request:
     def __post_init__(self) -> None:
         if not isinstance(self.rid, str) or not self.rid:
             raise InvalidConfig(f"rid={self.rid!r} must be a non-empty string")
-        if not isinstance(self.prompt, tuple) or not self.prompt:
+        prompt = self.prompt
+        # Any sequence of ints (a list from a tokenizer, a range, a tuple), stored as a tuple so
+        # the request stays hashable and immutable; a str is a sequence too, but of characters.
+        if isinstance(prompt, str | bytes) or not isinstance(prompt, Sequence) or not prompt:
             raise InvalidConfig(
-                f"request {self.rid!r}: prompt={self.prompt!r} must be a non-empty tuple of "
-                "token ids"
+                f"request {self.rid!r}: prompt={prompt!r} must be a non-empty sequence of "
+                "token ids (e.g. [1, 2, 3]); encode text with Request.from_text or a tokenizer"
             )
+        object.__setattr__(self, "prompt", tuple(prompt))
         if any(not _is_int(t) or t < 0 for t in self.prompt):
             raise InvalidConfig(f"request {self.rid!r}: prompt has a bad token; {_VOCAB_HINT}")
         if not _is_int(self.max_new_tokens) or self.max_new_tokens <= 0:

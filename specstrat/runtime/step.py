@@ -12,7 +12,8 @@ contract (:mod:`specstrat.contracts`) before anything uses it.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, ParamSpec, TypeVar
 
@@ -20,7 +21,7 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.batch import PrebuiltBatch
-from specstrat.contracts import check_acceptance, check_drafts, check_payload, hook_error
+from specstrat.contracts import HostAcceptance, HostTree, hook_error
 from specstrat.drafting import (
     GREEDY,
     Acceptance,
@@ -32,13 +33,16 @@ from specstrat.drafting import (
     TreeShape,
     VerifyInputs,
 )
+from specstrat.errors import InternalError, InvalidConfig
 from specstrat.kernels.sampling import DRAW_SAMPLE
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime.admission import TransferBatch
+from specstrat.runtime.answers import copy_tree, frozen_acceptance, frozen_drafts, frozen_payload
 from specstrat.runtime.forward import ForwardMode
 from specstrat.runtime.guard import call_hook
 from specstrat.runtime.requests import Request, RunStats
+from specstrat.runtime.step_relay import StepRelay
 from specstrat.runtime.verify import Verifier
 from specstrat.runtime.worker import ModelWorker
 from specstrat.sampling import SamplingBatch, choose_tokens
@@ -78,9 +82,7 @@ class StepRunner:
         self.tree = tree
         self.max_nodes = verifier.tokens_per_req - 1
         self.vocab = worker.shape.vocab_size
-        # Slots admitted PREBUILT whose first resolve is still to come: the builder relayed
-        # their first tokens, so a wrong one there is the builder's.
-        self._from_builder: set[int] = set()
+        self.relay_io = StepRelay(algo.name, relay, worker.device)
         self._sampling: dict[int, SamplingParams] = {}  # each running request's parameters
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
@@ -89,29 +91,20 @@ class StepRunner:
     def _slots(self, slots: Sequence[int]) -> torch.Tensor:
         return torch.tensor(list(slots), dtype=torch.int64, device=self.worker.device)
 
-    def _lengths(self, slots: Sequence[int]) -> torch.Tensor:
+    def _lengths(self, slots: Sequence[int]) -> list[int]:
         """Sequence lengths from the request pool, their one owner."""
-        return torch.tensor([self.worker.length(s) for s in slots], dtype=torch.int64)
-
-    def _relay_write(self, slots: Sequence[int], payload: RelayPayload) -> None:
-        """Publish the pool's sequence lengths and stash ``payload`` for the next step."""
-        index = self._slots(slots)
-        lengths = self._lengths(slots).to(self.worker.device)
-        self._hook("future_map.publish", self.relay.publish, index, lengths)
-        self._hook("future_map.stash", self.relay.stash, index, payload)
+        return [self.worker.length(s) for s in slots]
 
     def _admit_drafter(self, admission: DraftAdmission[Any]) -> RelayPayload:
         payload = self._hook("drafter.admit", self.drafter.admit, admission)
-        check_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
-        return payload
+        return frozen_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
 
     def release(self, slots: Sequence[int]) -> None:
         """Finished requests: their relay entries are resolved one last time (a relay may free
         entries once read), the drafter forgets them, their KV and slots are freed."""
-        self._hook("future_map.resolve", self.relay.resolve, self._slots(slots))
+        self.relay_io.release(slots)
         self._hook("drafter.release", self.drafter.release, list(slots))
         for slot in slots:
-            self._from_builder.discard(slot)
             self._sampling.pop(slot, None)
             self.worker.free_request(slot)
 
@@ -121,20 +114,21 @@ class StepRunner:
         """EXTEND over the prompts, the first token of each, and the drafter's admission."""
         slots = [slot for _, slot in admit]
         prompts = [list(req.prompt) for req, _ in admit]
-        logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
+        with _engine_invariant("prefill"):
+            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
         ends = lens.cumsum(0) - 1
         params = tuple(req.sampling for req, _ in admit)
         self._sampling.update(zip(slots, params, strict=True))
         sampling = SamplingBatch.of(params, self.worker.device)
         first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
+        tokens = first.tolist()  # before the drafter sees them: it gets a copy
         admission: DraftAdmission[Any] = DraftAdmission(
-            slots=tuple(slots), first_tokens=first, seq_lens=lens, hidden=hidden[ends],
+            slots=tuple(slots), first_tokens=first.clone(), seq_lens=lens, hidden=hidden[ends],
             draft_input=None, sampling=params,
         )  # fmt: skip
         payload = self._admit_drafter(admission)
-        self._relay_write(slots, payload.merged(RelayPayload(bonus_tokens=first)))
-        tokens = first.tolist()
+        self.relay_io.write(slots, self._lengths(slots), first, payload, "drafter.admit")
         self.worker.set_last(slots, tokens)
         return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
 
@@ -148,8 +142,8 @@ class StepRunner:
             self.worker.admit_prebuilt(slot, prompt, batch.k[:, offset:end], batch.v[:, offset:end])
             offset = end
         dev = self.worker.device
-        last_tokens = batch.first_tokens.to(dev)
-        seq_lens = self._lengths(slots).to(dev)
+        first = batch.first_tokens.tolist()  # before any hook sees them: each gets a copy
+        seq_lens = torch.tensor(self._lengths(slots), dtype=torch.int64, device=dev)
         payload = batch.payload
         prebuilt = PrebuiltBatch(
             rids=batch.rids, slots=self._slots(slots), seq_lens=seq_lens,
@@ -160,21 +154,21 @@ class StepRunner:
             "disagg.build_disagg_draft_input",
             self.algo.build_disagg_draft_input,
             prebuilt,
-            last_tokens,
+            batch.first_tokens.to(dev, copy=True),
             self.relay,
         )
+        self.relay_io.built(slots)
         params = batch.sampling or (GREEDY,) * len(slots)
         self._sampling.update(zip(slots, params, strict=True))
         admission: DraftAdmission[Any] = DraftAdmission(
-            slots=tuple(slots), first_tokens=last_tokens, seq_lens=seq_lens, hidden=None,
-            draft_input=draft_input, sampling=tuple(params),
+            slots=tuple(slots), first_tokens=batch.first_tokens.to(dev, copy=True),
+            seq_lens=seq_lens.clone(), hidden=None, draft_input=draft_input,
+            sampling=tuple(params),
         )  # fmt: skip
         extra = self._admit_drafter(admission)
         if extra.present():
-            self._hook("future_map.stash", self.relay.stash, self._slots(slots), extra)
-        first = batch.first_tokens.tolist()
+            self.relay_io.stash(slots, extra, "drafter.admit")
         self.worker.set_last(slots, first)
-        self._from_builder.update(slots)
         return {slot: Produced([t]) for slot, t in zip(slots, first, strict=True)}
 
     # -- decode -------------------------------------------------------------------------------
@@ -182,20 +176,21 @@ class StepRunner:
     def decode(self, slots: list[int], *, tracing: bool = False) -> dict[int, Produced]:
         """One decode step for the running requests ``slots`` (``tracing``: record drafts).
 
-        What a hook returns is checked, then copied to the host before the next hook runs, so
-        a hook that later writes into a tensor it was given cannot change the step's tokens.
+        What a hook returns is copied the moment it returns and checked on the copy; only the
+        copy is used after (:mod:`specstrat.runtime.answers`), and what a hook is handed is a
+        copy the step does not read back. So a hook that later writes into a tensor it
+        returned or was given cannot change the step's tokens.
         """
         start = time.perf_counter()
         step, host = self._resolve(slots)
-        drafts = self._draft(step)
+        drafts, host.tree = self._draft(step)
         drafted = time.perf_counter()
-        host.take_drafts(drafts)
         last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
-        logits, hidden, ran = self.verifier.verify(slots, last, drafts)
+        with _engine_invariant("verify"):
+            logits, hidden, ran = self.verifier.verify(slots, last, drafts)
         verified = time.perf_counter()
-        acceptance = self._accept(drafts, logits, step)
+        acceptance, host.answer = self._accept(drafts, host, logits, step)
         accepted = time.perf_counter()
-        host.take_acceptance(acceptance)
         produced = self._commit(step, drafts, acceptance, hidden, host, tracing)
         stats = self.stats
         stats.decode_steps += 1
@@ -203,7 +198,7 @@ class StepRunner:
             stats.verified_requests += len(slots)
             stats.verified_tokens += sum(len(p.tokens) for p in produced.values())
             stats.verify_forward_tokens += ran
-            stats.count_positions(host.real, host.counts)
+            stats.count_positions(host.tree.lengths, host.answer.counts)
         stats.draft_seconds += drafted - start
         stats.verify_seconds += verified - drafted
         stats.accept_seconds += accepted - verified
@@ -211,25 +206,9 @@ class StepRunner:
         return produced
 
     def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
-        hook = "future_map.resolve"
-        relay = self._hook(hook, self.relay.resolve, self._slots(slots))
-        check_payload(self.algo.name, hook, relay, len(slots))
-        host = _HostStep([self.worker.length(s) for s in slots], self.worker.last(slots))
-        if relay.bonus_tokens is None:
-            raise hook_error(
-                self.algo.name, hook, f"returned no bonus_tokens for the running requests "
-                f"(slots {slots}); the relay must keep the last stash of each slot"
-            )  # fmt: skip
-        if relay.seq_lens is not None and relay.seq_lens.tolist() != host.lengths:
-            raise hook_error(
-                self.algo.name, hook, f"returned seq_lens={relay.seq_lens.tolist()} but the "
-                f"request pool holds {host.lengths} for slots {slots}: a stale or aliased "
-                "relay entry"
-            )  # fmt: skip
-        resolved = relay.bonus_tokens.tolist()
-        if resolved != host.last:
-            self._blame_last(slots, resolved, host.last)
-        self._from_builder.difference_update(slots)
+        host = _HostStep(self._lengths(slots), self.worker.last(slots))
+        relay = self.relay_io.resolve(slots, host.lengths, host.last)
+        assert relay.bonus_tokens is not None  # resolve refused a relay without them
         step = DraftStep(
             slots=tuple(slots),
             last_tokens=relay.bonus_tokens,
@@ -241,55 +220,43 @@ class StepRunner:
         )
         return step, host
 
-    def _blame_last(self, slots: list[int], resolved: list[int], want: list[int]) -> None:
-        """The relay returned last tokens other than the ones stashed: name who stashed them."""
-        for slot, got, token in zip(slots, resolved, want, strict=True):
-            if got == token:
-                continue
-            if slot in self._from_builder:
-                raise hook_error(
-                    self.algo.name, "disagg.build_disagg_draft_input", f"slot {slot} resolved "
-                    f"last token {got} but the batch's first token is {token}: the builder "
-                    "must stash last_tokens as bonus_tokens at batch.slots (and publish "
-                    "batch.seq_lens) in the future_map it is given"
-                )  # fmt: skip
-            raise hook_error(
-                self.algo.name, "future_map.resolve", f"returned bonus token {got} for slot "
-                f"{slot}, but {token} was stashed there: a stale or aliased relay entry"
-            )  # fmt: skip
-
-    def _draft(self, step: DraftStep) -> DraftTree:
-        drafts = self._hook("drafter.propose", self.drafter.propose, step)
-        check_drafts(
-            self.algo.name, drafts, len(step.slots), self.max_nodes, self.vocab, self.worker.device
-        )
-        if drafts.is_chain():
-            return drafts
+    def _draft(self, step: DraftStep) -> tuple[DraftTree, HostTree]:
+        hook = "drafter.propose"
+        answer = self._hook(hook, self.drafter.propose, step)
+        drafts, tree = frozen_drafts(
+            self.algo.name, answer, bs=len(step.slots), max_nodes=self.max_nodes,
+            vocab=self.vocab, device=self.worker.device,
+        )  # fmt: skip
+        if tree.is_chain():
+            return drafts, tree
         if step.shape.is_chain:
             raise hook_error(
-                self.algo.name, "drafter.propose", "proposed a tree that is not a chain, but "
+                self.algo.name, hook, "proposed a tree that is not a chain, but "
                 f"tree={type(self.algo.tree).__name__} asks for a chain (topk 1); compose the "
                 "algorithm with tree=TopkTree(topk=..., num_steps=...) to verify trees"
             )  # fmt: skip
-        depth = _depth(drafts.parents, drafts.lengths)
+        depth = tree.depth()
         if depth > step.shape.num_steps:
             raise hook_error(
-                self.algo.name, "drafter.propose", f"proposed a tree {depth} nodes deep, but "
+                self.algo.name, hook, f"proposed a tree {depth} nodes deep, but "
                 f"tree={type(self.algo.tree).__name__} allows num_steps="
                 f"{step.shape.num_steps}"
             )  # fmt: skip
-        return drafts
+        return drafts, tree
 
-    def _accept(self, drafts: DraftTree, logits: torch.Tensor, step: DraftStep) -> Acceptance:
+    def _accept(
+        self, drafts: DraftTree, host: _HostStep, logits: torch.Tensor, step: DraftStep
+    ) -> tuple[Acceptance, HostAcceptance]:
         inputs = VerifyInputs(
-            drafts=drafts,
+            drafts=copy_tree(drafts),  # the rule's own copy: the drafter's commit gets `drafts`
             logits=logits[:, : drafts.num_nodes + 1],
-            positions=step.seq_lens.clone(),
+            positions=torch.tensor(host.lengths, dtype=torch.int64),
             sampling=step.sampling,
         )
-        acceptance = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
-        check_acceptance(self.algo.name, acceptance, drafts, self.vocab)
-        return acceptance
+        answer = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
+        return frozen_acceptance(
+            self.algo.name, answer, host.tree, vocab=self.vocab, device=self.worker.device
+        )
 
     def _commit(
         self,
@@ -300,11 +267,13 @@ class StepRunner:
         host: _HostStep,
         tracing: bool,
     ) -> dict[int, Produced]:
-        for slot, length, path in zip(step.slots, host.lengths, host.paths, strict=True):
+        paths = host.answer.paths
+        for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
             # Keep the root and the accepted path, moved into place; free the other nodes.
-            self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
+            with _engine_invariant("keep_path after a checked acceptance"):
+                self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
-        at_bonus = [path[-1] + 1 if path else 0 for path in host.paths]
+        at_bonus = [path[-1] + 1 if path else 0 for path in paths]
         rows = torch.arange(len(step.slots))
         outcome = StepOutcome(
             step=step,
@@ -312,37 +281,42 @@ class StepRunner:
             acceptance=acceptance,
             hidden=hidden[rows, torch.tensor(at_bonus, dtype=torch.int64)],
         )
-        payload = self._hook("drafter.commit", self.drafter.commit, outcome)
-        check_payload(self.algo.name, "drafter.commit", payload, len(step.slots))
-        bonus = torch.tensor(host.bonus, dtype=torch.int64, device=self.worker.device)
-        self._relay_write(step.slots, payload.merged(RelayPayload(bonus_tokens=bonus)))
-        self.worker.set_last(step.slots, host.bonus)
+        answer = self._hook("drafter.commit", self.drafter.commit, outcome)
+        payload = frozen_payload(self.algo.name, "drafter.commit", answer, len(step.slots))
+        bonus_list, tree = host.answer.bonus, host.tree
+        bonus = torch.tensor(bonus_list, dtype=torch.int64, device=self.worker.device)
+        lengths = self._lengths(step.slots)
+        self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
+        self.worker.set_last(step.slots, bonus_list)
         tokens = [
             [*(row[j] for j in path), b]
-            for row, path, b in zip(host.tokens, host.paths, host.bonus, strict=True)
+            for row, path, b in zip(tree.tokens, paths, bonus_list, strict=True)
         ]
         if not tracing:
             return {slot: Produced(t) for slot, t in zip(step.slots, tokens, strict=True)}
         return {
             slot: Produced(
                 tokens[i],
-                host.tokens[i][: host.real[i]],
-                host.parents[i][: host.real[i]],
-                host.paths[i],
+                tree.tokens[i][: tree.lengths[i]],
+                tree.parents[i][: tree.lengths[i]],
+                paths[i],
             )
             for i, slot in enumerate(step.slots)
         }
 
 
-def _depth(parents: torch.Tensor, lengths: torch.Tensor) -> int:
-    """The deepest real node of any row (the root's children are at depth 1)."""
-    bs, n = parents.shape
-    depth = torch.zeros(bs, n + 1, dtype=torch.int64)
-    up = parents.cpu() + 1
-    for j in range(n):
-        depth[:, j + 1] = depth.gather(1, up[:, j : j + 1]).squeeze(1) + 1
-    real = torch.arange(n)[None, :] < lengths.cpu()[:, None]
-    return int(torch.where(real, depth[:, 1:], 0).max()) if bs and n else 0
+@contextmanager
+def _engine_invariant(what: str) -> Iterator[None]:
+    """The engine's own calls with values it checked or reserved (admission reserved every
+    position, the hooks' answers were checked): an InvalidConfig there is a broken invariant
+    of specstrat, not a value the caller passed."""
+    try:
+        yield
+    except InvalidConfig as exc:
+        raise InternalError(
+            f"{what} refused values the engine checked before ({exc}); this is a bug in "
+            "specstrat, please report it"
+        ) from exc
 
 
 @dataclass(frozen=False, slots=True)
@@ -351,19 +325,5 @@ class _HostStep:
 
     lengths: list[int]
     last: list[int]
-    tokens: list[list[int]] = field(default_factory=list)
-    parents: list[list[int]] = field(default_factory=list)
-    real: list[int] = field(default_factory=list)
-    counts: list[int] = field(default_factory=list)
-    paths: list[list[int]] = field(default_factory=list)
-    bonus: list[int] = field(default_factory=list)
-
-    def take_drafts(self, drafts: DraftTree) -> None:
-        self.tokens, self.parents = drafts.tokens.tolist(), drafts.parents.tolist()
-        self.real = drafts.lengths.tolist()
-
-    def take_acceptance(self, acceptance: Acceptance) -> None:
-        self.counts = acceptance.accept_lengths.tolist()
-        index = acceptance.accept_index.tolist()
-        self.paths = [row[:count] for row, count in zip(index, self.counts, strict=True)]
-        self.bonus = acceptance.bonus_tokens.tolist()
+    tree: HostTree = field(default_factory=lambda: HostTree([], [], []))
+    answer: HostAcceptance = field(default_factory=lambda: HostAcceptance([], [], []))

@@ -21,6 +21,7 @@ from specstrat.models import CausalLM
 from specstrat.runtime.attention import PagedAttention
 from specstrat.runtime.forward import ForwardBatch, ForwardMode, TreeAttention
 from specstrat.runtime.memory import KVPool, RequestPool
+from specstrat.runtime.model_check import check_model_outputs
 
 __all__ = ["ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
 
@@ -197,7 +198,7 @@ class ModelWorker:
         if mode in _UNIFORM and len(set(prepared.counts)) <= 1:
             return build_verify_metadata(
                 prefix,
-                sum(prepared.counts),
+                num_tokens=sum(prepared.counts),
                 req_pool_indices=rpi,
                 req_to_token=table,
                 seq_lens_cpu=prepared.prefix,
@@ -285,6 +286,7 @@ class ModelWorker:
             logits, hidden = self.model(
                 batch.input_ids, batch.positions, PagedAttention(self.kv, batch)
             )
+        check_model_outputs(self.model, self.shape, input_ids.shape[0], logits, hidden)
         return logits, hidden
 
     def _empty(self) -> tuple[torch.Tensor, torch.Tensor]:

@@ -91,7 +91,7 @@ def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> No
         text = f"returns a root-to-node path of the draft tree ({name})"
         try:
             answer = rule.accept(inputs)
-            check_acceptance(hook, answer, drafts, vocab)
+            check_acceptance(hook, answer, drafts, vocab, drafts.tokens.device)
             again = rule.accept(inputs)
         except SpecstratError as exc:
             raise _fail(hook, text, str(exc)) from exc

@@ -116,7 +116,7 @@ class VerifyBatch:
         if self.padded_bs is None:
             return build_verify_metadata(
                 self.seq_lens,
-                self.bs * tokens,
+                num_tokens=self.bs * tokens,
                 req_pool_indices=rpi,
                 req_to_token=rtt,
                 page_size=page_size,
@@ -150,7 +150,7 @@ class VerifyBatch:
         return build_verify_metadata_into(
             buffers,
             self.seq_lens,
-            tokens,
+            tokens_per_req=tokens,
             req_pool_indices=rpi,
             req_to_token=rtt,
             page_size=page_size,

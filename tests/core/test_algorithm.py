@@ -11,12 +11,12 @@ from specstrat import (
     Capabilities,
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
-    InvalidConfig,
     InvalidStrategy,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
     SlotFutureMapFactory,
     SpecAlgorithm,
+    StrategyError,
 )
 from specstrat.strategies import SlotFutureMap
 
@@ -115,26 +115,26 @@ def test_algorithm_is_frozen() -> None:
 
 
 @pytest.mark.parametrize("tokens", [0, 6, -1])
-def test_policy_result_out_of_range_is_invalid_config(tokens: int) -> None:
+def test_policy_result_out_of_range_is_a_strategy_error(tokens: int) -> None:
     """T outside 1..D+1 from a policy is refused where it is used."""
     algo = compose(target_verify=Returns(tokens))
-    with pytest.raises(InvalidConfig, match=rf"tokens per request={tokens} .* outside 1\.\.5"):
+    with pytest.raises(StrategyError, match=rf"tokens per request={tokens} .* outside 1\.\.5"):
         algo.get_num_tokens_per_req_for_target_verify(4, False)
 
 
 @pytest.mark.parametrize("tokens", [2.0, True, "3", None])
-def test_policy_result_not_int_is_invalid_config(tokens: object) -> None:
+def test_policy_result_not_int_is_a_strategy_error(tokens: object) -> None:
     """A float, bool, str or None T is refused naming its type."""
     algo = compose(target_verify=Returns(tokens))
-    with pytest.raises(InvalidConfig, match=rf"\({type(tokens).__name__}\).*must return an int"):
+    with pytest.raises(StrategyError, match=rf"\({type(tokens).__name__}\).*must return an int"):
         algo.get_num_tokens_per_req_for_target_verify(4, False)
 
 
-def test_supports_result_not_bool_is_invalid_config() -> None:
+def test_supports_result_not_bool_is_a_strategy_error() -> None:
     """A policy answering 'yes' instead of True is refused."""
     algo = compose(target_verify=Returns(4, allowed="yes"))
     with pytest.raises(
-        InvalidConfig, match=r"returned 'yes'; the policy must return True or False"
+        StrategyError, match=r"returned 'yes'; the policy must return True or False"
     ):
         algo.supports_target_verify_for_draft()
 

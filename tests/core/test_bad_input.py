@@ -200,12 +200,12 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ),
     (
         "metadata-not-multiple",
-        lambda: build_verify_metadata(torch.tensor([1, 2, 3, 4]), 10),
+        lambda: build_verify_metadata(torch.tensor([1, 2, 3, 4]), num_tokens=10),
         r"num_tokens=10 is not a multiple of bs=4",
     ),
     (
         "metadata-float-seq",
-        lambda: build_verify_metadata(torch.tensor([1.0]), 1),
+        lambda: build_verify_metadata(torch.tensor([1.0]), num_tokens=1),
         r"seq_lens.dtype=torch.float32",
     ),
     ("buffers-negative", lambda: VerifyMetadataBuffers.allocate(-1), r"padded_bs=-1 must be >= 0"),

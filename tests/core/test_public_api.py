@@ -79,12 +79,30 @@ def test_public_objects_have_docstrings(name: str) -> None:
         (errors.ConformanceError, AssertionError),
         (errors.StrategyError, RuntimeError),
         (errors.EngineStateError, RuntimeError),
+        (errors.ModelShapeError, RuntimeError),
+        (errors.CapacityError, RuntimeError),
+        (errors.InternalError, RuntimeError),
     ],
 )
 def test_error_tree(error: type, base: type) -> None:
     """Each error is a SpecstratError and also the builtin exception plain code catches."""
     assert issubclass(error, errors.SpecstratError)
     assert issubclass(error, base)
+
+
+@pytest.mark.parametrize(
+    "error", [errors.CapacityError, errors.InternalError, errors.ModelShapeError]
+)
+def test_mid_run_errors_are_not_invalid_config(error: type) -> None:
+    """What goes wrong mid-run is not blamed on a value the caller passed."""
+    assert not issubclass(error, errors.InvalidConfig)
+
+
+def test_the_error_tree_in_the_docstring_names_every_error() -> None:
+    """errors.py's docstring draws every class it exports."""
+    assert errors.__doc__ is not None
+    for name in errors.__all__:
+        assert name in errors.__doc__, name
 
 
 def test_unknown_algorithm_message_is_not_repr_quoted() -> None:

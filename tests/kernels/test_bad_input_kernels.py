@@ -36,7 +36,7 @@ def graph(
     if pages is None and "req_to_token" in kw:
         pages = -(-kw["req_to_token"].shape[1] // kw["page_size"])
     buffers = VerifyMetadataBuffers.allocate(padded_bs, max_pages=pages)
-    return build_verify_metadata_into(buffers, seq, t, **kw)
+    return build_verify_metadata_into(buffers, seq, tokens_per_req=t, **kw)
 
 
 def ragged(seq: torch.Tensor, ntok: torch.Tensor | None = None, **kw: Any) -> VerifyMetadata:
@@ -73,7 +73,7 @@ def relay(index: list[int], **kw: Any) -> RelayPayload:
 CASES: list[tuple[str, Any, str]] = [
     (
         "uniform-negative-seq",
-        lambda **kw: build_verify_metadata(torch.tensor([3, 4, -1]), 6, **kw),
+        lambda **kw: build_verify_metadata(torch.tensor([3, 4, -1]), num_tokens=6, **kw),
         r"seq_lens\[2\]=-1 is negative; sequence lengths are >= 0",
     ),
     (
@@ -93,17 +93,17 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "uniform-cache-past-int32",
-        lambda **kw: build_verify_metadata(torch.tensor([5, BIG - 2]), 4, **kw),
+        lambda **kw: build_verify_metadata(torch.tensor([5, BIG - 2]), num_tokens=4, **kw),
         r"cache_seqlens\[1\]=seq_lens\[1\] \+ tokens=2147483648 exceeds the int32 max 2147483647",
     ),
     (
         "uniform-cu-k-past-int32",
-        lambda **kw: build_verify_metadata(torch.tensor([BIG // 2, BIG // 2]), 2, **kw),
+        lambda **kw: build_verify_metadata(torch.tensor([BIG // 2, BIG // 2]), num_tokens=2, **kw),
         r"cu_seqlens_k\[-1\]=2147483650 \(sum of cache_seqlens\) exceeds the int32 max 2147483647; split the batch",
     ),
     (
         "uniform-cu-q-past-int32",
-        lambda **kw: build_verify_metadata(torch.tensor([0]), BIG, **kw),
+        lambda **kw: build_verify_metadata(torch.tensor([0]), num_tokens=BIG, **kw),
         r"cu_seqlens_q\[-1\]=2147483648 \(query tokens of the batch\) exceeds the int32 max",
     ),
     (
@@ -130,7 +130,7 @@ CASES: list[tuple[str, Any, str]] = [
         "uniform-page-id-past-int32",
         lambda **kw: build_verify_metadata(
             torch.tensor([1, 1]),
-            2,
+            num_tokens=2,
             req_pool_indices=torch.tensor([0, 1]),
             req_to_token=torch.tensor([[0, 0, 0, 0], [8 * BIG, 0, 0, 0]]),
             page_size=8,
@@ -140,7 +140,7 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "uniform-req-to-token-narrow",
-        lambda **kw: build_verify_metadata(SEQ, 12, **NARROW, **kw),
+        lambda **kw: build_verify_metadata(SEQ, num_tokens=12, **NARROW, **kw),
         r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 token slots \(2 pages of "
         r"page_size=8\) but req_to_token.shape\[1\]=12; widen req_to_token to >= 13 columns",
     ),
@@ -173,7 +173,7 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "uniform-mirror-disagrees",
-        lambda **kw: build_verify_metadata(SEQ, 3, seq_lens_cpu=[3, 5, 9], **kw),
+        lambda **kw: build_verify_metadata(SEQ, num_tokens=3, seq_lens_cpu=[3, 5, 9], **kw),
         r"seq_lens_cpu\[1\]=5 but seq_lens\[1\]=4; the CPU mirror must be a copy of seq_lens",
     ),
     (
@@ -193,7 +193,7 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "uniform-mirror-negative",
-        lambda **kw: build_verify_metadata(SEQ, 3, seq_lens_cpu=[3, -4, 9], **kw),
+        lambda **kw: build_verify_metadata(SEQ, num_tokens=3, seq_lens_cpu=[3, -4, 9], **kw),
         r"seq_lens_cpu\[1\]=-4 must be >= 0",
     ),
     (
@@ -290,7 +290,7 @@ def test_garbage_is_refused_by_name(
 def test_validate_must_be_a_bool(launcher: str) -> None:
     """validate='yes' is refused naming the value, in every launcher."""
     calls: dict[str, Callable[[], object]] = {
-        "uniform": lambda: build_verify_metadata(SEQ, 3, validate="yes"),  # type: ignore[arg-type]
+        "uniform": lambda: build_verify_metadata(SEQ, num_tokens=3, validate="yes"),  # type: ignore[arg-type]
         "graph": lambda: graph(SEQ, 1, validate="yes"),
         "ragged": lambda: ragged(SEQ, validate="yes"),
         "ragged_graph": lambda: bucketed(SEQ, validate="yes"),
@@ -306,7 +306,7 @@ def test_failed_check_leaves_graph_buffers_untouched() -> None:
     for tensor in (buffers.cu_seqlens_q, buffers.cache_seqlens, buffers.cu_seqlens_k):
         tensor.fill_(-7)
     with pytest.raises(InvalidConfig, match=r"row 2 needs 3 pages"):
-        build_verify_metadata_into(buffers, SEQ, 12, **PAGING)
+        build_verify_metadata_into(buffers, SEQ, tokens_per_req=12, **PAGING)
     assert (buffers.cache_seqlens == -7).all()
     assert (buffers.cu_seqlens_q == -7).all()
 
@@ -321,7 +321,7 @@ def at_the_limits(form: str, backend: Backend, validate: bool) -> VerifyMetadata
     tight["req_to_token"] = RTT[:, :13].contiguous()  # longest row: 9 + 4 = 13 slots, 2 pages
     kw: dict[str, Any] = {"backend": backend, "validate": validate, **tight}
     if form == "uniform":
-        return build_verify_metadata(seq, 16, seq_lens_cpu=seq.tolist(), **kw)
+        return build_verify_metadata(seq, num_tokens=16, seq_lens_cpu=seq.tolist(), **kw)
     if form == "graph":
         return graph(seq, 4, padded_bs=6, pages=2, seq_lens_cpu=seq, **kw)
     ntok = torch.tensor([1, 4, 4, 2])
@@ -359,7 +359,7 @@ def test_valid_inputs_give_identical_results(form: str) -> None:
 @pytest.mark.parametrize("backend", ["torch", "triton"])
 def test_int32_max_itself_is_valid(backend: Backend) -> None:
     """A row of exactly 2**31 - 1 keys is accepted and written without wrapping."""
-    meta = build_verify_metadata(torch.tensor([BIG - 3]), 2, backend=backend)
+    meta = build_verify_metadata(torch.tensor([BIG - 3]), num_tokens=2, backend=backend)
     assert meta.cache_seqlens.tolist() == [BIG - 1]
     assert meta.cu_seqlens_k.tolist() == [0, BIG - 1]
 
@@ -390,10 +390,10 @@ def on_meta(form: str, validate: bool) -> None:
         "validate": validate,
     }
     if form == "uniform":
-        build_verify_metadata(seq, 6, seq_lens_cpu=[0, 0, 0], **kw)
+        build_verify_metadata(seq, num_tokens=6, seq_lens_cpu=[0, 0, 0], **kw)
     elif form == "graph":
         buffers = VerifyMetadataBuffers.allocate(4, max_pages=8, device=dev)
-        build_verify_metadata_into(buffers, seq, 2, **kw)
+        build_verify_metadata_into(buffers, seq, tokens_per_req=2, **kw)
     elif form == "ragged":
         ntok = torch.ones(3, dtype=I64, device=dev)
         build_ragged_verify_metadata(seq, ntok, num_tokens_per_req_cpu=[1, 1, 1], **kw)

@@ -160,7 +160,7 @@ def test_chain_is_the_uniform_metadata(backend: Any) -> None:
     n, bs = 4, 3
     parents = (torch.arange(n) - 1).expand(bs, n).contiguous()
     meta = build_tree_verify_metadata(parents, torch.full((bs,), n), seq, backend=backend)
-    plain = build_verify_metadata(seq, bs * (n + 1), backend=backend)
+    plain = build_verify_metadata(seq, num_tokens=bs * (n + 1), backend=backend)
     for name in ("cu_seqlens_q", "cache_seqlens", "cu_seqlens_k"):
         assert torch.equal(getattr(meta.base, name), getattr(plain, name)), name
     assert meta.positions.view(bs, -1).tolist() == [[s + i for i in range(5)] for s in (7, 0, 30)]

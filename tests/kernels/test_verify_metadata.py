@@ -174,7 +174,7 @@ def test_ragged_property(batch: VerifyBatch) -> None:
 
 def test_empty_batch_is_well_formed() -> None:
     """bs=0 gives [0] prefix sums, empty cache lengths and T=0."""
-    meta = build_verify_metadata(torch.zeros(0, dtype=torch.int64), 0, backend="triton")
+    meta = build_verify_metadata(torch.zeros(0, dtype=torch.int64), num_tokens=0, backend="triton")
     assert meta.cu_seqlens_q.tolist() == [0]
     assert meta.cu_seqlens_k.tolist() == [0]
     assert meta.cache_seqlens.numel() == 0
@@ -184,8 +184,8 @@ def test_empty_batch_is_well_formed() -> None:
 def test_host_bound_comes_from_the_mirror_only() -> None:
     """max_seq_len_k is max(seq_lens_cpu) + T with a mirror and None without one."""
     seq = torch.tensor([4, 90, 7])
-    assert build_verify_metadata(seq, 6, seq_lens_cpu=[4, 90, 7]).max_seq_len_k == 92
-    assert build_verify_metadata(seq, 6).max_seq_len_k is None
+    assert build_verify_metadata(seq, num_tokens=6, seq_lens_cpu=[4, 90, 7]).max_seq_len_k == 92
+    assert build_verify_metadata(seq, num_tokens=6).max_seq_len_k is None
     ragged = build_ragged_verify_metadata(
         seq, torch.tensor([1, 3, 2]), seq_lens_cpu=seq, num_tokens_per_req_cpu=[1, 3, 2]
     )
@@ -226,10 +226,10 @@ def build_form(form: str, device: str, backend: Any) -> VerifyMetadata:
     rpi = torch.tensor([3, 0, 2, 1], device=device)
     paging: dict[str, Any] = {"req_pool_indices": rpi, "req_to_token": rtt, "page_size": 8}
     if form == "uniform":
-        return build_verify_metadata(seq, 12, backend=backend, **paging)
+        return build_verify_metadata(seq, num_tokens=12, backend=backend, **paging)
     if form == "graph":
         buffers = VerifyMetadataBuffers.allocate(8, max_pages=8, device=device)
-        return build_verify_metadata_into(buffers, seq, 3, backend=backend, **paging)
+        return build_verify_metadata_into(buffers, seq, tokens_per_req=3, backend=backend, **paging)
     ntok = torch.tensor([1, 2, 3, 4], device=device)
     return build_ragged_verify_metadata(seq, ntok, backend=backend, **paging)
 
@@ -282,7 +282,7 @@ def test_triton_backend_needs_cuda_or_interpreter(monkeypatch: pytest.MonkeyPatc
     with pytest.raises(
         KernelError, match=r"backend='triton' needs CUDA tensors, or TRITON_INTERPRET=1"
     ):
-        build_verify_metadata(torch.tensor([1]), 1, backend="triton")
+        build_verify_metadata(torch.tensor([1]), num_tokens=1, backend="triton")
 
 
 def test_triton_backend_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -291,13 +291,13 @@ def test_triton_backend_without_triton(monkeypatch: pytest.MonkeyPatch) -> None:
     with pytest.raises(
         KernelError, match=r"triton is not importable; install triton or pass backend='torch'"
     ):
-        build_verify_metadata(torch.tensor([1]), 1, backend="triton")
+        build_verify_metadata(torch.tensor([1]), num_tokens=1, backend="triton")
 
 
 def test_auto_backend_uses_the_twin_on_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
     """backend='auto' on CPU tensors never launches a kernel."""
     with counting_launches(monkeypatch) as launches:
-        build_verify_metadata(torch.tensor([1, 2]), 4)
+        build_verify_metadata(torch.tensor([1, 2]), num_tokens=4)
     assert launches == []
 
 
@@ -318,98 +318,112 @@ def buffers(n: int = 4, pages: int | None = None) -> VerifyMetadataBuffers:
 ERRORS: list[tuple[str, Any, str]] = [
     (
         "not-multiple",
-        lambda: build_verify_metadata(SEQ, 5),
+        lambda: build_verify_metadata(SEQ, num_tokens=5),
         r"num_tokens=5 is not a multiple of bs=2",
     ),
-    ("empty-with-tokens", lambda: build_verify_metadata(SEQ[:0], 3), r"num_tokens=3 with bs=0"),
+    (
+        "empty-with-tokens",
+        lambda: build_verify_metadata(SEQ[:0], num_tokens=3),
+        r"num_tokens=3 with bs=0",
+    ),
     (
         "zero-tokens",
-        lambda: build_verify_metadata(SEQ, 0),
+        lambda: build_verify_metadata(SEQ, num_tokens=0),
         r"num_tokens=0 with bs=2; TARGET_VERIFY needs >= 1",
     ),
-    ("tokens-bool", lambda: build_verify_metadata(SEQ, True), r"num_tokens=True must be an int"),
+    (
+        "tokens-bool",
+        lambda: build_verify_metadata(SEQ, num_tokens=True),
+        r"num_tokens=True must be an int",
+    ),
     (
         "seq-2d",
-        lambda: build_verify_metadata(SEQ[None], 2),
+        lambda: build_verify_metadata(SEQ[None], num_tokens=2),
         r"seq_lens.shape=\(1, 2\) must have rank 1",
     ),
     (
         "seq-noncontig",
-        lambda: build_verify_metadata(torch.arange(4)[::2], 2),
+        lambda: build_verify_metadata(torch.arange(4)[::2], num_tokens=2),
         r"seq_lens is not contiguous",
     ),
     (
         "seq-not-tensor",
-        lambda: build_verify_metadata(loose([3, 4]), 2),
+        lambda: build_verify_metadata(loose([3, 4]), num_tokens=2),
         r"seq_lens=list must be a torch.Tensor",
     ),
     (
         "rpi-alone",
-        lambda: build_verify_metadata(SEQ, 2, req_pool_indices=RPI),
+        lambda: build_verify_metadata(SEQ, num_tokens=2, req_pool_indices=RPI),
         r"req_to_token=None; pass req_pool_indices and req_to_token together",
     ),
     (
         "rpi-rows",
-        lambda: build_verify_metadata(SEQ, 2, req_pool_indices=RPI[:1], req_to_token=RTT),
+        lambda: build_verify_metadata(
+            SEQ, num_tokens=2, req_pool_indices=RPI[:1], req_to_token=RTT
+        ),
         r"req_pool_indices has 1 rows; expected 2",
     ),
     (
         "rpi-range",
         lambda: build_verify_metadata(
-            SEQ, 2, req_pool_indices=torch.tensor([1, 4]), req_to_token=RTT
+            SEQ, num_tokens=2, req_pool_indices=torch.tensor([1, 4]), req_to_token=RTT
         ),
         r"req_pool_indices range 1\.\.4 is outside req_to_token's 4 rows",
     ),
     (
         "rtt-empty",
-        lambda: build_verify_metadata(SEQ, 2, req_pool_indices=RPI, req_to_token=RTT[:, :0]),
+        lambda: build_verify_metadata(
+            SEQ, num_tokens=2, req_pool_indices=RPI, req_to_token=RTT[:, :0]
+        ),
         r"req_to_token.shape=\(4, 0\) is empty",
     ),
     (
         "rtt-float",
-        lambda: build_verify_metadata(SEQ, 2, req_pool_indices=RPI, req_to_token=RTT.float()),
+        lambda: build_verify_metadata(
+            SEQ, num_tokens=2, req_pool_indices=RPI, req_to_token=RTT.float()
+        ),
         r"req_to_token.dtype=torch.float32",
     ),
     (
         "page-size-zero",
-        lambda: build_verify_metadata(SEQ, 2, page_size=0),
+        lambda: build_verify_metadata(SEQ, num_tokens=2, page_size=0),
         r"page_size=0 must be >= 1",
     ),
     (
         "mirror-length",
-        lambda: build_verify_metadata(SEQ, 2, seq_lens_cpu=[1]),
+        lambda: build_verify_metadata(SEQ, num_tokens=2, seq_lens_cpu=[1]),
         r"seq_lens_cpu has 1 entries; expected bs=2",
     ),
     (
         "backend-name",
-        lambda: build_verify_metadata(SEQ, 2, backend=loose("cuda")),
+        lambda: build_verify_metadata(SEQ, num_tokens=2, backend=loose("cuda")),
         r"backend='cuda' is not one of",
     ),
     (
         "bucket-too-small",
-        lambda: build_verify_metadata_into(buffers(1), SEQ, 2),
+        lambda: build_verify_metadata_into(buffers(1), SEQ, tokens_per_req=2),
         r"bs=2 exceeds the buffers' padded_bs=1",
     ),
     (
         "tokens-per-req-zero",
-        lambda: build_verify_metadata_into(buffers(), SEQ, 0),
+        lambda: build_verify_metadata_into(buffers(), SEQ, tokens_per_req=0),
         r"tokens_per_req=0 must be >= 1",
     ),
     (
         "buffers-type",
-        lambda: build_verify_metadata_into(loose(None), SEQ, 2),
+        lambda: build_verify_metadata_into(loose(None), SEQ, tokens_per_req=2),
         r"buffers=NoneType; pass VerifyMetadataBuffers.allocate",
     ),
     (
         "buffers-missing-pages",
         lambda: build_verify_metadata_into(
-            buffers(), SEQ, 2, req_pool_indices=RPI, req_to_token=RTT
+            buffers(), SEQ, tokens_per_req=2, req_pool_indices=RPI, req_to_token=RTT
         ),
         r"buffers.page_table is None but req_to_token was given",
     ),
     (
         "buffers-extra-pages",
-        lambda: build_verify_metadata_into(buffers(4, 2), SEQ, 2),
+        lambda: build_verify_metadata_into(buffers(4, 2), SEQ, tokens_per_req=2),
         r"buffers.page_table is set but no req_to_token",
     ),
     (

@@ -340,7 +340,9 @@ ENGINES: list[tuple[str, Callable[[EmbeddedModels], Any], type[Exception], str]]
     ("d-too-wide", lambda m: Engine(EAGLE, m, EngineConfig(num_draft_tokens=300, context_len=512)),
      InvalidConfig, r"num_draft_tokens=300 verifies T=300 tokens per request, which leaves no room"),
     ("impure-policy", lambda m: Engine(replace(EAGLE, target_verify=ImpurePolicy()), m),
-     InvalidConfig, r"answered differently for the same num_draft_tokens=4; the policy must be pure"),
+     StrategyError, r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: "
+     r"target_verify=ImpurePolicy answered T=1 for the target worker when asked again, after "
+     r"T=2 for the same num_draft_tokens; the policy must be pure"),
     ("kv-absurd", lambda m: Engine(EAGLE, m, EngineConfig(max_total_tokens=10**12)),
      InvalidConfig, r"max_total_tokens=1000000000000 needs [\d.]+ GiB of KV cache"),
     ("context-past-positions", lambda m: Engine(EAGLE, m, EngineConfig(context_len=4096)),

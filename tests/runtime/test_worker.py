@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from specstrat import InvalidConfig
+from specstrat import CapacityError, InvalidConfig
 from specstrat.runtime import ForwardMode
 from specstrat.runtime.models.model import CausalAttention, TinyLM
 from specstrat.runtime.worker import ModelWorker
@@ -130,11 +130,11 @@ def test_worker_errors(tiny: TinyLM) -> None:
     """Bad forwards are refused with messages naming the value, before anything changes."""
     worker = make_worker(tiny, tokens=20, requests=1)
     slot = worker.alloc_request()
-    with pytest.raises(InvalidConfig, match=r"request pool is full \(1 slots\)"):
+    with pytest.raises(CapacityError, match=r"request pool is full \(1 slots\)"):
         worker.alloc_request()
     with pytest.raises(InvalidConfig, match=r"mode=DECODE needs one token per request"):
         worker.forward(M.DECODE, [slot, slot], [[1], [1, 2]])
-    with pytest.raises(InvalidConfig, match=r"KV pool has 20 free token slots, 21 needed"):
+    with pytest.raises(CapacityError, match=r"KV pool has 20 free token slots, 21 needed"):
         worker.forward(M.EXTEND, [slot], [list(range(21))])
     assert (worker.length(slot), worker.kv.available) == (0, 20)
     with pytest.raises(InvalidConfig, match=r"mode=PREBUILT runs no forward; use admit_prebuilt"):

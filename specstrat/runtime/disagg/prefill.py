@@ -50,7 +50,7 @@ class PrefillWorker:
             kv = [self.worker.export_kv(s) for s in slots]
             return TransferBatch(
                 rids=tuple(r.rid for r in requests),
-                prompts=tuple(r.prompt for r in requests),
+                prompts=tuple(tuple(r.prompt) for r in requests),
                 max_new_tokens=torch.tensor([r.max_new_tokens for r in requests]),
                 first_tokens=first,
                 k=torch.cat([k for k, _ in kv], dim=1),
