@@ -82,7 +82,11 @@ def run(lm: HFCausalLM, label: str, n: int, new: int) -> None:
                 result = compare(lm, reqs, got, want)
                 print(f"  {what}: {tps:.1f} tokens/s ({tps / hf_tps:.2f}x generate bs=1), "
                       f"acceptance {engine.stats.acceptance_length:.2f}; {result.line()}")  # fmt: skip
-                check(result.lossless or label.endswith("bfloat16"), f"{what} lossless")
+                if label.endswith("float32"):
+                    check(result.lossless, f"{what} lossless")
+                else:  # bf16 rounds logits far past TIE_EPSILON: reported, never a pass
+                    print(f"INFO {what}: not certified in bf16 ({len(result.mismatches)} "
+                          "divergences from generate)")  # fmt: skip
             except Exception as exc:  # a failure on the device is a finding: report, go on
                 traceback.print_exc()
                 check(False, f"{what}: {type(exc).__name__}: {exc}")

@@ -8,12 +8,14 @@
 3. One TARGET_VERIFY forward of 8 tokens over one decode forward, in specstrat (paged
    attention through the adapter) and in transformers (its own attention and KV cache).
 4. Early exit: acceptance length per exit layer.
+5. Per prompt of the code-editing workload: transformers' prompt lookup over its plain
+   ``generate`` (the figures recorded beside ``specstrat.hf.workload.CODE_TASKS``).
 
 All through :func:`specstrat.bench.interleaved` (rounds A B C A B C ..., warm-up not counted,
 ratios within a round). Both sides run on ``--threads`` torch threads.
 
 Usage: ``python bench/hf_speed.py [--model smollm2|PATH] [--requests 8] [--max-new-tokens 64]
-[--rounds 3] [--threads 1] [--json FILE] [--sections 1,2,3,4]``.
+[--rounds 3] [--threads 1] [--json FILE] [--sections 1,2,3,4,5]``.
 """
 
 from __future__ import annotations
@@ -31,62 +33,47 @@ import torch
 
 from specstrat import NGRAM, NONE, SpecAlgorithm
 from specstrat.bench import Contender, interleaved, ratio
-from specstrat.hf import HFModels, compare, load
+from specstrat.hf import (
+    NGRAM_RAGGED,
+    HFModels,
+    compare,
+    generate_reference,
+    generation_config,
+    load,
+    plain_defaults,
+)
 from specstrat.hf.algorithms import early_exit_algorithm
-from specstrat.hf.demo import code_requests
+from specstrat.hf.demo import code_requests, default_context_len
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
 from specstrat.runtime.worker import ModelWorker
-
-NGRAM_RAGGED = replace(
-    NGRAM,
-    name="NGRAM_RAGGED",
-    capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True),
-)
 
 
 def hf_generate(
     models: HFModels, requests: Sequence[Request], *, lookup: int = 0, batch: bool = False
 ) -> Callable[[], dict[str, list[int]]]:
     """transformers' greedy generate over the requests: one at a time (``lookup``: its prompt
-    lookup with that many candidate tokens), or as one left-padded ``batch``."""
-    from transformers import GenerationConfig
-
+    lookup with that many candidate tokens), or as one left-padded ``batch``; both through
+    :func:`specstrat.hf.generation_config` (the model's own generation defaults off)."""
     lm = models.target
     pad = models.tokenizer.pad_token_id
     pad = pad if isinstance(pad, int) else min(models.eos_token_ids, default=0)
-    eos = sorted(models.eos_token_ids) or None
-
-    def config(max_new: int) -> Any:
-        extra = {"prompt_lookup_num_tokens": lookup} if lookup else {}
-        return GenerationConfig(  # type: ignore[no-untyped-call]
-            do_sample=False, max_new_tokens=max_new, eos_token_id=eos, pad_token_id=pad, **extra
-        )
 
     def one_by_one() -> dict[str, list[int]]:
-        out = {}
-        with lm.reference() as model, torch.inference_mode():
-            for r in requests:
-                ids = torch.tensor([r.prompt])
-                done = model.generate(
-                    ids,
-                    attention_mask=torch.ones_like(ids),
-                    generation_config=config(r.max_new_tokens),
-                )
-                out[r.rid] = [int(t) for t in done[0, len(r.prompt) :]]
-        return out
+        return generate_reference(lm, requests, pad_token_id=pad, prompt_lookup_num_tokens=lookup)
 
     def padded() -> dict[str, list[int]]:
         width = max(len(r.prompt) for r in requests)
         ids = torch.full((len(requests), width), pad)
         mask = torch.zeros_like(ids)
         for i, r in enumerate(requests):
-            ids[i, width - len(r.prompt) :] = torch.tensor(r.prompt)
+            ids[i, width - len(r.prompt) :] = torch.tensor(list(r.prompt))
             mask[i, width - len(r.prompt) :] = 1
-        with lm.reference() as model, torch.inference_mode():
-            done = model.generate(
-                ids, attention_mask=mask, generation_config=config(requests[0].max_new_tokens)
-            )
+        config = generation_config(
+            lm, requests[0].max_new_tokens, models.eos_token_ids, pad_token_id=pad
+        )
+        with lm.reference() as model, plain_defaults(model), torch.inference_mode():
+            done = model.generate(ids, attention_mask=mask, generation_config=config)
         out = {}
         for i, r in enumerate(requests):
             row = [int(t) for t in done[i, width:]]
@@ -102,9 +89,10 @@ def engine_run(
 ) -> tuple[Engine, Callable[[], dict[str, list[int]]]]:
     """One engine for every round (its stats add up over them); each round submits the
     requests under fresh ids (an engine refuses an id it has seen) and reports the old ones."""
-    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
     config = EngineConfig(
-        num_draft_tokens=d, max_running_requests=bs, context_len=longest + 4 * (d + 1)
+        num_draft_tokens=d,
+        max_running_requests=bs,
+        context_len=default_context_len(requests, algo, d),
     )
     engine = Engine(algo, models, config)
     rounds = iter(range(1 << 30))
@@ -190,27 +178,26 @@ def section_forward(
         worker.rewind(slot, len(prompt))
         return elapsed
 
-    with lm.reference() as model, torch.inference_mode():
-        from transformers import DynamicCache
+    from transformers import DynamicCache
 
+    with lm.reference() as model, torch.inference_mode():
         cache = DynamicCache(config=model.config)
         model(torch.tensor([prompt]), cache=cache, use_cache=True)
 
-        def theirs(width: int) -> float:
+    def theirs(width: int) -> float:
+        with lm.reference() as model, torch.inference_mode():  # switched outside the timing
             start = time.perf_counter()
             model(torch.tensor([prompt[:width]]), cache=cache, use_cache=True)
             elapsed = time.perf_counter() - start
-            cache.crop(-width)  # drop what this forward appended
-            return elapsed
+        cache.crop(-width)  # drop what this forward appended
+        return elapsed
 
-        samples: dict[str, list[float]] = {
-            k: [] for k in ("ours1", f"ours{t}", "theirs1", f"theirs{t}")
-        }
-        for _ in range(args.rounds * 5):
-            for width in (1, t):
-                samples[f"theirs{width}"].append(theirs(width))
-    for _ in range(args.rounds * 5):
+    samples: dict[str, list[float]] = {
+        k: [] for k in ("ours1", f"ours{t}", "theirs1", f"theirs{t}")
+    }
+    for _ in range(args.rounds * 5):  # interleaved: each kind of sample beside the others
         for width in (1, t):
+            samples[f"theirs{width}"].append(theirs(width))
             samples[f"ours{width}"].append(ours(width))
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
@@ -239,6 +226,22 @@ def section_early_exit(
     return rows
 
 
+def section_per_prompt(
+    models: HFModels, requests: list[Request], args: argparse.Namespace
+) -> dict[str, Any]:
+    """transformers' prompt lookup over plain generate, prompt by prompt."""
+    rows = {}
+    for r in requests:
+        contenders = [
+            Contender("plain", hf_generate(models, [r])),
+            Contender("lookup", hf_generate(models, [r], lookup=args.draft_tokens - 1)),
+        ]
+        timings = interleaved(contenders, rounds=args.rounds, warmup=1)
+        rows[r.rid] = ratio(timings, "lookup", "plain").line()
+        _say(f"{r.rid}: {rows[r.rid]}")
+    return rows
+
+
 def _say(text: str) -> None:
     print(f"  {text}", flush=True)
 
@@ -257,13 +260,19 @@ def main() -> None:
     parser.add_argument("--exit-layer", type=int, default=8)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--threads", type=int, default=1)
-    parser.add_argument("--sections", default="1,2,3,4")
+    parser.add_argument("--sections", default="1,2,3,4,5")
     parser.add_argument("--json")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     models = load(smollm2_path() if args.model == "smollm2" else args.model)
     requests = code_requests(models, args.requests, args.max_new_tokens)
-    sections = {"1": section_bs1, "2": section_bs8, "3": section_forward, "4": section_early_exit}
+    sections = {
+        "1": section_bs1,
+        "2": section_bs8,
+        "3": section_forward,
+        "4": section_early_exit,
+        "5": section_per_prompt,
+    }
     report: dict[str, Any] = {
         "model": models.source, "threads": args.threads, "requests": args.requests,
         "max_new_tokens": args.max_new_tokens, "draft_tokens": args.draft_tokens,

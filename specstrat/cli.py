@@ -143,6 +143,8 @@ def _demo(args: argparse.Namespace) -> int:
     # Tiny per-step tensors: one intra-op thread avoids contention (0.7 s vs up to 37 s per
     # decode run measured on a loaded 2-core machine).
     torch.set_num_threads(1)
+    if args.algo is None:  # the embedded models have an EAGLE head; a real model has none
+        args.algo = "EAGLE" if args.model == "embedded" else "NGRAM"
     algo: SpecAlgorithm[Any] | str = args.algo
     if ":" in args.algo:  # the user's own algorithm, unregistered
         algo = _load(args.algo, "demo")[0]
@@ -169,7 +171,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
-    for flag in ("max_new_tokens", "context_len", "batch_size"):
+    for flag in ("max_new_tokens", "context_len", "batch_size", "threads"):
         if getattr(args, flag) is not None:
             raise SystemExit(
                 f"specstrat demo: --{flag.replace('_', '-')} goes with --model (the embedded "
@@ -209,7 +211,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.hf.demo import run_hf_demo
     from specstrat.hf.smollm2 import smollm2_path
 
-    torch.set_num_threads(args.threads)  # both sides of the comparison run on these threads
+    torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
     path = smollm2_path() if args.model == "smollm2" else args.model
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
@@ -270,7 +272,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo = sub.add_parser("demo", help="run an algorithm against target-only decoding")
     demo.add_argument(
-        "--algo", default="EAGLE", help="a registered name or MODULE:ATTR (default EAGLE)"
+        "--algo",
+        help="a registered name or MODULE:ATTR (default EAGLE; NGRAM with --model, where no "
+        "EAGLE head is trained)",
     )
     demo.add_argument(
         "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
@@ -290,7 +294,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--context-len",
         type=_positive,
-        help="with --model: positions per request (default: longest prompt + max new tokens)",
+        help="with --model: positions per request (default: longest prompt + max new tokens +"
+        " 2 * (D + 1), plus a tree's draft columns)",
     )
     demo.add_argument(
         "--batch-size",
@@ -300,7 +305,6 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--threads",
         type=_positive,
-        default=1,
         help="with --model: torch threads, the same for specstrat and transformers (default 1: "
         "on a shared machine a second thread often costs more than it gives)",
     )

@@ -51,8 +51,8 @@ class Timings:
 
 @dataclass(frozen=True, slots=True)
 class Ratio:
-    """Speed of ``name`` over ``baseline`` (baseline seconds / seconds), per round and
-    summarised: median, min, max."""
+    """Speed of ``name`` over ``baseline`` (its tokens per second over the baseline's), per
+    round and summarised: median, min, max."""
 
     name: str
     baseline: str

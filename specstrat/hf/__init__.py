@@ -9,20 +9,27 @@ greedy ``generate`` (:func:`generate_reference`), certifying numerical ties.
 """
 
 from specstrat.hf.adapter import ATTENTION_NAME, HFCausalLM, paged_attention
+from specstrat.hf.algorithms import EARLY_EXIT, NGRAM_RAGGED, early_exit_algorithm
 from specstrat.hf.loader import HFModels, cache_dir, load
+from specstrat.hf.process import HFLoader
 from specstrat.hf.reference import (
     TIE_EPSILON,
     ReferenceCheck,
     certified_tie,
     compare,
     generate_reference,
+    generation_config,
+    plain_defaults,
 )
 from specstrat.hf.text import chat_request, decode, stop_token_ids, text_request
 
 __all__ = [
     "ATTENTION_NAME",
+    "EARLY_EXIT",
+    "NGRAM_RAGGED",
     "TIE_EPSILON",
     "HFCausalLM",
+    "HFLoader",
     "HFModels",
     "ReferenceCheck",
     "cache_dir",
@@ -30,9 +37,12 @@ __all__ = [
     "chat_request",
     "compare",
     "decode",
+    "early_exit_algorithm",
     "generate_reference",
+    "generation_config",
     "load",
     "paged_attention",
+    "plain_defaults",
     "stop_token_ids",
     "text_request",
 ]

@@ -202,6 +202,25 @@ class HFCausalLM:
 
     def __init__(self, model: Any, *, vocab_size: int | None = None, name: str = "model") -> None:
         _check_model(model, name)
+        # Every value is checked before the model is touched: a refused model keeps its
+        # attention implementation and gets no hook.
+        head = model.get_output_embeddings()
+        width = int(head.weight.shape[0])
+        if vocab_size is not None and (
+            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
+        ):
+            raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
+        if vocab_size is not None and vocab_size > width:
+            raise ModelLoadError(
+                f"{name}: vocab_size={vocab_size} (the tokenizer's) exceeds the LM head's "
+                f"{width} logits; the ids past {width - 1} could never be produced, so the "
+                "tokenizer does not belong to this model"
+            )
+        positions = getattr(model.config, "max_position_embeddings", None)
+        if not isinstance(positions, int):
+            raise ModelLoadError(
+                f"{name}: config has no max_position_embeddings; specstrat bounds context_len by it"
+            )
         _register()
         self.model = model
         self.name = name
@@ -210,40 +229,31 @@ class HFCausalLM:
             current = getattr(model, "_specstrat_reference_attention", None) or "eager"
         #: transformers' attention implementation :meth:`reference` switches back to.
         self.reference_attention: str = current
-        head = model.get_output_embeddings()
-        # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
-        # around the base model, so a hook on the base model would never fire).
-        if not getattr(head, "_specstrat_hidden_hook", False):  # one hook however many wrappers
-            head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
-            head._specstrat_hidden_hook = True
-        width = int(head.weight.shape[0])
-        if vocab_size is not None and (
-            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
-        ):
-            raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
         #: LM head width; logit columns kept: the tokenizer's ids (a padded head's rest dropped).
         self.head_width = width
-        self.vocab_size = width if vocab_size is None else min(vocab_size, width)
+        self.vocab_size = width if vocab_size is None else vocab_size
+        # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
+        # around the base model, so a hook on the base model would never fire).
+        hooked = getattr(head, "_specstrat_hidden_hook", False)
+        handle = None if hooked else head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
         model.set_attn_implementation(ATTENTION_NAME)
         try:
             layers = self._probe()
-        except BaseException:  # a refused model is left on the attention it came with
+            first = layers[0]
+            if any(shape != first for shape in layers.values()) or sorted(layers) != list(
+                range(len(layers))
+            ):
+                raise ModelLoadError(
+                    f"{name}: layers differ in head shapes or order ({layers}); specstrat's KV "
+                    "cache holds one head shape for every layer"
+                )
+        except BaseException:  # a refused model is left as it came
             model.set_attn_implementation(self.reference_attention)
+            if handle is not None:
+                handle.remove()
             raise
+        head._specstrat_hidden_hook = True  # one hook however many wrappers
         model._specstrat_reference_attention = self.reference_attention
-        first = layers[0]
-        if any(shape != first for shape in layers.values()) or sorted(layers) != list(
-            range(len(layers))
-        ):
-            raise ModelLoadError(
-                f"{name}: layers differ in head shapes or order ({layers}); specstrat's KV cache "
-                "holds one head shape for every layer"
-            )
-        positions = getattr(model.config, "max_position_embeddings", None)
-        if not isinstance(positions, int):
-            raise ModelLoadError(
-                f"{name}: config has no max_position_embeddings; specstrat bounds context_len by it"
-            )
         self._shape = ModelShape(
             vocab_size=self.vocab_size,
             hidden_size=int(head.weight.shape[1]),  # what the head reads (OPT projects it)
@@ -287,8 +297,8 @@ class HFCausalLM:
                 "(a forward inside HFCausalLM.reference(), or the attention switched by hand): "
                 "the engine's KV cache would be bypassed; run the engine outside reference()"
             )
-        if self.model.training:
-            raise InvalidConfig(
+        if self.model.training:  # switched after wrapping: the model's state, not a bad value
+            raise EngineStateError(
                 f"{self.name}: the model is in training mode (dropout would make every forward "
                 "differ); call model.eval() first"
             )

@@ -5,11 +5,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.builtins import STANDALONE
+from specstrat.builtins import NGRAM, STANDALONE
 from specstrat.errors import InvalidConfig
 from specstrat.strategies.early_exit import EarlyExitDrafterFactory
 
-__all__ = ["EARLY_EXIT", "early_exit_algorithm"]
+__all__ = ["EARLY_EXIT", "NGRAM_RAGGED", "early_exit_algorithm"]
 
 
 def early_exit_algorithm(exit_layer: int) -> SpecAlgorithm[None]:
@@ -25,3 +25,10 @@ def early_exit_algorithm(exit_layer: int) -> SpecAlgorithm[None]:
 
 #: Early exit at layer 8 (of SmolLM2-135M's 30; see the docs' acceptance table per layer).
 EARLY_EXIT = early_exit_algorithm(8)
+
+
+#: Prompt lookup with ragged verify: a step verifies only what the drafter proposed for each
+#: request (SGLang 0.5.23's NGRAM row has no ragged verify; this is the README's composition).
+NGRAM_RAGGED = replace(
+    NGRAM, name="NGRAM_RAGGED", capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True)
+)

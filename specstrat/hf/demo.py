@@ -9,6 +9,7 @@ equal ``generate``'s, token for token, except at certified numerical ties
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -22,7 +23,7 @@ from specstrat.hf.workload import code_prompts
 from specstrat.runtime.demo import DemoSummary, run_comparison
 from specstrat.runtime.requests import EngineConfig, Request
 
-__all__ = ["HFDemo", "code_requests", "run_hf_demo"]
+__all__ = ["HFDemo", "code_requests", "default_context_len", "run_hf_demo"]
 
 
 def code_requests(
@@ -52,21 +53,38 @@ class HFDemo:
     reference: ReferenceCheck | None
     generate_tokens_per_s: float
     sample: str
+    generate_requests: int = 0
+    batch_size: int = 0
 
     def lines(self) -> list[str]:
-        """Comparison and sample lines for the console."""
+        """Comparison and sample lines for the console. The two tokens/s figures are not a
+        ratio: transformers runs the first requests one at a time, specstrat all of them in
+        continuous batches (``specstrat bench`` and ``bench/hf_speed.py`` compare like with
+        like)."""
         out = []
         if self.reference is not None:
+            s = self.summary
             out.append(f"target-only vs transformers generate: {self.reference.line()}")
-            ratio = self.summary.target_tokens_per_s / max(self.generate_tokens_per_s, 1e-9)
             out.append(
-                f"tokens/s transformers generate {self.generate_tokens_per_s:.1f}; "
-                f"specstrat target-only / generate {ratio:.2f}x, "
-                f"{self.summary.algorithm} / generate "
-                f"{self.summary.spec_tokens_per_s / max(self.generate_tokens_per_s, 1e-9):.2f}x"
+                f"tokens/s: transformers generate {self.generate_tokens_per_s:.1f} (batch size 1, "
+                f"first {self.generate_requests} requests, after a warm-up); specstrat "
+                f"target-only {s.target_tokens_per_s:.1f}, {s.algorithm} {s.spec_tokens_per_s:.1f} "
+                f"(all {s.num_requests} requests, up to {self.batch_size} running)"
             )
         out.append(f"sample ({self.summary.requests[0].rid}): {self.sample!r}")
         return out
+
+
+def default_context_len(
+    requests: Sequence[Request], algo: SpecAlgorithm[Any] | str, num_draft_tokens: int
+) -> int:
+    """The longest prompt plus its ``max_new_tokens`` plus what a step may reserve past them
+    (``2 * (D + 1)``, and a top-k tree's draft columns), not the model's
+    ``max_position_embeddings``, whose KV cache at float32 could take gigabytes."""
+    tree = _algorithm(algo).tree  # a top-k tree's draft columns (a chain has none)
+    columns = int(getattr(tree, "topk", 0)) * int(getattr(tree, "num_steps", 0))
+    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+    return longest + 2 * (num_draft_tokens + 1) + columns
 
 
 def run_hf_demo(
@@ -87,19 +105,19 @@ def run_hf_demo(
 ) -> HFDemo:
     """Run the code-editing workload with ``algo`` and target-only on ``models``.
 
-    ``context_len`` defaults to the longest prompt plus ``max_new_tokens`` plus what a step may
-    reserve past them (``2 * (D + 1)``; a top-k tree's columns), not the model's
-    ``max_position_embeddings`` (whose KV cache at float32 could take gigabytes). Greedy: the
+    ``context_len`` defaults to :func:`default_context_len`. Greedy: the
     first ``compare_requests`` requests also run through transformers' ``generate``. With
     ``disagg`` the speculative run prefills in a second process, which loads the same model
     (:class:`~specstrat.hf.process.HFLoader`).
     """
+    if disagg and not models.source:
+        raise InvalidConfig(
+            "disagg=True needs models loaded from a path (specstrat.hf.load): the prefill "
+            "process loads the same model from models.source, which is empty here"
+        )
     requests = code_requests(models, num_requests, max_new_tokens, sampling)
     if context_len is None:
-        tree = _algorithm(algo).tree  # a top-k tree's draft columns (a chain has none)
-        columns = int(getattr(tree, "topk", 0)) * int(getattr(tree, "num_steps", 0))
-        longest = max(len(r.prompt) for r in requests)
-        context_len = longest + max_new_tokens + 2 * (num_draft_tokens + 1) + columns
+        context_len = default_context_len(requests, algo, num_draft_tokens)
     config = EngineConfig(
         num_draft_tokens=num_draft_tokens,
         overlap=overlap,
@@ -108,7 +126,7 @@ def run_hf_demo(
     )
     run = run_comparison(
         algo, models, requests, config, progress=progress, trace=trace, sampling=sampling,
-        model_name=models.source, disagg=disagg, loader=HFLoader(models.source) if disagg else None,
+        model_name=models.source, disagg=disagg, loader=_loader(models) if disagg else None,
     )  # fmt: skip
     summary = run.summary
     reference = None
@@ -116,6 +134,7 @@ def run_hf_demo(
     if sampling.greedy:
         lm = models.target
         subset = requests[: max(1, compare_requests)]
+        generate_reference(lm, [replace(subset[0], rid="warm-up", max_new_tokens=2)])
         start = time.perf_counter()
         want = generate_reference(lm, subset, pad_token_id=_pad(models))
         seconds = time.perf_counter() - start
@@ -131,7 +150,16 @@ def run_hf_demo(
             summary, lossless=lossless, lossless_check=note, ties=spec_check.ties + reference.ties
         )
     first = run.spec_outputs.get(requests[0].rid, [])
-    return HFDemo(summary, reference, generate_tps, models.decode(first))
+    count = len(requests[: max(1, compare_requests)]) if reference is not None else 0
+    return HFDemo(
+        summary, reference, generate_tps, models.decode(first), count, max_running_requests
+    )
+
+
+def _loader(models: HFModels) -> HFLoader:
+    """The prefill process's loader: the same path, at the target's dtype."""
+    dtype = next(models.target.parameters()).dtype
+    return HFLoader(models.source, str(dtype).removeprefix("torch."))
 
 
 def _pad(models: HFModels) -> int | None:

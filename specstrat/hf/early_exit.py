@@ -18,19 +18,22 @@ from specstrat.errors import InvalidConfig, ModelLoadError
 __all__ = ["truncated_model"]
 
 
-def _layer_list(base: nn.Module, count: int) -> str:
-    """The attribute of ``base`` holding its ``count`` decoder layers."""
-    names = [
-        name
-        for name, child in base.named_children()
+def _layer_list(base: nn.Module, count: int) -> tuple[nn.Module, str]:
+    """The module under ``base`` (itself or a descendant, such as OPT's ``decoder``) and the
+    attribute of it that holds the ``count`` decoder layers."""
+    found = [
+        (owner, name)
+        for _, owner in base.named_modules()
+        for name, child in owner.named_children()
         if isinstance(child, nn.ModuleList) and len(child) == count
     ]
-    if len(names) != 1:
+    if len(found) != 1:
+        names = [name for _, name in found]
         raise ModelLoadError(
             f"{type(base).__name__}: cannot tell which module list holds its {count} decoder "
             f"layers (found {names or 'none'}); early exit needs exactly one"
         )
-    return names[0]
+    return found[0]
 
 
 def _shallow(module: Any) -> Any:
@@ -41,6 +44,17 @@ def _shallow(module: Any) -> Any:
     return clone
 
 
+def _named_path(root: nn.Module, target: nn.Module) -> list[tuple[str, nn.Module]]:
+    """(child name, child) from ``root`` down to ``target``."""
+    for name, child in root.named_children():
+        if child is target:
+            return [(name, child)]
+        below = _named_path(child, target)
+        if below:
+            return [(name, child), *below]
+    return []
+
+
 def truncated_model(model: Any, layers: int, exit_layer: int, name: str = "model") -> Any:
     """A shallow copy of the transformers ``model`` (``layers`` decoder layers) running only its
     first ``exit_layer`` layers, then whatever its forward does after them."""
@@ -48,9 +62,12 @@ def truncated_model(model: Any, layers: int, exit_layer: int, name: str = "model
         raise InvalidConfig(f"exit_layer={exit_layer!r} must be an int")
     if not 1 <= exit_layer < layers:
         raise InvalidConfig(f"exit_layer={exit_layer} must be in 1..{layers - 1} ({name})")
-    base = _shallow(model.base_model)
-    attr = _layer_list(model.base_model, layers)
-    base._modules[attr] = nn.ModuleList(list(getattr(model.base_model, attr))[:exit_layer])
-    top = _shallow(model)
-    top._modules[model.base_model_prefix] = base
-    return top
+    owner, attr = _layer_list(model.base_model, layers)
+    # Shallow copies down the path from the model to the layer list's owner, each with a
+    # children dict of its own, so the original model keeps all its layers.
+    steps = _named_path(model, owner) if owner is not model else []
+    copies = [_shallow(model), *(_shallow(child) for _, child in steps)]
+    for parent, child, (child_name, _) in zip(copies[:-1], copies[1:], steps, strict=True):
+        parent._modules[child_name] = child
+    copies[-1]._modules[attr] = nn.ModuleList(list(getattr(owner, attr))[:exit_layer])
+    return copies[0]

@@ -103,9 +103,9 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     text = os.fspath(path)
     if _HUB_ID.fullmatch(text) and not text.startswith((".", "/")):
         raise ModelLoadError(
-            f"model={text!r} is not a local path and looks like a hub id; this machine loads "
-            "local files only: download the model directory (config.json, weights, tokenizer "
-            "files) or a .gguf file where you have network access and pass its path"
+            f"model={text!r}: no such path; if it is a hub id: this machine loads local files "
+            "only: download the model directory (config.json, weights, tokenizer files) or a "
+            ".gguf file where you have network access and pass its path"
         )
     raise ModelLoadError(f"model={text!r}: no such file or directory")
 

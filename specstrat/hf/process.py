@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat.errors import InvalidConfig
 from specstrat.hf.loader import HFModels, load
 
 __all__ = ["HFLoader"]
@@ -20,6 +21,17 @@ class HFLoader:
 
     path: str
     dtype: str = "float32"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.path, str) or not self.path:
+            raise InvalidConfig(
+                f"HFLoader.path={self.path!r} must be a model directory or .gguf path"
+            )
+        if not isinstance(getattr(torch, str(self.dtype), None), torch.dtype):
+            raise InvalidConfig(
+                f"HFLoader.dtype={self.dtype!r} is not a torch dtype name (e.g. 'float32', "
+                "'bfloat16')"
+            )
 
     def __call__(self, device: str) -> HFModels:
         """``specstrat.hf.load(path, dtype=..., device=device)``."""

@@ -14,16 +14,25 @@ compared; the count is reported as ``ties``.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from specstrat.errors import InvalidConfig
 from specstrat.hf.adapter import HFCausalLM
 from specstrat.runtime.requests import Request
 
-__all__ = ["TIE_EPSILON", "ReferenceCheck", "certified_tie", "compare", "generate_reference"]
+__all__ = [
+    "TIE_EPSILON",
+    "ReferenceCheck",
+    "certified_tie",
+    "compare",
+    "generate_reference",
+    "generation_config",
+    "plain_defaults",
+]
 
 #: Relative logit gap below which a divergence is a tie (see the module docstring).
 TIE_EPSILON = 1e-4
@@ -48,29 +57,52 @@ class ReferenceCheck:
         return f"{verdict} over {self.requests} requests, {self.compared_tokens} tokens{tie}{bad}"
 
 
-def generate_reference(
-    lm: HFCausalLM, requests: Sequence[Request], *, pad_token_id: int | None = None
-) -> dict[str, list[int]]:
-    """Each request's output from transformers' greedy ``generate`` at batch size 1, with the
-    request's stop ids as EOS and its ``max_new_tokens`` (the model's own generation defaults,
-    such as a repetition penalty, are not applied). A padded LM head's ids past the tokenizer's
-    vocabulary are suppressed (transformers' ``suppress_tokens``), as the engine never uses them."""
+def generation_config(
+    lm: HFCausalLM,
+    max_new_tokens: int,
+    stop_token_ids: Iterable[int] = (),
+    *,
+    pad_token_id: int | None = None,
+    prompt_lookup_num_tokens: int = 0,
+) -> Any:
+    """The ``GenerationConfig`` of a reference run: greedy, ``max_new_tokens``, the stop ids as
+    EOS, a padded LM head's ids past the tokenizer's vocabulary suppressed (transformers'
+    ``suppress_tokens``: the engine never uses them) and, if asked, transformers' own prompt
+    lookup with that many candidate tokens. Use it inside :func:`plain_defaults`."""
     from transformers import GenerationConfig
 
+    stops = sorted(stop_token_ids)
+    padded = list(range(lm.shape.vocab_size, lm.head_width))
+    extra = {"prompt_lookup_num_tokens": prompt_lookup_num_tokens} if prompt_lookup_num_tokens else {}
+    return GenerationConfig(  # type: ignore[no-untyped-call]
+        do_sample=False,
+        max_new_tokens=max_new_tokens,
+        eos_token_id=stops or None,
+        pad_token_id=pad_token_id if pad_token_id is not None else (stops or [0])[0],
+        suppress_tokens=padded or None,
+        **extra,
+    )
+
+
+def generate_reference(
+    lm: HFCausalLM,
+    requests: Sequence[Request],
+    *,
+    pad_token_id: int | None = None,
+    prompt_lookup_num_tokens: int = 0,
+) -> dict[str, list[int]]:
+    """Each request's output from transformers' greedy ``generate`` at batch size 1
+    (:func:`generation_config`; the model's own generation defaults, such as a repetition
+    penalty, are not applied); ``prompt_lookup_num_tokens``: transformers' prompt lookup."""
     out: dict[str, list[int]] = {}
     device = next(lm.parameters()).device
-    padded = list(range(lm.shape.vocab_size, lm.head_width))
-    with lm.reference() as model, _own_defaults(model), torch.inference_mode():
+    with lm.reference() as model, plain_defaults(model), torch.inference_mode():
         for r in requests:
-            stops = sorted(r.stop_token_ids)
-            config = GenerationConfig(  # type: ignore[no-untyped-call]
-                do_sample=False,
-                max_new_tokens=r.max_new_tokens,
-                eos_token_id=stops or None,
-                pad_token_id=pad_token_id if pad_token_id is not None else (stops or [0])[0],
-                suppress_tokens=padded or None,
-            )
-            ids = torch.tensor([r.prompt], device=device)
+            config = generation_config(
+                lm, r.max_new_tokens, r.stop_token_ids, pad_token_id=pad_token_id,
+                prompt_lookup_num_tokens=prompt_lookup_num_tokens,
+            )  # fmt: skip
+            ids = torch.tensor([list(r.prompt)], device=device)
             done = model.generate(
                 ids, attention_mask=torch.ones_like(ids), generation_config=config
             )
@@ -79,7 +111,7 @@ def generate_reference(
 
 
 @contextlib.contextmanager
-def _own_defaults(model: Any) -> Iterator[None]:
+def plain_defaults(model: Any) -> Iterator[None]:
     """``model.generation_config`` replaced by transformers' plain defaults for the block:
     ``generate`` fills every field a passed config leaves unset from the model's own, so without
     this a model's EOS ids would end a request that has none, and its repetition penalty or
@@ -96,7 +128,9 @@ def _own_defaults(model: Any) -> Iterator[None]:
 
 def certified_tie(lm: HFCausalLM, context: Sequence[int], a: int, b: int) -> bool:
     """Whether tokens ``a`` and ``b`` tie after ``context``: transformers' forward gives both
-    logits within ``TIE_EPSILON * max|logit|`` of the top one (float32)."""
+    logits within ``TIE_EPSILON * max|logit|`` of the top one. The forward runs in the model's
+    dtype: the epsilon is justified for float32 (bf16 and fp16 round logits far coarser than
+    it, so a tie found there certifies nothing; the GPU check reports such runs, not passes)."""
     device = next(lm.parameters()).device
     with lm.reference() as model, torch.inference_mode():
         logits = model(torch.tensor([list(context)], device=device)).logits[0, -1]
@@ -115,6 +149,12 @@ def compare(
     compared = ties = 0
     mismatches: list[str] = []
     by_rid = {r.rid: r for r in requests}
+    missing = sorted(set(reference) - set(by_rid))
+    if missing:
+        raise InvalidConfig(
+            f"reference has request ids {missing} that requests do not; pass the requests the "
+            "reference was generated from"
+        )
     for rid, want in reference.items():
         got = list(outputs.get(rid, ()))
         first = next((i for i, (x, y) in enumerate(zip(got, want, strict=False)) if x != y), None)

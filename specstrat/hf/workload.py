@@ -2,8 +2,8 @@
 mostly copies the prompt (where prompt lookup and other copy-drafters pay).
 
 Each prompt is an instruction plus ``inspect.getsource`` of a function every Python install has,
-so the workload needs no data file. Through a chat template when the tokenizer has one (an
-instruct model), else as plain text.
+so the workload needs no data file (:func:`specstrat.hf.demo.code_requests` turns the prompts
+into requests with a model's tokenizer).
 """
 
 from __future__ import annotations

@@ -91,7 +91,7 @@ def test_a_model_in_training_mode_is_refused_at_wrap_and_at_run(ids: tuple[int, 
         HFCausalLM(model, vocab_size=tiny.VOCAB)
     lm = HFCausalLM(model.eval(), vocab_size=tiny.VOCAB)
     model.train()
-    with pytest.raises(InvalidConfig, match=r"the model is in training mode"):
+    with pytest.raises(EngineStateError, match=r"the model is in training mode"):
         run(lm, [Request("r", ids[:5], 3)])
 
 

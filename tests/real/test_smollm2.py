@@ -13,7 +13,15 @@ import pytest
 
 from specstrat import NGRAM, NONE, SpecAlgorithm
 from specstrat.cli import main
-from specstrat.hf import HFModels, ReferenceCheck, cache_dir, compare, generate_reference, load
+from specstrat.hf import (
+    NGRAM_RAGGED,
+    HFModels,
+    ReferenceCheck,
+    cache_dir,
+    compare,
+    generate_reference,
+    load,
+)
 from specstrat.hf.algorithms import early_exit_algorithm
 from specstrat.hf.demo import code_requests
 from specstrat.hf.process import HFLoader
@@ -24,9 +32,6 @@ from specstrat.strategies import TopkTree
 
 pytestmark = pytest.mark.real
 
-NGRAM_RAGGED = replace(
-    NGRAM, name="NGRAM_RAGGED", capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True)
-)
 EARLY_EXIT_TREE = replace(
     early_exit_algorithm(8), name="EARLY_EXIT_8_TREE", tree=TopkTree(topk=2, num_steps=3)
 )

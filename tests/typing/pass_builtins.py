@@ -27,6 +27,7 @@ from specstrat import (
     DraftHead,
     DraftKV,
     DraftModelDrafterFactory,
+    EarlyExitDrafterFactory,
     DsparkDisaggDraftBuilder,
     DsparkDraftInput,
     EagleDisaggDraftBuilder,
@@ -88,6 +89,7 @@ alias: int = EAGLE.get_num_tokens_per_bs_for_target_verify(4)
 eagle_drafters: DrafterFactory[EagleDraftInput] = EagleHeadDrafterFactory()
 ngram_drafters: DrafterFactory[None] = NgramDrafterFactory()
 draft_lm_drafters: DrafterFactory[None] = DraftModelDrafterFactory()
+early_exit_drafters: DrafterFactory[None] = EarlyExitDrafterFactory(exit_layer=4)
 no_drafters: DrafterFactory[None] = NoDrafterFactory()
 # The block drafter admits any draft input: DFLASH's and DSPARK's builders both feed it.
 block_drafters_for_dflash: DrafterFactory[DflashDraftInput] = BlockDrafterFactory()
