@@ -210,12 +210,6 @@ class HFCausalLM:
             isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
         ):
             raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
-        if vocab_size is not None and vocab_size > width:
-            raise ModelLoadError(
-                f"{name}: vocab_size={vocab_size} (the tokenizer's) exceeds the LM head's "
-                f"{width} logits; the ids past {width - 1} could never be produced, so the "
-                "tokenizer does not belong to this model"
-            )
         positions = getattr(model.config, "max_position_embeddings", None)
         if not isinstance(positions, int):
             raise ModelLoadError(
@@ -231,7 +225,9 @@ class HFCausalLM:
         self.reference_attention: str = current
         #: LM head width; logit columns kept: the tokenizer's ids (a padded head's rest dropped).
         self.head_width = width
-        self.vocab_size = width if vocab_size is None else vocab_size
+        # A tokenizer may count an id or two past the head (transformers adds a pad token to
+        # some GGUF tokenizers): the head's ids are what can be produced, so those are kept.
+        self.vocab_size = width if vocab_size is None else min(vocab_size, width)
         # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
         # around the base model, so a hook on the base model would never fire).
         hooked = getattr(head, "_specstrat_hidden_hook", False)

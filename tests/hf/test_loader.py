@@ -125,8 +125,8 @@ def _written(name: str, content: str) -> Callable[[Path, Path], Path]:
 
 REFUSALS: list[tuple[str, Callable[[Path, Path], Any], str]] = [
     ("hub-id", lambda s, t: "HuggingFaceTB/SmolLM2-135M",
-     r"model='HuggingFaceTB/SmolLM2-135M' is not a local path and looks like a hub id; this "
-     r"machine loads local files only: download the model directory"),
+     r"model='HuggingFaceTB/SmolLM2-135M': no such path; if it is a hub id: this machine "
+     r"loads local files only: download the model directory"),
     ("missing", lambda s, t: t / "nowhere", r"model='.*nowhere': no such file or directory"),
     ("empty-dir", lambda s, t: t, r"model='.*' has no config\.json; pass a Hugging Face model dir"),
     ("not-gguf", _written("weights.bin", "x"), r"weights\.bin' is a file but not a \.gguf"),
