@@ -11,7 +11,7 @@ import sys
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TextIO
 
 import torch
 
@@ -177,12 +177,7 @@ def _demo(args: argparse.Namespace) -> int:
                 f"specstrat demo: --{flag.replace('_', '-')} goes with --model (the embedded "
                 "workload sets its own)"
             )
-    try:
-        trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
-    except OSError as exc:
-        raise SystemExit(
-            f"specstrat demo: cannot write --trace {args.trace}: {exc.strerror}"
-        ) from exc
+    trace = _open_trace(args.trace)
     try:
         summary, _ = run_demo(
             algo,
@@ -205,6 +200,14 @@ def _demo(args: argparse.Namespace) -> int:
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
 
 
+def _open_trace(path: str | None) -> TextIO | None:
+    """The --trace file, opened for writing (None without --trace)."""
+    try:
+        return open(path, "w", encoding="utf-8") if path else None
+    except OSError as exc:
+        raise SystemExit(f"specstrat demo: cannot write --trace {path}: {exc.strerror}") from exc
+
+
 def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling: Any) -> int:
     """``demo --model smollm2|PATH``: a Hugging Face model on the code-editing workload."""
     from specstrat.hf import load
@@ -215,12 +218,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     path = smollm2_path() if args.model == "smollm2" else args.model
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
-    try:
-        trace = open(args.trace, "w", encoding="utf-8") if args.trace else None  # noqa: SIM115
-    except OSError as exc:
-        raise SystemExit(
-            f"specstrat demo: cannot write --trace {args.trace}: {exc.strerror}"
-        ) from exc
+    trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(
             models,
