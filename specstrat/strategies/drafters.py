@@ -23,7 +23,7 @@ from specstrat.drafting import (
     StepOutcome,
 )
 from specstrat.errors import InvalidConfig
-from specstrat.models import DraftKV, LoadedModels
+from specstrat.models import CausalLM, DraftKV, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
 from specstrat.strategies.tree_expansion import TreeExpansion
@@ -36,6 +36,7 @@ __all__ = [
     "NgramDrafterFactory",
     "NoDrafter",
     "NoDrafterFactory",
+    "draft_lm_drafter",
 ]
 
 _NOTHING = RelayPayload()
@@ -287,6 +288,18 @@ class DraftModelDrafter:
         return _NOTHING
 
 
+def draft_lm_drafter(context: DrafterContext, draft: CausalLM) -> DraftModelDrafter:
+    """A drafter over ``draft`` in a KV runner of its own, once the tree's ``topk`` fits the
+    draft's vocabulary (the draft-LM and early-exit factories both build theirs so)."""
+    vocab = draft.shape.vocab_size
+    if context.tree is not None and context.tree.topk > vocab:
+        raise InvalidConfig(
+            f"tree topk={context.tree.topk} exceeds the draft LM's vocabulary of {vocab} "
+            f"tokens; use topk <= {vocab}"
+        )
+    return DraftModelDrafter(context.new_kv_runner(draft), context.target_tokens)
+
+
 @dataclass(frozen=True, slots=True)
 class DraftModelDrafterFactory:
     """Drafts with the loaded draft LM (``models.draft``) in a KV cache of its own."""
@@ -304,13 +317,7 @@ class DraftModelDrafterFactory:
                 "DraftModelDrafterFactory needs a draft LM but models.draft is None; load "
                 "one (EmbeddedModels.load(), or ModelSet(target=..., draft=...))"
             )
-        vocab = draft.shape.vocab_size
-        if context.tree is not None and context.tree.topk > vocab:
-            raise InvalidConfig(
-                f"tree topk={context.tree.topk} exceeds the draft LM's vocabulary of {vocab} "
-                f"tokens; use topk <= {vocab}"
-            )
-        return DraftModelDrafter(context.new_kv_runner(draft), context.target_tokens)
+        return draft_lm_drafter(context, draft)
 
     def prefill_payload(
         self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor

@@ -18,7 +18,7 @@ from specstrat.drafting import DrafterContext, DrafterNeeds
 from specstrat.errors import InvalidConfig
 from specstrat.models import EarlyExitModel, LoadedModels
 from specstrat.relay import RelayPayload
-from specstrat.strategies.drafters import DraftModelDrafter
+from specstrat.strategies.drafters import DraftModelDrafter, draft_lm_drafter
 
 __all__ = ["EarlyExitDrafterFactory"]
 
@@ -53,13 +53,7 @@ class EarlyExitDrafterFactory:
                 f"EarlyExitDrafterFactory.exit_layer={self.exit_layer} must be below the "
                 f"target's {layers} layers"
             )
-        view = target.early_exit(self.exit_layer)
-        if context.tree is not None and context.tree.topk > view.shape.vocab_size:
-            raise InvalidConfig(
-                f"tree topk={context.tree.topk} exceeds the vocabulary of "
-                f"{view.shape.vocab_size} tokens; use topk <= {view.shape.vocab_size}"
-            )
-        return DraftModelDrafter(context.new_kv_runner(view), context.target_tokens)
+        return draft_lm_drafter(context, target.early_exit(self.exit_layer))
 
     def prefill_payload(
         self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
