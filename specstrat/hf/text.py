@@ -39,13 +39,7 @@ def text_request(
     if not isinstance(text, str) or not text:
         raise InvalidConfig(f"request {rid!r}: text={text!r} must be a non-empty string")
     ids = tokenizer.encode(text)
-    return Request(
-        rid,
-        tuple(int(t) for t in ids),
-        max_new_tokens,
-        eos | stop_token_ids(tokenizer, stop),
-        sampling,
-    )
+    return _request(tokenizer, rid, ids, max_new_tokens, eos, stop, sampling)
 
 
 def chat_request(
@@ -74,13 +68,22 @@ def chat_request(
     ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):
         ids = ids["input_ids"]
-    return Request(
-        rid,
-        tuple(int(t) for t in ids),
-        max_new_tokens,
-        eos | stop_token_ids(tokenizer, stop),
-        sampling,
-    )
+    return _request(tokenizer, rid, ids, max_new_tokens, eos, stop, sampling)
+
+
+def _request(
+    tokenizer: Any,
+    rid: str,
+    ids: Any,
+    max_new_tokens: int,
+    eos: frozenset[int],
+    stop: tuple[str, ...],
+    sampling: SamplingParams,
+) -> Request:
+    """The request both builders make: the ids as ints, stopping at ``eos`` and the one-token
+    ``stop`` strings."""
+    stops = eos | stop_token_ids(tokenizer, stop)
+    return Request(rid, tuple(int(t) for t in ids), max_new_tokens, stops, sampling)
 
 
 def decode(tokenizer: Any, ids: list[int], *, stop: tuple[str, ...] = ()) -> str:
