@@ -30,9 +30,9 @@ import torch
 import specstrat
 from specstrat.models import AttentionBackend
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.demo import workload
-from specstrat.runtime.models.model import EagleHead, TinyLM
-from specstrat.runtime.worker import ModelWorker
+from specstrat.runtime._models.model import EagleHead, TinyLM
+from specstrat.runtime._worker import ModelWorker
+from specstrat.runtime._workload import workload
 from specstrat.strategies import TopkTree
 
 

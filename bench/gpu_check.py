@@ -616,7 +616,7 @@ def check_engine() -> None:
         skip(what, "--engine runs it (the engine has not run on CUDA yet; a failure is a FAIL)")
         return
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-    from specstrat.runtime.demo import workload
+    from specstrat.runtime._workload import workload
     from specstrat.strategies import TopkTree
 
     eagle_tree = replace(EAGLE, name="EAGLE_TREE", tree=TopkTree(topk=2, num_steps=3))

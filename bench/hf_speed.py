@@ -46,7 +46,7 @@ from specstrat.hf.algorithms import early_exit_algorithm
 from specstrat.hf.demo import code_requests, default_context_len
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
-from specstrat.runtime.worker import ModelWorker
+from specstrat.runtime._worker import ModelWorker
 
 
 def hf_generate(

@@ -23,7 +23,7 @@ import specstrat
 import specstrat.kernels.sampling as ks
 from specstrat import SamplingParams
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
+from specstrat.runtime._workload import workload
 
 N, V = 3, 256
 

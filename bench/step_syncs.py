@@ -3,7 +3,7 @@
 Reads are counted as ``tests/runtime/syncs.py`` counts them (``_local_scalar_dense`` in a
 dispatch mode, as ``bench/metadata.py`` does, plus every ``tolist()``/``cpu()`` call: on a GPU
 each is a host sync). The cost is the decode time per step with the answers' copies
-(:mod:`specstrat.runtime.answers`) against the same run with each copy replaced by the
+(:mod:`specstrat.runtime._answers`) against the same run with each copy replaced by the
 object itself, interleaved, ``--repeats`` runs each, the minimum per step (preemption on a
 shared machine only ever adds time).
 
@@ -25,9 +25,10 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
-from specstrat import DSPARK, EAGLE, NGRAM, STANDALONE, SamplingParams, TopkTree
+from specstrat import DSPARK, EAGLE, NGRAM, STANDALONE, SamplingParams
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
+from specstrat.runtime._workload import workload
+from specstrat.strategies import TopkTree
 from tests.runtime.syncs import count_step_reads
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
@@ -51,10 +52,10 @@ def without_copies() -> AbstractContextManager[Any]:
 
     stack = ExitStack()
     for target in (
-        "specstrat.runtime.answers.copy_tree",
-        "specstrat.runtime.answers.copy_acceptance",
-        "specstrat.runtime.answers.copy_payload",
-        "specstrat.runtime.step.copy_tree",
+        "specstrat.runtime._answers.copy_tree",
+        "specstrat.runtime._answers.copy_acceptance",
+        "specstrat.runtime._answers.copy_payload",
+        "specstrat.runtime._step.copy_tree",
     ):
         stack.enter_context(patch(target, _same))
     return stack

@@ -16,10 +16,11 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
 
-from specstrat._protocol_check import check_strategy, read_member
+from specstrat._protocol_check import check_strategy as check_strategy
+from specstrat._protocol_check import read_member
 from specstrat.batch import PrebuiltBatch
 from specstrat.contracts import hook_error
-from specstrat.drafting import DrafterNeeds
+from specstrat.drafting import ChainTree, DrafterNeeds
 from specstrat.errors import InvalidConfig, InvalidStrategy, SpecstratError, StrategyError
 from specstrat.protocols import (
     AcceptanceRule,
@@ -31,7 +32,6 @@ from specstrat.protocols import (
     TargetVerifyPolicy,
     TreePolicy,
 )
-from specstrat.strategies.tree import ChainTree
 
 __all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy", "required_capabilities"]
 

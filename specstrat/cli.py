@@ -138,7 +138,7 @@ def _check(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from specstrat.runtime.demo import run_demo  # the runtime loads models: only demo needs it
+    from specstrat.demo import run_demo  # the runtime loads models: only demo needs it
 
     # Tiny per-step tensors: one intra-op thread avoids contention (0.7 s vs up to 37 s per
     # decode run measured on a loaded 2-core machine).

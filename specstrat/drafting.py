@@ -16,13 +16,16 @@ from typing import Generic, TypeVar
 
 import torch
 
+from specstrat._deprecation import RenamedField, renamed_fields, renamed_keywords
 from specstrat.errors import InvalidConfig
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.relay import RelayField, RelayPayload
 
 __all__ = [
     "GREEDY",
+    "MIN_TEMPERATURE",
     "Acceptance",
+    "ChainTree",
     "DraftAdmission",
     "DraftStep",
     "DraftTree",
@@ -98,54 +101,69 @@ def _tree_capacity(topk: int, num_steps: int) -> int:
     return 0 if num_steps == 0 else topk + (num_steps - 1) * topk * topk
 
 
+@renamed_fields(num_draft_tokens="tokens_per_req")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeShape:
     """The draft tree a step may propose, named as SGLang's server arguments.
 
     ``topk`` (``speculative_eagle_topk``): children expanded per kept node, and nodes kept per
     depth; ``num_steps`` (``speculative_num_steps``): expansion steps, i.e. the tree's depth;
-    ``num_draft_tokens`` (``speculative_num_draft_tokens``): the verify budget, the root plus
-    the ``num_draft_tokens - 1`` best nodes by cumulative log-probability. ``topk = 1`` is a
-    chain.
+    ``tokens_per_req`` (T): what the target verifies per request, the root plus the
+    ``tokens_per_req - 1`` best nodes by cumulative log-probability. ``topk = 1`` is a chain
+    (:meth:`chain`).
     """
 
     topk: int
     num_steps: int
-    num_draft_tokens: int
+    tokens_per_req: int
+    num_draft_tokens = RenamedField[int]("tokens_per_req")  # the 0.3.0 name
 
     def __post_init__(self) -> None:
-        for name, least in (("topk", 1), ("num_steps", 0), ("num_draft_tokens", 1)):
+        for name, least in (("topk", 1), ("num_steps", 0), ("tokens_per_req", 1)):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise InvalidConfig(f"TreeShape.{name}={value!r} must be an int >= {least}")
-        if self.num_steps > self.num_draft_tokens - 1:
+        t = self.tokens_per_req
+        if self.num_steps > t - 1:
             raise InvalidConfig(
-                f"num_steps={self.num_steps} is deeper than a budget of num_draft_tokens="
-                f"{self.num_draft_tokens} can verify (depth <= {self.num_draft_tokens - 1}); "
-                "lower num_steps or raise num_draft_tokens"
+                f"num_steps={self.num_steps} is deeper than tokens_per_req={t} can verify "
+                f"(depth <= {t - 1}); lower num_steps or raise tokens_per_req"
             )
         capacity = _tree_capacity(self.topk, self.num_steps)
-        if self.num_draft_tokens - 1 > capacity:
+        if t - 1 > capacity:
             raise InvalidConfig(
-                f"num_draft_tokens={self.num_draft_tokens} needs {self.num_draft_tokens - 1} "
-                f"draft nodes but topk={self.topk}, num_steps={self.num_steps} expand at most "
-                f"{capacity}; lower num_draft_tokens or raise topk/num_steps"
+                f"tokens_per_req={t} needs {t - 1} draft nodes but topk={self.topk}, "
+                f"num_steps={self.num_steps} expand at most {capacity}; lower tokens_per_req or "
+                "raise topk/num_steps"
             )
 
     @classmethod
-    def chain(cls, num_draft_tokens: int) -> TreeShape:
-        """A chain of ``num_draft_tokens - 1`` nodes: topk 1, that many steps."""
-        return cls(topk=1, num_steps=num_draft_tokens - 1, num_draft_tokens=num_draft_tokens)
+    def chain(cls, tokens_per_req: int = 0, **old: int) -> TreeShape:
+        """A chain of ``tokens_per_req - 1`` nodes: topk 1, that many steps."""
+        t = renamed_keywords("TreeShape.chain", {"num_draft_tokens": "tokens_per_req"}, old).get(
+            "tokens_per_req", tokens_per_req
+        )
+        return cls(topk=1, num_steps=t - 1, tokens_per_req=t)
 
     @property
     def max_nodes(self) -> int:
         """Draft nodes per request the target verifies (the root excluded)."""
-        return self.num_draft_tokens - 1
+        return self.tokens_per_req - 1
 
     @property
     def is_chain(self) -> bool:
         """Whether the shape is a chain (topk 1)."""
         return self.topk == 1
+
+
+@dataclass(frozen=True, slots=True)
+class ChainTree:
+    """The tree policy of a chain: topk 1, ``T - 1`` steps (every drafter can draft it); the
+    default of :class:`~specstrat.algorithm.SpecAlgorithm`."""
+
+    def tree_shape(self, tokens_per_req: int) -> TreeShape:
+        """``TreeShape.chain(tokens_per_req)``."""
+        return TreeShape.chain(tokens_per_req)
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,32 +276,36 @@ class Acceptance:
     bonus_tokens: torch.Tensor
 
 
+@renamed_fields(last_tokens="bonus_tokens", relay="payload")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftStep:
     """What a drafter proposes from, for the running requests of one step.
 
-    ``slots`` are the requests' target request-pool slots; ``last_tokens`` the verified tokens
-    not yet in the target's KV (resolved from the relay); ``seq_lens`` the target's KV lengths
-    (from the request pool, their one owner), which are also the root tokens' absolute
-    positions; ``relay`` whatever the drafter's last ``commit`` or ``admit`` stashed;
-    ``max_nodes`` the most nodes per request the target verifies; ``sampling`` each request's
-    parameters (a drafter that samples draws node ``j`` with draw index 2 at position
-    ``seq_lens + 1 + j``, see :mod:`specstrat.sampling`); ``tree`` the shape the algorithm's
-    tree policy allows (``None``: a chain of ``max_nodes``; read it as :attr:`shape`).
+    ``slots`` are the requests' slots (request-pool rows); ``bonus_tokens`` each request's
+    bonus token, its next input, not yet in the target's KV (resolved from the relay);
+    ``seq_lens`` the target's KV lengths, which are also the bonus tokens' absolute positions;
+    ``payload`` what the drafter's last ``commit`` or ``admit`` stashed in the relay;
+    ``max_nodes`` the most nodes per request the target verifies (T - 1); ``sampling`` each
+    request's parameters (a drafter that samples draws node ``j`` with draw index 2 at
+    position ``seq_lens + 1 + j``, see :mod:`specstrat.sampling`); ``tree`` the shape the
+    algorithm's tree policy answered (the engine always passes it; ``None`` reads as a chain
+    of ``max_nodes``, see :attr:`shape`).
     """
 
     slots: tuple[int, ...]
-    last_tokens: torch.Tensor
+    bonus_tokens: torch.Tensor
     seq_lens: torch.Tensor
-    relay: RelayPayload
+    payload: RelayPayload
     max_nodes: int
     sampling: tuple[SamplingParams, ...]
     tree: TreeShape | None = None
+    last_tokens = RenamedField[torch.Tensor]("bonus_tokens")  # the 0.3.0 names
+    relay = RenamedField[RelayPayload]("payload")
 
     def __post_init__(self) -> None:
         if self.tree is not None and self.tree.max_nodes != self.max_nodes:
             raise InvalidConfig(
-                f"DraftStep.tree has num_draft_tokens={self.tree.num_draft_tokens} but "
+                f"DraftStep.tree has tokens_per_req={self.tree.tokens_per_req} but "
                 f"max_nodes={self.max_nodes}; the tree's budget is max_nodes + 1"
             )
 
@@ -306,24 +328,26 @@ class StepOutcome:
     hidden: torch.Tensor
 
 
+@renamed_fields(first_tokens="bonus_tokens")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftAdmission(Generic[_DraftT_co]):
     """New requests for a drafter, after a local prefill or a PREBUILT admission.
 
-    ``first_tokens`` ``[bs]``: each request's first generated token (not yet in the KV);
-    ``sampling``: each request's parameters;
-    ``seq_lens``: prompt lengths; ``hidden`` ``[bs, H]``: the target's hidden state at each
-    prompt's last position (``None`` on PREBUILT admission); ``draft_input``: what the
-    algorithm's disagg builder returned for a PREBUILT batch (``None`` after a local prefill, or
-    when the builder had nothing: the first step then decodes plainly from ``first_tokens``).
+    ``bonus_tokens`` ``[bs]``: each request's first generated token, its next input (not yet
+    in the KV); ``sampling``: each request's parameters; ``seq_lens``: prompt lengths;
+    ``hidden`` ``[bs, H]``: the target's hidden state at each prompt's last position (``None``
+    on PREBUILT admission); ``draft_input``: what the algorithm's disagg builder returned for a
+    PREBUILT batch (``None`` after a local prefill, or when the builder had nothing: the first
+    step then decodes plainly from ``bonus_tokens``).
     """
 
     slots: tuple[int, ...]
-    first_tokens: torch.Tensor
+    bonus_tokens: torch.Tensor
     seq_lens: torch.Tensor
     hidden: torch.Tensor | None
     draft_input: _DraftT_co | None
     sampling: tuple[SamplingParams, ...] = ()
+    first_tokens = RenamedField[torch.Tensor]("bonus_tokens")  # the 0.3.0 name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,7 +7,7 @@ any implementation (``check_target_verify_policy`` and friends).
 
 The engine copies what a hook returns the moment it returns and uses only the copy, and what it
 hands a hook is a copy it does not read back: a hook that keeps references and writes into them
-later changes nothing (:mod:`specstrat.runtime.answers`).
+later changes nothing (:mod:`specstrat.runtime._answers`).
 """
 
 from __future__ import annotations
@@ -84,12 +84,12 @@ class TreePolicy(Protocol):
     shape for a drafter whose ``needs.trees`` is False.
 
     Guarantees: pure; returns a :class:`~specstrat.drafting.TreeShape` whose
-    ``num_draft_tokens`` is ``num_draft_tokens``; a bad combination raises
+    ``tokens_per_req`` is the argument; a bad combination raises
     :class:`~specstrat.errors.InvalidConfig` naming the value.
     """
 
-    def tree_shape(self, num_draft_tokens: int) -> TreeShape:
-        """The tree for a verify budget of ``num_draft_tokens`` tokens per request."""
+    def tree_shape(self, tokens_per_req: int) -> TreeShape:
+        """The tree for ``tokens_per_req`` (T) verified tokens per request, root included."""
         ...
 
 
@@ -207,7 +207,7 @@ class DraftProposer(Protocol):
     Guarantees: ``propose`` returns a :class:`~specstrat.drafting.DraftTree` with one row per
     request of ``step.slots``, at most ``step.max_nodes`` nodes, token ids in the target's
     vocabulary (the plain scheduler verifies chains: node ``j``'s parent is ``j - 1``); a deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every
-    node. ``commit`` returns the relay fields the next ``propose`` reads (as ``step.relay``).
+    node. ``commit`` returns the relay fields the next ``propose`` reads (as ``step.payload``).
     """
 
     def propose(self, step: DraftStep) -> DraftTree:

@@ -84,8 +84,8 @@ class DraftChooser:
 
     def __init__(self, step: DraftStep) -> None:
         self.sampled = any(not p.greedy for p in step.sampling)
-        self.sampling = SamplingBatch.of(step.sampling, step.last_tokens.device)
-        self.root = step.seq_lens.to(step.last_tokens.device)
+        self.sampling = SamplingBatch.of(step.sampling, step.bonus_tokens.device)
+        self.root = step.seq_lens.to(step.bonus_tokens.device)
         self.tokens: list[torch.Tensor] = []
         self.q: list[torch.Tensor] = []
 

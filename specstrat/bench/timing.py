@@ -15,7 +15,14 @@ from dataclasses import dataclass
 
 from specstrat.errors import InvalidConfig
 
-__all__ = ["Contender", "Ratio", "Timings", "interleaved", "ratio"]
+__all__ = [
+    "Contender",
+    "Outputs",
+    "Ratio",
+    "Timings",
+    "interleaved",
+    "ratio",
+]
 
 Outputs = Mapping[str, Sequence[int]]
 

@@ -14,14 +14,14 @@ from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from specstrat.algorithm import SpecAlgorithm
+from specstrat.demo import DemoSummary, run_comparison
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.hf.loader import HFModels
 from specstrat.hf.process import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
 from specstrat.hf.workload import code_prompts
-from specstrat.runtime.demo import DemoSummary, run_comparison
-from specstrat.runtime.requests import EngineConfig, Request
+from specstrat.runtime._requests import EngineConfig, Request
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "run_hf_demo"]
 

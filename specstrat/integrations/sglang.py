@@ -20,29 +20,27 @@ algorithm's name): the README's "SGLang integration" section lists what the work
 
 from __future__ import annotations
 
+from specstrat.integrations._sglang_adapter import SGLangBinding as SGLangBinding
+from specstrat.integrations._sglang_adapter import SpecstratSpecAlgo as SpecstratSpecAlgo
+from specstrat.integrations._sglang_adapter import ToSpecInput as ToSpecInput
+from specstrat.integrations._sglang_adapter import builtin_spec_input as builtin_spec_input
 from specstrat.integrations._sglang_adapter import (
-    SGLangBinding,
-    SpecstratSpecAlgo,
-    ToSpecInput,
-    builtin_spec_input,
-    prebuilt_batch_from_schedule_batch,
+    prebuilt_batch_from_schedule_batch as prebuilt_batch_from_schedule_batch,
 )
-from specstrat.integrations._sglang_check import (
-    CHECKED_DRAFT_TOKENS,
-    SGLangCheck,
-    SGLangReport,
-    check_sglang,
-    enum_methods,
-)
-from specstrat.integrations._sglang_import import SGLANG_VERSION, IntegrationError, load_sglang
-from specstrat.integrations._sglang_registry import (
-    SGLangPlugin,
-    Worker,
-    plugin,
-    register,
-    registered,
-    unregister,
-)
+from specstrat.integrations._sglang_check import CHECKED_DRAFT_TOKENS as CHECKED_DRAFT_TOKENS
+from specstrat.integrations._sglang_check import SGLangCheck as SGLangCheck
+from specstrat.integrations._sglang_check import SGLangReport as SGLangReport
+from specstrat.integrations._sglang_check import check_sglang as check_sglang
+from specstrat.integrations._sglang_check import enum_methods as enum_methods
+from specstrat.integrations._sglang_import import SGLANG_VERSION as SGLANG_VERSION
+from specstrat.integrations._sglang_import import IntegrationError as IntegrationError
+from specstrat.integrations._sglang_import import load_sglang as load_sglang
+from specstrat.integrations._sglang_registry import SGLangPlugin as SGLangPlugin
+from specstrat.integrations._sglang_registry import Worker as Worker
+from specstrat.integrations._sglang_registry import plugin as plugin
+from specstrat.integrations._sglang_registry import register as register
+from specstrat.integrations._sglang_registry import registered as registered
+from specstrat.integrations._sglang_registry import unregister as unregister
 
 __all__ = [
     "CHECKED_DRAFT_TOKENS",

@@ -210,7 +210,7 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
     if (i := _first(cache > width)) is not None:
         c = int(cache[i])
         raise InvalidConfig(
-            f"cache_seqlens[{i}]={c} (seq_lens + tokens) needs {c} token slots "
+            f"cache_seqlens[{i}]={c} (seq_lens + tokens) needs {c} KV indices "
             f"({cdiv(c, size)} pages of page_size={size}) but req_to_token.shape[1]={width}; "
             f"widen req_to_token to >= {int(cache.max())} columns"
         )
@@ -232,7 +232,7 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
         slot = int(slots[row, page])
         raise InvalidConfig(
             f"req_to_token[{int(rpi[row])}, {page * size}]={slot} gives page id {slot // size}, "
-            f"past the int32 max {INT32_MAX}; token slots must be < {(INT32_MAX + 1) * size}"
+            f"past the int32 max {INT32_MAX}; KV indices must be < {(INT32_MAX + 1) * size}"
         )
 
 

@@ -40,11 +40,9 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import index_tensor, reads_values
-from specstrat.kernels._tree_kernel import (
-    TreeVerifyMetadataBuffers,
-    _tree_verify_kernel,
-    tree_verify_metadata_ref,
-)
+from specstrat.kernels._tree_kernel import TreeVerifyMetadataBuffers as TreeVerifyMetadataBuffers
+from specstrat.kernels._tree_kernel import _tree_verify_kernel
+from specstrat.kernels._tree_kernel import tree_verify_metadata_ref as tree_verify_metadata_ref
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
 from specstrat.kernels._verify_buffers import VerifyMetadata, VerifyMetadataBuffers
 from specstrat.kernels._verify_checks import (

@@ -48,12 +48,10 @@ from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int, index_tensor, reads_values
 from specstrat.kernels._keyword_width import width_by_keyword
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
-from specstrat.kernels._verify_buffers import (
-    PAD_PAGE,
-    PAD_SEQ_LEN,
-    VerifyMetadata,
-    VerifyMetadataBuffers,
-)
+from specstrat.kernels._verify_buffers import PAD_PAGE as PAD_PAGE
+from specstrat.kernels._verify_buffers import PAD_SEQ_LEN as PAD_SEQ_LEN
+from specstrat.kernels._verify_buffers import VerifyMetadata as VerifyMetadata
+from specstrat.kernels._verify_buffers import VerifyMetadataBuffers as VerifyMetadataBuffers
 from specstrat.kernels._verify_checks import (
     Paging,
     bucket_tokens,
@@ -71,8 +69,8 @@ from specstrat.kernels._verify_kernel import (
     _BLOCK_ROWS,
     _verify_metadata_kernel,
     bucket_widths_ref,
-    verify_metadata_ref,
 )
+from specstrat.kernels._verify_kernel import verify_metadata_ref as verify_metadata_ref
 
 __all__ = [
     "PAD_PAGE",

@@ -1,47 +1,5 @@
-"""A model's outputs against its declared :class:`~specstrat.models.ModelShape`.
+"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
+from specstrat._deprecation import moved_module
+from specstrat.runtime._model_check import *  # noqa: F403
 
-A model that returns logits wider than ``vocab_size`` (a padded LM head) or hidden states of
-another width than ``hidden_size`` would otherwise end in an ``IndexError`` far from the model,
-or in an error blamed on the drafter that read them. The worker checks every forward's outputs
-(shapes only: no value is read, so it costs no host sync), so the first forward of each model,
-target and drafts alike, refuses a model that disagrees with its shape.
-"""
-
-from __future__ import annotations
-
-import torch
-
-from specstrat.contracts import describe
-from specstrat.errors import ModelShapeError
-from specstrat.models import ModelShape
-
-__all__ = ["check_model_outputs"]
-
-
-def check_model_outputs(
-    model: object, shape: ModelShape, rows: int, logits: object, hidden: object
-) -> None:
-    """``logits`` are ``[rows, shape.vocab_size]`` and ``hidden`` ``[rows, shape.hidden_size]``
-    tensors; anything else is a ModelShapeError naming the model, the width and the fix."""
-    name = type(model).__name__
-    for what, value, width, field in (
-        ("logits", logits, shape.vocab_size, "vocab_size"),
-        ("hidden states", hidden, shape.hidden_size, "hidden_size"),
-    ):
-        if not isinstance(value, torch.Tensor) or value.dim() != 2:
-            raise ModelShapeError(
-                f"model={name} returned {what} of {describe(value)} for {rows} tokens; a "
-                f"CausalLM returns {what} [tokens, {field}={width}]"
-            )
-        if value.shape[0] != rows:
-            raise ModelShapeError(
-                f"model={name} returned {value.shape[0]} rows of {what} for {rows} tokens; a "
-                "CausalLM returns one row per token"
-            )
-        if value.shape[1] != width:
-            raise ModelShapeError(
-                f"model={name} returned {what} {value.shape[1]} wide but its ModelShape."
-                f"{field}={width}; declare {field}={value.shape[1]} in the model's shape, or "
-                f"return {what} of width {width}"
-                + (" (slice a padded LM head to the vocabulary)" if field == "vocab_size" else "")
-            )
+moved_module(__name__, "specstrat.runtime")

@@ -1,55 +1,5 @@
-"""Which hook last wrote each relay field of each request, so a bad value names its writer.
+"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
+from specstrat._deprecation import moved_module
+from specstrat.runtime._relay_writers import *  # noqa: F403
 
-The relay (the algorithm's FutureMap) carries what the drafter's ``admit``/``commit`` and the
-disagg builder returned, next to what the engine writes itself (each step's bonus tokens and
-the request pool's sequence lengths). A value that comes back wrong at ``resolve``, or that a
-relay refuses at ``stash``, is blamed on the hook that wrote it; only a field the engine wrote
-itself is blamed on the relay.
-"""
-
-from __future__ import annotations
-
-from collections.abc import Iterable, Sequence
-
-from specstrat.relay import RelayField
-
-__all__ = ["RelayWriters", "named_field"]
-
-
-class RelayWriters:
-    """Per running slot, the hook that last wrote each relay field (absent: the engine)."""
-
-    def __init__(self) -> None:
-        self._by_slot: dict[int, dict[RelayField, str]] = {}
-
-    def wrote(self, hook: str | None, slots: Sequence[int], fields: Iterable[RelayField]) -> None:
-        """``hook`` (``None``: the engine) wrote ``fields`` at ``slots``."""
-        names = list(fields)
-        for slot in slots:
-            row = self._by_slot.setdefault(slot, {})
-            for name in names:
-                if hook is None:
-                    row.pop(name, None)
-                else:
-                    row[name] = hook
-
-    def writer(self, slots: Iterable[int], field: RelayField) -> str | None:
-        """The hook that last wrote ``field`` at the first of ``slots`` a hook wrote it at
-        (``None``: the engine wrote it at all of them)."""
-        for slot in slots:
-            hook = self._by_slot.get(slot, {}).get(field)
-            if hook is not None:
-                return hook
-        return None
-
-    def forget(self, slots: Iterable[int]) -> None:
-        """Finished requests: nothing of theirs is in the relay any more."""
-        for slot in slots:
-            self._by_slot.pop(slot, None)
-
-
-def named_field(message: str, fields: Iterable[RelayField]) -> RelayField | None:
-    """The first of ``fields`` a relay's error message names (RelayError messages start with
-    the field), or ``None``."""
-    found = [(message.find(name), name) for name in fields if name in message]
-    return min(found)[1] if found else None
+moved_module(__name__, "specstrat.runtime")

@@ -57,7 +57,7 @@ from specstrat.errors import InvalidConfig
 from specstrat.models import BlockDraftModel, BlockKV, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
-from specstrat.strategies.drafters import DraftKVSlots
+from specstrat.strategies.drafters import DraftRows
 
 __all__ = ["BlockDrafter", "BlockDrafterFactory", "BlockLayout", "block_layout"]
 
@@ -119,20 +119,20 @@ class BlockDrafter:
         self.runner = runner
         self.layout, self.threshold = layout, threshold
         self.blanks = [model.placeholder(k) for k in range(1, layout.drafts + 1)]
-        self.slots = DraftKVSlots(runner, target_tokens)
+        self.rows = DraftRows(runner, target_tokens)
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
-        """A draft-KV slot per request (filled at the first proposal; the KV never travels)."""
-        self.slots.admit(admission.slots)
+        """A draft-KV index per request (filled at the first proposal; the KV never travels)."""
+        self.rows.admit(admission.slots)
         return _NOTHING
 
     def release(self, slots: Sequence[int]) -> None:
         """Free the requests' draft KV."""
-        self.slots.release(slots)
+        self.rows.release(slots)
 
     def propose(self, step: DraftStep) -> DraftTree:
         """One block per request: catch up, one draft-worker TARGET_VERIFY, rewind."""
-        bs, n, dev = len(step.slots), self.layout.drafts, step.last_tokens.device
+        bs, n, dev = len(step.slots), self.layout.drafts, step.bonus_tokens.device
         if step.max_nodes != n:
             raise InvalidConfig(
                 f"the step verifies max_nodes={step.max_nodes} drafts but this block drafter "
@@ -141,8 +141,8 @@ class BlockDrafter:
             )
         if not n or not bs:
             return DraftTree.chain(torch.zeros(bs, 0, dtype=torch.int64, device=dev))
-        own, lacking = self.slots.behind(step.slots)
-        last = [int(t) for t in step.last_tokens.tolist()]
+        own, lacking = self.rows.behind(step.slots)
+        last = [int(t) for t in step.bonus_tokens.tolist()]
         anchor = self.layout.anchor_in_block
         behind = [
             (o, [*tokens, *([] if anchor else [tok])])

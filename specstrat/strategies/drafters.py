@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import torch
 
+from specstrat._deprecation import moved_names
 from specstrat.drafting import (
     DraftAdmission,
     DrafterContext,
@@ -29,7 +31,7 @@ from specstrat.sampling import DraftChooser
 from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = [
-    "DraftKVSlots",
+    "DraftRows",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",
     "NgramDrafter",
@@ -61,7 +63,7 @@ class NoDrafter:
 
     def propose(self, step: DraftStep) -> DraftTree:
         """A tree of zero nodes per request."""
-        return _empty_tree(len(step.slots), step.last_tokens.device)
+        return _empty_tree(len(step.slots), step.bonus_tokens.device)
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """Nothing to learn."""
@@ -128,12 +130,12 @@ class NgramDrafter:
         """Looked-up continuations, each row padded with its last token; ``lengths`` = found."""
         steps = step.max_nodes
         rows, found = [], []
-        for slot, last in zip(step.slots, step.last_tokens.tolist(), strict=True):
+        for slot, last in zip(step.slots, step.bonus_tokens.tolist(), strict=True):
             history = [*self.target_tokens(slot), int(last)]
             got = _find(history, self.min_ngram, self.max_ngram, steps) if steps else []
             found.append(len(got))
             rows.append(got + [got[-1] if got else int(last)] * (steps - len(got)))
-        dev = step.last_tokens.device
+        dev = step.bonus_tokens.device
         tokens = torch.tensor(rows, dtype=torch.int64, device=dev).reshape(len(rows), steps)
         return DraftTree.chain(tokens, lengths=torch.tensor(found, dtype=torch.int64, device=dev))
 
@@ -183,17 +185,17 @@ class NgramDrafterFactory:
 # -- a draft LM --------------------------------------------------------------------------------
 
 
-class DraftKVSlots:
-    """A drafter's slots in its own KV (a draft LM's): one per request, keyed by the request's
-    target slot, allocated at admission and filled at the first proposal (the draft KV never
-    travels, so PREBUILT requests start empty too)."""
+class DraftRows:
+    """A drafter's draft rows: one row of its own request pool (a draft LM's) per request, keyed
+    by the request's slot, allocated at admission and filled at the first proposal (the draft KV
+    never travels, so PREBUILT requests start empty too)."""
 
     def __init__(self, runner: DraftKV, target_tokens: Callable[[int], Sequence[int]]) -> None:
         self.runner, self.target_tokens = runner, target_tokens
         self.own: dict[int, int] = {}
 
     def admit(self, slots: Sequence[int]) -> None:
-        """A draft-KV slot for each of ``slots``."""
+        """A draft row for each of ``slots``."""
         fresh = self.runner.alloc(len(slots))
         self.own.update(zip(slots, fresh, strict=True))
 
@@ -204,7 +206,7 @@ class DraftKVSlots:
             self.runner.free(mine)
 
     def behind(self, slots: Sequence[int]) -> tuple[list[int], list[list[int]]]:
-        """The draft slots of ``slots``, and the committed tokens each one's KV lacks."""
+        """The draft rows of ``slots``, and the committed tokens each one's KV lacks."""
         own = [self.own[s] for s in slots]
         have = self.runner.lengths(own)
         lacking = [list(self.target_tokens(s)[n:]) for s, n in zip(slots, have, strict=True)]
@@ -222,25 +224,25 @@ class DraftModelDrafter:
 
     def __init__(self, runner: DraftKV, target_tokens: Callable[[int], Sequence[int]]) -> None:
         self.runner = runner
-        self.slots = DraftKVSlots(runner, target_tokens)
+        self.rows = DraftRows(runner, target_tokens)
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
-        """A draft-KV slot per request (filled at the first proposal)."""
-        self.slots.admit(admission.slots)
+        """A draft row per request (filled at the first proposal)."""
+        self.rows.admit(admission.slots)
         return _NOTHING
 
     def release(self, slots: Sequence[int]) -> None:
         """Free the requests' draft KV."""
-        self.slots.release(slots)
+        self.rows.release(slots)
 
     def propose(self, step: DraftStep) -> DraftTree:
         """``max_nodes`` tokens from the draft LM (none when T = 1): a chain, one token per
         forward, or the step's top-k tree, one forward per depth."""
-        bs, steps, dev = len(step.slots), step.max_nodes, step.last_tokens.device
+        bs, steps, dev = len(step.slots), step.max_nodes, step.bonus_tokens.device
         if not steps or not bs:
             return _empty_tree(bs, dev)
-        own, lacking = self.slots.behind(step.slots)
-        lasts = step.last_tokens.tolist()
+        own, lacking = self.rows.behind(step.slots)
+        lasts = step.bonus_tokens.tolist()
         catch_up = [[*tokens, int(last)] for tokens, last in zip(lacking, lasts, strict=True)]
         logits, _ = self.runner.extend(own, catch_up)
         ends = torch.tensor([len(c) for c in catch_up], device=logits.device).cumsum(0) - 1
@@ -284,7 +286,7 @@ class DraftModelDrafter:
             accepted = outcome.acceptance.accept_lengths.tolist()
             seq_lens = outcome.step.seq_lens.tolist()
             for slot, a, n in zip(outcome.step.slots, accepted, seq_lens, strict=True):
-                self.runner.rewind(self.slots.own[slot], n + 1 + min(int(a), steps - 1))
+                self.runner.rewind(self.rows.own[slot], n + 1 + min(int(a), steps - 1))
         return _NOTHING
 
 
@@ -324,3 +326,9 @@ class DraftModelDrafterFactory:
     ) -> RelayPayload:
         """Nothing travels: the decode side rebuilds the draft KV from the prompt."""
         return _NOTHING
+
+
+if TYPE_CHECKING:  # the 0.3.0 name keeps its static type
+    DraftKVSlots = DraftRows
+else:  # at run time it warns; type checkers keep flagging unknown names
+    __getattr__ = moved_names(__name__, {"DraftKVSlots": "specstrat.strategies.drafters:DraftRows"})

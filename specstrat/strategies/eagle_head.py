@@ -58,7 +58,7 @@ class EagleHeadDrafter:
         builder relayed it (``draft_input``), or there is none yet."""
         if admission.hidden is not None:
             self.ready.update(admission.slots)
-            return _first_token(self.head, admission.hidden, admission.first_tokens, self.topk)
+            return _first_token(self.head, admission.hidden, admission.bonus_tokens, self.topk)
         if admission.draft_input is not None:
             self.ready.update(admission.slots)
         return _NOTHING
@@ -69,12 +69,12 @@ class EagleHeadDrafter:
 
     def propose(self, step: DraftStep) -> DraftTree:
         """The relayed first token, then ``max_nodes - 1`` more from the head alone."""
-        bs, steps, dev = len(step.slots), step.max_nodes, step.last_tokens.device
-        relay = step.relay
+        bs, steps, dev = len(step.slots), step.max_nodes, step.bonus_tokens.device
+        relay = step.payload
         if not steps or not bs:
             return DraftTree.chain(torch.zeros(bs, 0, dtype=torch.int64, device=dev))
         if relay.topk_index is None or relay.topk_p is None or relay.hidden_states is None:
-            filler = step.last_tokens[:, None].expand(bs, steps).contiguous()  # no state yet
+            filler = step.bonus_tokens[:, None].expand(bs, steps).contiguous()  # no state yet
             return DraftTree.chain(filler, lengths=torch.zeros(bs, dtype=torch.int64, device=dev))
         ready = torch.tensor([s in self.ready for s in step.slots], device=dev)
         lengths = torch.where(ready, steps, 0).to(torch.int64)

@@ -5,7 +5,7 @@ target logits, and checks every answer against the contract the engine enforces
 (:mod:`specstrat.contracts`); a rule that says it is lossless must, at temperature 0, accept
 exactly what greedy decoding would. ``check_drafter`` runs the drafter for real: an engine on the
 embedded models (or yours), sync and overlap, D = 1 and 3, with greedy acceptance; its output must
-equal target-only decoding and every request slot and KV slot must come back.
+equal target-only decoding and every request slot and KV index must come back.
 """
 
 from __future__ import annotations
@@ -147,7 +147,7 @@ def check_tree_policy(policy: object) -> list[int]:
         first = answers[0]
         if answers[1] != first:
             raise _fail(hook, text, f"answered {answers[0]!r}, then {answers[1]!r}")
-        if isinstance(first, TreeShape) and first.num_draft_tokens == t:
+        if isinstance(first, TreeShape) and first.tokens_per_req == t:
             accepted.append(t)
         elif not isinstance(first, _Refused):
             raise _fail(hook, text, f"returned {first!r}")
@@ -168,7 +168,7 @@ def check_drafter(
     those, the two smallest budgets it accepts) without breaking any contract, leaking a slot, or changing a
     token of target-only greedy output."""
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
-    from specstrat.runtime.demo import workload
+    from specstrat.runtime._workload import workload
 
     hook = f"DrafterFactory {type(factory).__name__}"
     needs = _declared(hook, "drafter", DrafterFactory, factory, "needs", DrafterNeeds)

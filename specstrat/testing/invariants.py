@@ -24,7 +24,11 @@ from specstrat.kernels import (
     build_verify_metadata_into,
 )
 
-__all__ = ["VerifyBatch", "check_verify_metadata"]
+__all__ = [
+    "Form",
+    "VerifyBatch",
+    "check_verify_metadata",
+]
 
 Form = Literal["uniform", "graph", "ragged", "ragged_graph"]
 

@@ -39,7 +39,12 @@ from specstrat.errors import ConformanceError, InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.sampling import SamplingBatch
 
-__all__ = ["JOINT_BYTES", "LosslessReport", "check_lossless_in_distribution"]
+__all__ = [
+    "DEFAULT_PROMPT",
+    "JOINT_BYTES",
+    "LosslessReport",
+    "check_lossless_in_distribution",
+]
 
 #: A fixed prompt from the embedded models' domain (Python source) whose end repeats earlier
 #: text, so prompt lookup drafts too.
@@ -90,7 +95,8 @@ def _exact_pairs(
 ) -> _Joint:
     """``P(t1, t2)`` under the target and ``params`` for the likeliest first tokens that fit
     ``joint_bytes`` (all of non-zero probability when they fit)."""
-    from specstrat.runtime import ForwardMode, ModelWorker  # the runtime runs the target
+    from specstrat.runtime import ForwardMode  # the runtime runs the target
+    from specstrat.runtime._worker import ModelWorker
 
     vocab = models.target.shape.vocab_size
     sampling = SamplingBatch.of([params])

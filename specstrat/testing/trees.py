@@ -33,6 +33,7 @@ from specstrat.kernels import (
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 
 __all__ = [
+    "TreeForm",
     "TreeVerifyBatch",
     "check_tree_verify_metadata",
     "draft_trees",

@@ -6,19 +6,15 @@ from typing import Any
 import pytest
 import torch
 
-from specstrat import (
-    EAGLE,
-    Capabilities,
+from specstrat import EAGLE, Capabilities, InvalidStrategy, SpecAlgorithm, StrategyError
+from specstrat.strategies import (
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
-    InvalidStrategy,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    SlotFutureMap,
     SlotFutureMapFactory,
-    SpecAlgorithm,
-    StrategyError,
 )
-from specstrat.strategies import SlotFutureMap
 
 
 def compose(**overrides: Any) -> SpecAlgorithm[Any]:

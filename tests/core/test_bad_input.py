@@ -10,19 +10,21 @@ import specstrat
 from specstrat import (
     EAGLE,
     Capabilities,
+    PrebuiltBatch,
+    RelayPayload,
+    SpecAlgorithm,
+    SpecstratError,
+)
+from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata, gather_relay
+from specstrat.strategies import (
     EagleDisaggDraftBuilder,
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
-    PrebuiltBatch,
-    RelayPayload,
     RingFutureMapFactory,
     SlotFutureMapFactory,
-    SpecAlgorithm,
-    SpecstratError,
 )
-from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata, gather_relay
 
 CPU = torch.device("cpu")
 I64 = torch.int64

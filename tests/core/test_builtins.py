@@ -5,16 +5,15 @@ from typing import Any
 import pytest
 
 import specstrat
-from specstrat import (
+from specstrat import InvalidConfig, SpecAlgorithm
+from specstrat.builtins import DSPARK_CONFIDENCE
+from specstrat.strategies import (
     BlockDrafterFactory,
     DflashDisaggDraftBuilder,
     DsparkDisaggDraftBuilder,
     EagleDisaggDraftBuilder,
-    InvalidConfig,
     NoDraftStateDisaggDraftBuilder,
-    SpecAlgorithm,
 )
-from specstrat.builtins import DSPARK_CONFIDENCE
 
 # name: (verify on draft worker, T target - D, T draft worker - D, builder, topk, hidden, draft KV)
 TABLE: dict[str, tuple[bool, int | None, int | None, type, bool, bool, bool]] = {

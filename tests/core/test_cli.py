@@ -15,8 +15,9 @@ from specstrat import NGRAM, Registry
 from specstrat.cli import main
 
 BROKEN = """
-from specstrat import Capabilities, SlotFutureMapFactory, SpecAlgorithm, NoDraftStateDisaggDraftBuilder
-from specstrat import GreedyAcceptance, NgramDrafterFactory
+from specstrat import Capabilities, SpecAlgorithm
+from specstrat.strategies import SlotFutureMapFactory, NoDraftStateDisaggDraftBuilder
+from specstrat.strategies import GreedyAcceptance, NgramDrafterFactory
 
 
 class WidePolicy:
@@ -265,7 +266,8 @@ USER_ALGO = """
 import dataclasses
 
 import specstrat
-from specstrat import EagleDraftInput, SpecAlgorithm
+from specstrat import SpecAlgorithm
+from specstrat.strategies import EagleDraftInput
 
 ALGO: SpecAlgorithm[EagleDraftInput] = dataclasses.replace(specstrat.EAGLE, name="TMP_ALGO")
 """
@@ -366,7 +368,7 @@ def test_demo_refuses_a_budget_the_tree_cannot_fill(capsys: pytest.CaptureFixtur
     argv = ["demo", "--topk", "2", "--steps", "2", "--draft-tokens", "8", "--requests", "1"]
     assert main(argv) == 2
     assert (
-        "num_draft_tokens=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
+        "tokens_per_req=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
     )
 
 

@@ -6,20 +6,17 @@ import pytest
 import torch
 
 import specstrat
-from specstrat import (
-    Capabilities,
-    ConformanceError,
+from specstrat import Capabilities, ConformanceError, PrebuiltBatch, RelayPayload
+from specstrat.strategies import (
     DflashDisaggDraftBuilder,
     DsparkDisaggDraftBuilder,
     EagleDisaggDraftBuilder,
     FixedWidthVerifyPolicy,
     NoDraftStateDisaggDraftBuilder,
-    PrebuiltBatch,
-    RelayPayload,
     RingFutureMapFactory,
+    SlotFutureMap,
     SlotFutureMapFactory,
 )
-from specstrat.strategies import SlotFutureMap
 from specstrat.testing import (
     check_algorithm,
     check_disagg_draft_builder,

@@ -6,14 +6,12 @@ import pytest
 import torch
 from hypothesis import given
 
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, DisaggError, PrebuiltBatch
+from specstrat.strategies import (
     DflashDisaggDraftBuilder,
-    DisaggError,
     DsparkDisaggDraftBuilder,
     EagleDisaggDraftBuilder,
     NoDraftStateDisaggDraftBuilder,
-    PrebuiltBatch,
     SlotFutureMapFactory,
 )
 from specstrat.testing import prebuilt_batches

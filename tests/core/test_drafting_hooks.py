@@ -12,19 +12,22 @@ from specstrat import (
     EAGLE,
     NGRAM,
     Acceptance,
-    BlockDrafterFactory,
     Capabilities,
     ConformanceError,
     DrafterNeeds,
     DraftTree,
-    GreedyAcceptance,
     InvalidConfig,
     InvalidStrategy,
     SamplingParams,
     SpecAlgorithm,
     VerifyInputs,
 )
-from specstrat.strategies import EagleHeadDrafterFactory, NoDrafterFactory
+from specstrat.strategies import (
+    BlockDrafterFactory,
+    EagleHeadDrafterFactory,
+    GreedyAcceptance,
+    NoDrafterFactory,
+)
 from specstrat.testing import (
     FaultyAcceptance,
     FaultyDrafterFactory,

@@ -5,8 +5,14 @@ import torch
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specstrat import RelayError, RelayPayload, RingFutureMapFactory, SlotFutureMapFactory
-from specstrat.strategies import RingFutureMap, SlotFutureMap, ring_capacity
+from specstrat import RelayError, RelayPayload
+from specstrat.strategies import (
+    RingFutureMap,
+    RingFutureMapFactory,
+    SlotFutureMap,
+    SlotFutureMapFactory,
+    ring_capacity,
+)
 
 CPU = torch.device("cpu")
 

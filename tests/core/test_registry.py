@@ -13,17 +13,19 @@ from specstrat import (
     BUILTINS,
     ENTRY_POINT_GROUP,
     Capabilities,
-    FixedWidthVerifyPolicy,
-    GreedyAcceptance,
     InvalidConfig,
-    NgramDrafterFactory,
-    NoDraftStateDisaggDraftBuilder,
     PluginLoadError,
     RegistrationError,
     Registry,
-    SlotFutureMapFactory,
     SpecAlgorithm,
     UnknownAlgorithm,
+)
+from specstrat.strategies import (
+    FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    NgramDrafterFactory,
+    NoDraftStateDisaggDraftBuilder,
+    SlotFutureMapFactory,
 )
 
 

@@ -8,7 +8,8 @@ import torch
 
 from specstrat import ModelSet, SamplingParams
 from specstrat.hf import HFCausalLM, compare, generate_reference
-from specstrat.runtime import Engine, EngineConfig, ForwardMode, ModelWorker, Request
+from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
+from specstrat.runtime._worker import ModelWorker
 from tests.hf import tiny
 from tests.hf.conftest import DRIFT
 

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from specstrat.hf import TIE_EPSILON, HFCausalLM, certified_tie, compare, generate_reference
-from specstrat.runtime import ForwardMode, ModelWorker, Request
+from specstrat.runtime import ForwardMode, Request
+from specstrat.runtime._worker import ModelWorker
 from tests.hf import tiny
 from tests.hf.conftest import DRIFT, FAMILIES
 

@@ -141,13 +141,13 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "uniform-req-to-token-narrow",
         lambda **kw: build_verify_metadata(SEQ, num_tokens=12, **NARROW, **kw),
-        r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 token slots \(2 pages of "
+        r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 KV indices \(2 pages of "
         r"page_size=8\) but req_to_token.shape\[1\]=12; widen req_to_token to >= 13 columns",
     ),
     (
         "graph-req-to-token-narrow",
         lambda **kw: graph(SEQ, 4, **NARROW, **kw),
-        r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 token slots \(2 pages of "
+        r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 KV indices \(2 pages of "
         r"page_size=8\) but req_to_token.shape\[1\]=12; widen req_to_token to >= 13 columns",
     ),
     (

@@ -11,18 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 import specstrat.kernels._triton as triton_mod
 import specstrat.kernels.verify_metadata as vm
-from specstrat import (
-    DSPARK,
-    Capabilities,
-    FixedWidthVerifyPolicy,
-    GreedyAcceptance,
-    InvalidConfig,
-    KernelError,
-    NgramDrafterFactory,
-    NoDraftStateDisaggDraftBuilder,
-    SlotFutureMapFactory,
-    SpecAlgorithm,
-)
+from specstrat import DSPARK, Capabilities, InvalidConfig, KernelError, SpecAlgorithm
 from specstrat.kernels import (
     PAD_PAGE,
     VerifyMetadata,
@@ -30,6 +19,13 @@ from specstrat.kernels import (
     build_ragged_verify_metadata,
     build_verify_metadata,
     build_verify_metadata_into,
+)
+from specstrat.strategies import (
+    FixedWidthVerifyPolicy,
+    GreedyAcceptance,
+    NgramDrafterFactory,
+    NoDraftStateDisaggDraftBuilder,
+    SlotFutureMapFactory,
 )
 from specstrat.testing import VerifyBatch, check_verify_metadata, verify_batches
 

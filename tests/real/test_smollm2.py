@@ -27,7 +27,7 @@ from specstrat.hf.demo import code_requests
 from specstrat.hf.process import HFLoader
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, Request
-from specstrat.runtime.disagg import run_disaggregated
+from specstrat.runtime._disagg import run_disaggregated
 from specstrat.strategies import TopkTree
 
 pytestmark = pytest.mark.real

@@ -4,9 +4,10 @@ from dataclasses import dataclass
 
 import torch
 
-from specstrat import Acceptance, RejectionSamplingAcceptance, VerifyInputs
+from specstrat import Acceptance, VerifyInputs
 from specstrat.kernels.sampling import DRAW_SAMPLE
 from specstrat.sampling import SamplingBatch, choose_tokens
+from specstrat.strategies import RejectionSamplingAcceptance
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from specstrat.runtime import EmbeddedModels, ModelWorker
-from specstrat.runtime.models.model import ModelConfig, TinyLM
+from specstrat.runtime import EmbeddedModels
+from specstrat.runtime._models.model import ModelConfig, TinyLM
+from specstrat.runtime._worker import ModelWorker
 
 TINY = ModelConfig(dim=32, layers=2, heads=2, mlp=64, max_positions=128)
 

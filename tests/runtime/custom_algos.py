@@ -6,15 +6,8 @@ from typing import ClassVar
 
 import torch
 
-from specstrat import (
-    NGRAM,
-    FixedWidthVerifyPolicy,
-    FutureMap,
-    NgramDrafterFactory,
-    PrebuiltBatch,
-    RelayPayload,
-    SpecAlgorithm,
-)
+from specstrat import NGRAM, FutureMap, PrebuiltBatch, RelayPayload, SpecAlgorithm
+from specstrat.strategies import FixedWidthVerifyPolicy, NgramDrafterFactory
 
 # Prompt lookup that verifies only what it found (SGLang's NGRAM row has no ragged verify).
 NGRAM_RAGGED = replace(

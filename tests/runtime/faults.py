@@ -1,5 +1,5 @@
 """Prefill-process doubles for the disaggregation fault tests (monkeypatched over
-``specstrat.runtime.disagg.process.prefill_main``; importable by the spawned process)."""
+``specstrat.runtime._disagg.process.prefill_main``; importable by the spawned process)."""
 
 import os
 import time
@@ -9,9 +9,9 @@ from typing import Any
 import torch.distributed as dist
 
 from specstrat.runtime import Request
-from specstrat.runtime.disagg import PrefillWorker, send_transfer
-from specstrat.runtime.disagg.process import connect
-from specstrat.runtime.disagg.wire import encode
+from specstrat.runtime._disagg import PrefillWorker, send_transfer
+from specstrat.runtime._disagg.process import connect
+from specstrat.runtime._disagg.wire import encode
 
 
 def die_before_connect(*args: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from specstrat.runtime.step import StepRunner
+from specstrat.runtime._step import StepRunner
 
 __all__ = ["StepReads", "count_step_reads"]
 

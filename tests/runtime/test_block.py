@@ -2,7 +2,7 @@
 from its positions to the drafts the target verifies, DSPARK's confidence cut, and refusals."""
 
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -13,20 +13,26 @@ import specstrat
 from specstrat import (
     DFLASH,
     DSPARK,
-    BlockDrafterFactory,
+    Drafter,
+    DrafterContext,
+    DrafterFactory,
     DrafterNeeds,
-    FixedWidthVerifyPolicy,
     InvalidConfig,
     InvalidStrategy,
+    LoadedModels,
     ModelSet,
     SpecAlgorithm,
 )
 from specstrat.drafting import DraftAdmission, DraftStep
 from specstrat.relay import RelayPayload
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import run_disaggregated
-from specstrat.strategies import BlockDrafter, block_layout
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, run_disaggregated
+from specstrat.runtime._workload import workload
+from specstrat.strategies import (
+    BlockDrafter,
+    BlockDrafterFactory,
+    FixedWidthVerifyPolicy,
+    block_layout,
+)
 from specstrat.testing import check_lossless_in_distribution
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
@@ -57,7 +63,7 @@ def test_block_drafting_is_lossless_and_verifies_on_the_draft_worker(
     target_only: dict[str, list[int]],
 ) -> None:
     """Greedy output equals target-only; the draft worker ran one TARGET_VERIFY of T_draft
-    tokens (D for DFLASH, D - 1 for DSPARK) per step; every slot and KV slot is returned."""
+    tokens (D for DFLASH, D - 1 for DSPARK) per step; every slot and KV index is returned."""
     outputs, engine = run(algo, models, overlap=overlap, num_draft_tokens=d)
     assert outputs == target_only
     stats = engine.stats
@@ -233,12 +239,12 @@ def test_drafts_come_from_their_placeholders(algo: SpecAlgorithm[Any], d: int) -
     empty = torch.zeros(0, dtype=torch.int64)
     drafter.admit(
         DraftAdmission(
-            slots=(7, 9), first_tokens=empty, seq_lens=empty, hidden=None, draft_input=None
+            slots=(7, 9), bonus_tokens=empty, seq_lens=empty, hidden=None, draft_input=None
         )
     )
     step = DraftStep(
-        slots=(7, 9), last_tokens=torch.tensor([11, 12]), seq_lens=torch.tensor([3, 2]),
-        relay=RelayPayload(), max_nodes=t_target - 1, sampling=(specstrat.GREEDY,) * 2,
+        slots=(7, 9), bonus_tokens=torch.tensor([11, 12]), seq_lens=torch.tensor([3, 2]),
+        payload=RelayPayload(), max_nodes=t_target - 1, sampling=(specstrat.GREEDY,) * 2,
     )  # fmt: skip
     tree = drafter.propose(step)
     blanks = [1000 + k for k in range(1, t_target)]
@@ -262,15 +268,15 @@ def test_the_confidence_cut_keeps_each_block_up_to_its_first_unsure_draft() -> N
     drafter.admit(
         DraftAdmission(
             slots=(0,),
-            first_tokens=torch.tensor([0]),
+            bonus_tokens=torch.tensor([0]),
             seq_lens=torch.tensor([1]),
             hidden=None,
             draft_input=None,
         )
     )
     step = DraftStep(
-        slots=(0,), last_tokens=torch.tensor([2]), seq_lens=torch.tensor([1]),
-        relay=RelayPayload(), max_nodes=3, sampling=(specstrat.GREEDY,),
+        slots=(0,), bonus_tokens=torch.tensor([2]), seq_lens=torch.tensor([1]),
+        payload=RelayPayload(), max_nodes=3, sampling=(specstrat.GREEDY,),
     )  # fmt: skip
     real = runner._logits
 
@@ -341,11 +347,36 @@ def test_confidence_threshold_is_checked(bad: Any) -> None:
         BlockDrafterFactory(confidence_threshold=bad)
 
 
+@dataclass(frozen=True, slots=True)
+class _Keeping:
+    """A drafter factory that keeps the drafter it creates (a test double)."""
+
+    inner: DrafterFactory[Any]
+    made: list[Drafter[Any]] = field(default_factory=list)
+
+    @property
+    def needs(self) -> DrafterNeeds:
+        """The inner factory's needs."""
+        return self.inner.needs
+
+    def create_drafter(self, context: DrafterContext) -> Drafter[Any]:
+        """The inner factory's drafter, kept."""
+        self.made.append(self.inner.create_drafter(context))
+        return self.made[-1]
+
+    def prefill_payload(
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> RelayPayload:
+        """The inner factory's prefill payload."""
+        return self.inner.prefill_payload(models, bonus_tokens, hidden)
+
+
 def test_block_runner_and_placeholder_errors(models: EmbeddedModels) -> None:
     """A block of the wrong width, a placeholder offset below 1 and a step wider than the
     layout are refused by name."""
-    engine = Engine(DFLASH, models, CONFIG)
-    drafter = engine.drafter
+    keeping = _Keeping(DFLASH.drafter)
+    Engine(replace(DFLASH, drafter=keeping), models, CONFIG)
+    drafter = keeping.made[0]
     assert isinstance(drafter, BlockDrafter)
     with pytest.raises(
         InvalidConfig, match=r"rows have width 2; this draft worker verifies T_draft=4"
@@ -356,8 +387,8 @@ def test_block_runner_and_placeholder_errors(models: EmbeddedModels) -> None:
     with pytest.raises(InvalidConfig, match=r"offset=0 must be an int >= 1"):
         block.placeholder(0)
     step = DraftStep(
-        slots=(), last_tokens=torch.zeros(0, dtype=torch.int64), seq_lens=torch.zeros(0, dtype=torch.int64),
-        relay=RelayPayload(), max_nodes=5, sampling=(),
+        slots=(), bonus_tokens=torch.zeros(0, dtype=torch.int64), seq_lens=torch.zeros(0, dtype=torch.int64),
+        payload=RelayPayload(), max_nodes=5, sampling=(),
     )  # fmt: skip
     with pytest.raises(
         InvalidConfig, match=r"max_nodes=5 drafts but this block drafter was laid out for 3"
@@ -368,7 +399,7 @@ def test_block_runner_and_placeholder_errors(models: EmbeddedModels) -> None:
 def test_block_rows_reproduce_the_draft_lm(models: EmbeddedModels) -> None:
     """Rows of bytes through the block model give exactly the draft LM's logits (the head only
     changes placeholder rows)."""
-    from specstrat.runtime.models.model import CausalAttention
+    from specstrat.runtime._models.model import CausalAttention
 
     block = models.block
     assert block is not None
@@ -386,7 +417,7 @@ def test_the_block_head_ships_beside_untouched_weights() -> None:
     byte), and all embedded weights together stay under 5 MB."""
     import hashlib
 
-    from specstrat.runtime.models.weights import BLOCK_WEIGHTS, EMBEDDED_WEIGHTS
+    from specstrat.runtime._models.weights import BLOCK_WEIGHTS, EMBEDDED_WEIGHTS
 
     frozen = torch.load(BLOCK_WEIGHTS, weights_only=True)["frozen"]
     assert frozen["sha256"] == hashlib.sha256(EMBEDDED_WEIGHTS.read_bytes()).hexdigest()

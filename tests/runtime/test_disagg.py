@@ -7,10 +7,11 @@ from typing import Any
 import pytest
 
 import specstrat
+import specstrat.strategies
 from specstrat import DisaggError, SpecAlgorithm
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import PrefillWorker, process, run_disaggregated
+from specstrat.runtime._disagg import PrefillWorker, process, run_disaggregated
+from specstrat.runtime._workload import workload
 from tests.runtime import faults
 from tests.runtime.custom_algos import LOOKUP, LookupDisaggDraftBuilder
 from tests.typing.readme_drafter import BIGRAM
@@ -121,7 +122,7 @@ def test_prefill_process_that_never_connects_times_out(
 def test_an_algorithm_that_cannot_be_pickled_is_refused(models: EmbeddedModels) -> None:
     """Strategies defined inside a function cannot reach the prefill process: a clear error."""
 
-    class LocalPolicy(specstrat.FixedWidthVerifyPolicy):
+    class LocalPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
         pass
 
     algo = replace(specstrat.NGRAM, name="LOCAL", target_verify=LocalPolicy())
@@ -145,7 +146,7 @@ def test_empty_batch_is_admitted_as_nothing(models: EmbeddedModels) -> None:
         rids=(),
         prompts=(),
         max_new_tokens=full.max_new_tokens[:0],
-        first_tokens=full.first_tokens[:0],
+        bonus_tokens=full.bonus_tokens[:0],
         k=full.k[:, :0],
         v=full.v[:, :0],
         payload=replace(

@@ -11,14 +11,14 @@ import torch
 import specstrat
 from specstrat import EAGLE, DisaggError, InvalidConfig, RelayPayload
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import (
+from specstrat.runtime._disagg import (
     PrefillWorker,
     process,
     recv_transfer,
     run_disaggregated,
     send_transfer,
 )
+from specstrat.runtime._workload import workload
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
 REQUESTS = workload(3, seed=11)
@@ -43,10 +43,10 @@ def nan_k(batch: TransferBatch) -> TransferBatch:
 BATCHES: list[tuple[str, Callable[[TransferBatch], Any], str]] = [
     ("duplicate-ids", lambda b: replace(b, rids=("req-0", "req-0")), r"request ids must be distinct"),
     ("empty-id", lambda b: replace(b, rids=("", "req-1")), r"request ids must be distinct non-empty"),
-    ("float-first-tokens", lambda b: replace(b, first_tokens=b.first_tokens.double()),
-     r"first_tokens is torch.float64 \(2,\); expected torch.int64 \[2\]"),
-    ("oov-first-tokens", lambda b: replace(b, first_tokens=b.first_tokens + 1000),
-     r"first_tokens=\[\d+, \d+\] outside the vocabulary 0\.\.255"),
+    ("float-first-tokens", lambda b: replace(b, bonus_tokens=b.bonus_tokens.double()),
+     r"bonus_tokens is torch.float64 \(2,\); expected torch.int64 \[2\]"),
+    ("oov-first-tokens", lambda b: replace(b, bonus_tokens=b.bonus_tokens + 1000),
+     r"bonus_tokens=\[\d+, \d+\] outside the vocabulary 0\.\.255"),
     ("short-budgets", lambda b: replace(b, max_new_tokens=b.max_new_tokens[:1]),
      r"max_new_tokens is torch.int64 \(1,\); expected torch.int64 \[2\]"),
     ("zero-budget", lambda b: replace(b, max_new_tokens=torch.zeros(2, dtype=torch.int64)),
@@ -109,7 +109,7 @@ def test_a_batch_larger_than_the_engine_is_refused(
     """A batch that cannot be admitted whole is refused at submit."""
     engine = Engine(EAGLE, models, replace(CONFIG, max_running_requests=1))
     with pytest.raises(
-        DisaggError, match=r"batch of 2 requests needs \d+ KV slots; .* max_running_requests=1"
+        DisaggError, match=r"batch of 2 requests needs \d+ KV indices; .* max_running_requests=1"
     ):
         engine.submit_prebuilt(good)
 

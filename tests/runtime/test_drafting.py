@@ -12,10 +12,11 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specstrat
-from specstrat import EAGLE, NGRAM, ModelSet, NoDraftStateDisaggDraftBuilder, SpecAlgorithm
+from specstrat import EAGLE, NGRAM, ModelSet, SpecAlgorithm
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import PrefillWorker
+from specstrat.runtime._disagg import PrefillWorker
+from specstrat.runtime._workload import workload
+from specstrat.strategies import NoDraftStateDisaggDraftBuilder
 from tests.runtime.user_model import BigramLM
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)

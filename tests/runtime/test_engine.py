@@ -13,23 +13,16 @@ from specstrat import (
     EAGLE,
     NGRAM,
     Capabilities,
-    FixedWidthVerifyPolicy,
     InvalidConfig,
-    NgramDrafterFactory,
     RelayError,
-    RingFutureMapFactory,
     SpecAlgorithm,
     StrategyError,
 )
-from specstrat.runtime import (
-    EmbeddedModels,
-    Engine,
-    EngineConfig,
-    ForwardMode,
-    GraphRunner,
-    Request,
-)
-from specstrat.runtime.demo import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ForwardMode, Request
+from specstrat.runtime._graph_runner import GraphRunner
+from specstrat.runtime._worker import ModelWorker
+from specstrat.runtime._workload import workload
+from specstrat.strategies import FixedWidthVerifyPolicy, NgramDrafterFactory, RingFutureMapFactory
 from tests.runtime.custom_algos import NGRAM_RAGGED
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
@@ -130,7 +123,7 @@ def test_every_request_gets_its_tokens_and_everything_is_returned(
     models: EmbeddedModels,
 ) -> None:
     """Each request produces max_new_tokens tokens (or stops at its stop token), and every
-    request slot and KV slot of every model comes back."""
+    request slot and KV index of every model comes back."""
     engine = Engine(specstrat.STANDALONE, models, EngineConfig(context_len=512))
     before = (engine.free_slots, engine.free_kv_tokens)
     outputs = engine.run(REQUESTS)
@@ -212,29 +205,35 @@ def test_ring_relay_runs_lossless_and_refuses_when_too_small(
 def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> None:
     """TARGET_VERIFY through each bucket's static buffers equals the eager forward."""
     for bs in (1, 2, 3, 4, 8, 13, 16):
-        config = EngineConfig(context_len=512, max_running_requests=16)
-        eager_engine, graph_engine = (Engine(EAGLE, models, config) for _ in range(2))
+        eager_worker, graph_worker = (_target_worker(models) for _ in range(2))
+        graphs = GraphRunner(graph_worker, EAGLE, 4)
         prompts = [list(r.prompt) for r in workload(bs, seed=bs)]
         tokens = torch.randint(0, 256, (bs, 4), generator=torch.Generator().manual_seed(bs))
         results = []
-        for engine in (eager_engine, graph_engine):
-            slots = [engine.target.alloc_request() for _ in range(bs)]
-            engine.target.forward(ForwardMode.EXTEND, slots, prompts)
-            results.append((engine, slots))
-        (e, e_slots), (g, g_slots) = results
-        eager, _ = e.target.forward(ForwardMode.TARGET_VERIFY, e_slots, tokens.tolist())
-        assert g.graph_runner is not None
-        replayed, _ = g.graph_runner.replay(g_slots, tokens)
+        for worker in (eager_worker, graph_worker):
+            slots = [worker.alloc_request() for _ in range(bs)]
+            worker.forward(ForwardMode.EXTEND, slots, prompts)
+            results.append(slots)
+        e_slots, g_slots = results
+        eager, _ = eager_worker.forward(ForwardMode.TARGET_VERIFY, e_slots, tokens.tolist())
+        replayed, _ = graphs.replay(g_slots, tokens)
         torch.testing.assert_close(replayed, eager, rtol=1e-12, atol=1e-12)
         assert torch.equal(replayed.argmax(-1), eager.argmax(-1))
 
 
+def _target_worker(models: EmbeddedModels) -> ModelWorker:
+    """A worker over the embedded target, sized as an engine with context 512 sizes it."""
+    return ModelWorker(
+        models.target, max_running_requests=16, context_len=512, max_total_tokens=16 * 512
+    )
+
+
 def test_draft_worker_verify_follows_the_policy(models: EmbeddedModels) -> None:
     """A draft worker may run TARGET_VERIFY only when the policy allows it; T follows it."""
-    engine = Engine(specstrat.DSPARK, models, EngineConfig(context_len=512))
-    runner = GraphRunner(engine.target, specstrat.DSPARK, 4, is_draft_worker=True)
+    worker = _target_worker(models)
+    runner = GraphRunner(worker, specstrat.DSPARK, 4, is_draft_worker=True)
     assert runner.tokens_per_req == 3
     with pytest.raises(
         InvalidConfig, match=r"algorithm EAGLE does not allow TARGET_VERIFY on the draft worker"
     ):
-        GraphRunner(engine.target, EAGLE, 4, is_draft_worker=True)
+        GraphRunner(worker, EAGLE, 4, is_draft_worker=True)

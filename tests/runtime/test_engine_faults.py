@@ -10,23 +10,23 @@ import pytest
 import torch
 
 import specstrat
+import specstrat.strategies
 from specstrat import (
     EAGLE,
     NGRAM,
     Acceptance,
     DraftTree,
     EngineStateError,
-    GreedyAcceptance,
     InvalidConfig,
     RelayPayload,
     SpecAlgorithm,
     StrategyError,
-    TopkTree,
     UnknownAlgorithm,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import PrefillWorker
+from specstrat.runtime._disagg import PrefillWorker
+from specstrat.runtime._workload import workload
+from specstrat.strategies import GreedyAcceptance, TopkTree
 from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory, FaultyFutureMapFactory
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
@@ -191,7 +191,7 @@ def test_a_failing_hook_is_named_leaks_nothing_and_closes_the_engine(
     case: str, make: Callable[[], Any], message: str, overlap: bool, models: EmbeddedModels
 ) -> None:
     """A hook that raises or breaks its contract ends the run with a StrategyError naming the
-    algorithm, hook and method; every slot and KV slot is free; the engine refuses reuse."""
+    algorithm, hook and method; every slot and KV index is free; the engine refuses reuse."""
     engine = Engine(make(), models, replace(CONFIG, overlap=overlap))
     before = (engine.free_slots, engine.free_kv_tokens)
     with pytest.raises(StrategyError, match=message):
@@ -206,7 +206,7 @@ def test_a_failing_hook_is_named_leaks_nothing_and_closes_the_engine(
 def test_a_failing_builder_is_named(models: EmbeddedModels) -> None:
     """A disagg builder that raises on PREBUILT admission is a StrategyError naming it."""
 
-    class Broken(specstrat.EagleDisaggDraftBuilder):
+    class Broken(specstrat.strategies.EagleDisaggDraftBuilder):
         def build_disagg_draft_input(self, *args: Any) -> Any:
             raise RuntimeError("no state")
 
@@ -293,7 +293,7 @@ def test_admission_waits_for_kv_instead_of_failing(models: EmbeddedModels) -> No
 def test_a_request_larger_than_the_kv_pool_is_refused_at_submit(models: EmbeddedModels) -> None:
     """A request that could never fit the pool is refused at submit, naming max_total_tokens."""
     engine = Engine(EAGLE, models, replace(CONFIG, max_total_tokens=100))
-    with pytest.raises(InvalidConfig, match=r"needs 128 KV slots > max_total_tokens=100"):
+    with pytest.raises(InvalidConfig, match=r"needs 128 KV indices > max_total_tokens=100"):
         engine.submit(Request("big", (65,) * 60, 60))
 
 
@@ -321,7 +321,7 @@ def test_engine_config_refuses_bad_values(case: str, kw: dict[str, Any], message
         EngineConfig(**kw)
 
 
-class ImpurePolicy(specstrat.FixedWidthVerifyPolicy):
+class ImpurePolicy(specstrat.strategies.FixedWidthVerifyPolicy):
     calls = 0
 
     def get_num_tokens_per_req_for_target_verify(self, d: int, is_draft_worker: bool) -> int:
@@ -376,7 +376,7 @@ def test_hooks_writing_into_the_engines_tensors_change_no_token(models: Embedded
     class Scribbler(specstrat.strategies.NgramDrafter):
         def propose(self, step: Any) -> DraftTree:
             tree = super().propose(step)
-            step.last_tokens.zero_()
+            step.bonus_tokens.zero_()
             step.seq_lens.add_(1)
             return tree
 
@@ -385,7 +385,7 @@ def test_hooks_writing_into_the_engines_tensors_change_no_token(models: Embedded
             outcome.acceptance.accept_lengths.zero_()
             return super().commit(outcome)
 
-    class ScribblerFactory(specstrat.NgramDrafterFactory):
+    class ScribblerFactory(specstrat.strategies.NgramDrafterFactory):
         def create_drafter(self, context: Any) -> Scribbler:
             return Scribbler(self.min_ngram, self.max_ngram, context.target_tokens)
 

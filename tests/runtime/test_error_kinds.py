@@ -8,8 +8,8 @@ import pytest
 
 from specstrat import NGRAM, CapacityError, EngineStateError, InternalError, InvalidConfig
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
-from specstrat.runtime.worker import ModelWorker
+from specstrat.runtime._worker import ModelWorker
+from specstrat.runtime._workload import workload
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4, max_total_tokens=300)
 REQUESTS = [replace(r, max_new_tokens=40) for r in workload(4, seed=3)]
@@ -24,7 +24,7 @@ def test_kv_running_out_mid_run_is_a_capacity_error(
     engine = Engine(NGRAM, models, CONFIG)
     before = (engine.free_slots, engine.free_kv_tokens)
     with pytest.raises(
-        CapacityError, match=r"KV pool has \d+ free token slots, \d+ needed"
+        CapacityError, match=r"KV pool has \d+ free KV indices, \d+ needed"
     ) as info:
         engine.run(REQUESTS)
     assert not isinstance(info.value, InvalidConfig)

@@ -14,21 +14,20 @@ import pytest
 import torch
 
 import specstrat
+import specstrat.strategies
 from specstrat import (
     EAGLE,
     NGRAM,
     Acceptance,
     DraftTree,
     EngineStateError,
-    GreedyAcceptance,
     RelayPayload,
-    RingFutureMapFactory,
     StrategyError,
-    TopkTree,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import PrefillWorker
+from specstrat.runtime._disagg import PrefillWorker
+from specstrat.runtime._workload import workload
+from specstrat.strategies import GreedyAcceptance, RingFutureMapFactory, TopkTree
 from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
@@ -121,12 +120,12 @@ class FirstTokenOverwriter(specstrat.strategies.NgramDrafter):
 
     def admit(self, admission: Any) -> RelayPayload:
         payload = super().admit(admission)
-        admission.first_tokens.fill_(65)
+        admission.bonus_tokens.fill_(65)
         admission.seq_lens.zero_()
         return payload
 
 
-class FirstTokenOverwriterFactory(specstrat.NgramDrafterFactory):
+class FirstTokenOverwriterFactory(specstrat.strategies.NgramDrafterFactory):
     def create_drafter(self, context: Any) -> FirstTokenOverwriter:
         return FirstTokenOverwriter(self.min_ngram, self.max_ngram, context.target_tokens)
 
@@ -208,7 +207,7 @@ def test_bad_values_name_the_hook_that_wrote_them(
         engine.run([Request("again", (65, 66), 4)])
 
 
-class SilentBuilder(specstrat.EagleDisaggDraftBuilder):
+class SilentBuilder(specstrat.strategies.EagleDisaggDraftBuilder):
     """Builds EAGLE's draft input but writes nothing into the future map it is given."""
 
     def build_disagg_draft_input(self, batch: Any, last_tokens: Any, future_map: Any) -> Any:
@@ -216,7 +215,7 @@ class SilentBuilder(specstrat.EagleDisaggDraftBuilder):
 
 
 BUILDERS: list[tuple[str, Any, str]] = [
-    ("slot-relay", specstrat.SlotFutureMapFactory(),
+    ("slot-relay", specstrat.strategies.SlotFutureMapFactory(),
      r"EAGLE\.disagg\.build_disagg_draft_input: relayed no bonus_tokens for slots \[\d+, \d+\]"),
     ("ring-relay", RingFutureMapFactory(),
      r"EAGLE\.disagg\.build_disagg_draft_input: the relay holds nothing usable for slots"),
@@ -239,7 +238,7 @@ def test_a_builder_that_relays_nothing_is_named(
     assert (engine.free_slots, engine.free_kv_tokens) == before
 
 
-class OverwritingBuilder(specstrat.EagleDisaggDraftBuilder):
+class OverwritingBuilder(specstrat.strategies.EagleDisaggDraftBuilder):
     """EAGLE's builder, which then overwrites the last tokens and lengths it was handed."""
 
     def build_disagg_draft_input(self, batch: Any, last_tokens: Any, future_map: Any) -> Any:

@@ -11,8 +11,8 @@ import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.models.text import decode_indentation, encode_indentation
-from specstrat.runtime.models.train import corpus, main
+from specstrat.runtime._models.text import decode_indentation, encode_indentation
+from specstrat.runtime._models.train import corpus, main
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:
@@ -54,7 +54,7 @@ def test_training_is_deterministic(tmp_path: Path) -> None:
         cmd = [
             sys.executable,
             "-m",
-            "specstrat.runtime.models.train",
+            "specstrat.runtime._models.train",
             "--steps",
             "2",
             "--out",

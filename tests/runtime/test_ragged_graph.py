@@ -8,8 +8,10 @@ import torch
 
 import specstrat
 from specstrat import InvalidConfig
-from specstrat.runtime import EmbeddedModels, ForwardMode, GraphRunner, ModelWorker
-from specstrat.runtime.models.model import ModelConfig, TinyLM
+from specstrat.runtime import EmbeddedModels, ForwardMode
+from specstrat.runtime._graph_runner import GraphRunner
+from specstrat.runtime._models.model import ModelConfig, TinyLM
+from specstrat.runtime._worker import ModelWorker
 from tests.runtime.conftest import make_worker
 
 PROMPTS = [
@@ -99,7 +101,7 @@ def test_ragged_replay_equals_eager(models: EmbeddedModels, counts: list[int], b
 
 
 def test_padding_rows_touch_only_slot_0(models: EmbeddedModels) -> None:
-    """After a padded replay every real KV slot and request row equals the eager worker's
+    """After a padded replay every real KV index and request row equals the eager worker's
     (to float64 rounding: the two forwards batch the same tokens in different shapes)."""
     run = ragged_replay(models, [1, 3, 2])
     eager_worker, graph_worker = run.eager_worker, run.graph_worker

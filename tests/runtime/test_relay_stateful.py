@@ -6,14 +6,15 @@ import torch
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from specstrat import FutureMapFactory, RelayPayload, RingFutureMapFactory, SlotFutureMapFactory
+from specstrat import FutureMapFactory, RelayPayload
+from specstrat.strategies import RingFutureMapFactory, SlotFutureMapFactory
 
 MRR = 4
 
 
 class RelayMachine(RuleBasedStateMachine):
     """Requests are admitted into free slots, step, finish (draining their slot), and slots are
-    reused; padded graph rows write the padding slot 0. Every resolve must return exactly the
+    reused; padded graph rows write the padding index 0. Every resolve must return exactly the
     latest values written for each slot."""
 
     factory: FutureMapFactory = SlotFutureMapFactory()
@@ -76,7 +77,7 @@ class RelayMachine(RuleBasedStateMachine):
 
     @rule(n=st.integers(1, 3))
     def padded_write(self, n: int) -> None:
-        """Padded graph rows write the padding slot 0 several times in one call."""
+        """Padded graph rows write the padding index 0 several times in one call."""
         pad = torch.zeros(n, dtype=torch.int64)
         self.relay.publish(pad, torch.full((n,), -1))
         self.relay.stash(

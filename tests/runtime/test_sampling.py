@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import specstrat
+import specstrat.strategies
 from specstrat import (
     EAGLE,
     NGRAM,
@@ -19,11 +20,11 @@ from specstrat import (
     SamplingParams,
     SpecAlgorithm,
     StrategyError,
-    TypicalAcceptance,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime.demo import workload
-from specstrat.runtime.disagg import run_disaggregated
+from specstrat.runtime._disagg import run_disaggregated
+from specstrat.runtime._workload import workload
+from specstrat.strategies import TypicalAcceptance
 from specstrat.testing import (
     FaultyDrafterFactory,
     check_acceptance_rule,
@@ -128,7 +129,7 @@ def test_typical_acceptance_says_it_is_lossy(models: EmbeddedModels) -> None:
 
 def test_rejection_sampling_passes_the_path_contract() -> None:
     """The built-in rule passes check_acceptance_rule (greedy at temperature 0)."""
-    check_acceptance_rule(specstrat.RejectionSamplingAcceptance())
+    check_acceptance_rule(specstrat.strategies.RejectionSamplingAcceptance())
 
 
 def test_sampled_disaggregation_equals_one_process(models: EmbeddedModels) -> None:
@@ -220,4 +221,4 @@ def test_the_checker_refuses_arguments_it_cannot_use(
 def test_an_unknown_kernel_backend_is_refused_at_construction() -> None:
     """RejectionSamplingAcceptance(backend=...) is checked when the rule is built."""
     with pytest.raises(InvalidConfig, match=r"backend='bogus' is not one of"):
-        specstrat.RejectionSamplingAcceptance(backend="bogus")  # type: ignore[arg-type]
+        specstrat.strategies.RejectionSamplingAcceptance(backend="bogus")  # type: ignore[arg-type]

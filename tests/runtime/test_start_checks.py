@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import specstrat
+import specstrat.strategies
 from specstrat import (
     DSPARK,
     EAGLE,
@@ -16,19 +17,19 @@ from specstrat import (
     Acceptance,
     DrafterNeeds,
     EngineStateError,
-    GreedyAcceptance,
     InvalidStrategy,
     StrategyError,
 )
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
+from specstrat.runtime._workload import workload
+from specstrat.strategies import GreedyAcceptance
 from specstrat.testing import FaultyAcceptance
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
 REQUESTS = [replace(r, max_new_tokens=8) for r in workload(3, seed=3)]
 
 
-class NoneFactory(specstrat.NgramDrafterFactory):
+class NoneFactory(specstrat.strategies.NgramDrafterFactory):
     def create_drafter(self, context: Any) -> Any:
         return None
 
@@ -46,13 +47,13 @@ class NoCommit:
         return None
 
 
-class NoCommitFactory(specstrat.NgramDrafterFactory):
+class NoCommitFactory(specstrat.strategies.NgramDrafterFactory):
     def create_drafter(self, context: Any) -> Any:
         return NoCommit()
 
 
 @dataclass(frozen=True, slots=True)
-class RaisingNeeds(specstrat.NgramDrafterFactory):
+class RaisingNeeds(specstrat.strategies.NgramDrafterFactory):
     @property
     def needs(self) -> DrafterNeeds:
         raise NotImplementedError("needs is not decided yet")
@@ -64,12 +65,12 @@ class RaisingLossless(GreedyAcceptance):
         raise NotImplementedError("ask the authors")
 
 
-class DividingPolicy(specstrat.FixedWidthVerifyPolicy):
+class DividingPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
     def get_num_tokens_per_req_for_target_verify(self, d: int, is_draft_worker: bool) -> int:
         return d // 0
 
 
-class DividingDraftPolicy(specstrat.FixedWidthVerifyPolicy):
+class DividingDraftPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
     def supports_target_verify_for_draft(self) -> bool:
         raise ZeroDivisionError("which worker?")
 
@@ -88,7 +89,7 @@ class LaterNarrowerPolicy:
         return 4 if self.calls <= 3 else 3
 
 
-class RaisingFutureMapFactory(specstrat.SlotFutureMapFactory):
+class RaisingFutureMapFactory(specstrat.strategies.SlotFutureMapFactory):
     def create_future_map(self, *args: Any) -> Any:
         raise OSError("no room")
 

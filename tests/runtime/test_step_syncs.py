@@ -5,9 +5,10 @@ from typing import Any
 
 import pytest
 
-from specstrat import DSPARK, EAGLE, STANDALONE, TopkTree
+from specstrat import DSPARK, EAGLE, STANDALONE
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime.demo import workload
+from specstrat.runtime._workload import workload
+from specstrat.strategies import TopkTree
 from tests.runtime.syncs import count_step_reads
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)

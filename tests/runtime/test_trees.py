@@ -10,11 +10,12 @@ import specstrat
 from specstrat import ConformanceError, InvalidConfig, SpecAlgorithm, StrategyError
 from specstrat.drafting import SamplingParams, TreeShape, VerifyInputs
 from specstrat.kernels import build_tree_verify_metadata
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ModelWorker
-from specstrat.runtime.demo import workload
-from specstrat.runtime.forward import ForwardMode
-from specstrat.runtime.models.model import TinyLM
-from specstrat.runtime.worker import TreeTokens
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime._forward import ForwardMode
+from specstrat.runtime._graph_runner import GraphRunner
+from specstrat.runtime._models.model import TinyLM
+from specstrat.runtime._worker import ModelWorker, TreeTokens
+from specstrat.runtime._workload import workload
 from specstrat.strategies import (
     ChainTree,
     EagleHeadDrafterFactory,
@@ -110,7 +111,7 @@ def test_tree_is_lossless_disaggregated(
     models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
     """A tree EAGLE prefilled in another process decodes target-only's tokens."""
-    from specstrat.runtime.disagg import run_disaggregated
+    from specstrat.runtime._disagg import run_disaggregated
 
     config = EngineConfig(context_len=512, num_draft_tokens=6)
     result = run_disaggregated(tree(specstrat.EAGLE, 2, 4), REQUESTS, config, models=models)
@@ -136,16 +137,16 @@ def test_tree_policy_values_are_checked(kwargs: dict[str, Any], message: str) ->
 
 def test_a_budget_the_tree_cannot_fill_is_refused(models: EmbeddedModels) -> None:
     """Budget 8 with topk 2 and 2 steps (at most 6 nodes) is refused at engine start."""
-    with pytest.raises(InvalidConfig, match=r"num_draft_tokens=8 needs 7 draft nodes but topk=2"):
+    with pytest.raises(InvalidConfig, match=r"tokens_per_req=8 needs 7 draft nodes but topk=2"):
         Engine(tree(specstrat.EAGLE, 2, 2), models, EngineConfig(num_draft_tokens=8))
 
 
 def test_tree_shape_values_are_checked() -> None:
     """TreeShape refuses a topk of 0 and a negative depth, naming them."""
     with pytest.raises(InvalidConfig, match=r"TreeShape.topk=0 must be an int >= 1"):
-        TreeShape(topk=0, num_steps=1, num_draft_tokens=2)
+        TreeShape(topk=0, num_steps=1, tokens_per_req=2)
     with pytest.raises(InvalidConfig, match=r"TreeShape.num_steps=-1 must be an int >= 0"):
-        TreeShape(topk=1, num_steps=-1, num_draft_tokens=1)
+        TreeShape(topk=1, num_steps=-1, tokens_per_req=1)
 
 
 def test_a_chain_only_drafter_refuses_a_tree(models: EmbeddedModels) -> None:
@@ -167,8 +168,8 @@ def test_a_policy_returning_the_wrong_budget_is_refused(models: EmbeddedModels) 
     """A tree policy whose shape has another budget than T is named at engine start."""
 
     class Fixed:
-        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
-            return TreeShape(topk=2, num_steps=2, num_draft_tokens=3)
+        def tree_shape(self, tokens_per_req: int) -> TreeShape:
+            return TreeShape(topk=2, num_steps=2, tokens_per_req=3)
 
     with pytest.raises(InvalidConfig, match=r"tree=Fixed.tree_shape\(4\) returned"):
         Engine(replace(specstrat.EAGLE, tree=Fixed()), models, EngineConfig())
@@ -224,7 +225,7 @@ def test_attention_reads_the_tree_mask(tiny: TinyLM) -> None:
 
 
 def test_keep_path_compacts_the_accepted_path(tiny: TinyLM) -> None:
-    """keep_path moves the accepted nodes' KV slots into place and frees the others."""
+    """keep_path moves the accepted nodes' KV indices into place and frees the others."""
     worker = make_worker(tiny)
     slot = worker.alloc_request()
     worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3, 10, 11, 12, 13]])
@@ -353,7 +354,7 @@ def test_topk_beyond_the_vocabulary_is_refused_at_start(models: EmbeddedModels) 
 
 def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> None:
     """num_steps past num_draft_tokens - 1 can verify nothing more: refused, naming both."""
-    with pytest.raises(InvalidConfig, match=r"num_steps=5 is deeper than a budget of num_draft"):
+    with pytest.raises(InvalidConfig, match=r"num_steps=5 is deeper than tokens_per_req"):
         Engine(tree(specstrat.EAGLE, 2, 5), models, EngineConfig(num_draft_tokens=4))
 
 
@@ -374,18 +375,20 @@ def test_a_tree_deeper_than_the_policy_is_refused(models: EmbeddedModels) -> Non
         engine.run(REQUESTS)
 
 
-def test_draft_trees_run_no_target_verify_on_the_draft_worker(models: EmbeddedModels) -> None:
+def test_draft_trees_run_no_target_verify_on_the_draft_worker(
+    models: EmbeddedModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """STANDALONE's policy refuses TARGET_VERIFY on the draft worker; its tree forwards obey."""
     engine = Engine(tree(specstrat.STANDALONE, 2, 3), models, EngineConfig(num_draft_tokens=4))
-    draft_worker = engine._workers[1]
     modes: list[ForwardMode] = []
-    forward = draft_worker.forward
+    forward = ModelWorker.forward
 
-    def spy(mode: ForwardMode, *args: Any, **kwargs: Any) -> Any:
-        modes.append(mode)
-        return forward(mode, *args, **kwargs)
+    def spy(worker: ModelWorker, mode: ForwardMode, *args: Any, **kwargs: Any) -> Any:
+        if worker.model is models.draft:
+            modes.append(mode)
+        return forward(worker, mode, *args, **kwargs)
 
-    draft_worker.forward = spy  # type: ignore[method-assign]
+    monkeypatch.setattr(ModelWorker, "forward", spy)
     engine.run(REQUESTS[:2])
     assert ForwardMode.DRAFT_EXTEND in modes
     assert ForwardMode.TARGET_VERIFY not in modes
@@ -403,7 +406,7 @@ def test_a_raising_tree_policy_fails_conformance() -> None:
     """check_tree_policy names a policy that raises something other than InvalidConfig."""
 
     class Boom:
-        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+        def tree_shape(self, tokens_per_req: int) -> TreeShape:
             raise RuntimeError("boom")
 
     with pytest.raises(ConformanceError, match=r"TreePolicy Boom broke .* raised RuntimeError"):
@@ -412,9 +415,10 @@ def test_a_raising_tree_policy_fails_conformance() -> None:
 
 def test_replay_tree_refuses_mismatched_inputs(models: EmbeddedModels) -> None:
     """The graph runner's tree replay names a width or parents shape it cannot verify."""
-    engine = Engine(tree(specstrat.EAGLE, 2, 3), models, EngineConfig(context_len=512))
-    runner = engine.graph_runner
-    assert runner is not None
+    worker = ModelWorker(
+        models.target, max_running_requests=16, context_len=512, max_total_tokens=16 * 512
+    )
+    runner = GraphRunner(worker, tree(specstrat.EAGLE, 2, 3), 4)
     tokens = torch.zeros(1, 4, dtype=torch.int64)
     with pytest.raises(InvalidConfig, match=r"parents \(1, 2\); this runner verifies T=4"):
         runner.replay_tree([1], tokens, torch.full((1, 2), -1), torch.tensor([2]))
@@ -429,15 +433,15 @@ def test_replay_tree_refuses_mismatched_inputs(models: EmbeddedModels) -> None:
 
 def test_a_step_whose_tree_budget_disagrees_is_refused() -> None:
     """DraftStep refuses a tree shape whose budget is not max_nodes + 1."""
-    with pytest.raises(InvalidConfig, match=r"num_draft_tokens=4 but max_nodes=2"):
+    with pytest.raises(InvalidConfig, match=r"tokens_per_req=4 but max_nodes=2"):
         specstrat.DraftStep(
             slots=(1,),
-            last_tokens=torch.tensor([5]),
+            bonus_tokens=torch.tensor([5]),
             seq_lens=torch.tensor([3]),
-            relay=specstrat.RelayPayload(),
+            payload=specstrat.RelayPayload(),
             max_nodes=2,
             sampling=(SamplingParams(),),
-            tree=TreeShape(topk=2, num_steps=3, num_draft_tokens=4),
+            tree=TreeShape(topk=2, num_steps=3, tokens_per_req=4),
         )
 
 
@@ -446,15 +450,15 @@ def test_a_step_whose_tree_budget_disagrees_is_refused() -> None:
     [
         (lambda t: TreeShape.chain(max(t - 1, 1)), r"tree_shape\(2\) .* returned TreeShape"),
         (lambda t: "wide", r"tree_shape\(1\) .* returned 'wide'"),
-        (lambda t: TreeShape(topk=2, num_steps=t + 1, num_draft_tokens=t), r"refused every one"),
+        (lambda t: TreeShape(topk=2, num_steps=t + 1, tokens_per_req=t), r"refused every one"),
     ],
 )
 def test_check_tree_policy_names_a_bad_answer(answer: Any, message: str) -> None:
     """A policy answering another budget, a non-shape, or refusing every budget fails the kit."""
 
     class Policy:
-        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
-            result: TreeShape = answer(num_draft_tokens)
+        def tree_shape(self, tokens_per_req: int) -> TreeShape:
+            result: TreeShape = answer(tokens_per_req)
             return result
 
     with pytest.raises(ConformanceError, match=message):
@@ -467,9 +471,9 @@ def test_check_tree_policy_names_an_impure_policy() -> None:
     class Flaky:
         calls = 0
 
-        def tree_shape(self, num_draft_tokens: int) -> TreeShape:
+        def tree_shape(self, tokens_per_req: int) -> TreeShape:
             Flaky.calls += 1
-            return TreeShape.chain(num_draft_tokens) if Flaky.calls % 2 else "chain"  # type: ignore[return-value]
+            return TreeShape.chain(tokens_per_req) if Flaky.calls % 2 else "chain"  # type: ignore[return-value]
 
     with pytest.raises(ConformanceError, match=r"answered TreeShape\(.*\), then 'chain'"):
         check_tree_policy(Flaky())

@@ -5,8 +5,8 @@ import torch
 
 from specstrat import CapacityError, InvalidConfig
 from specstrat.runtime import ForwardMode
-from specstrat.runtime.models.model import CausalAttention, TinyLM
-from specstrat.runtime.worker import ModelWorker
+from specstrat.runtime._models.model import CausalAttention, TinyLM
+from specstrat.runtime._worker import ModelWorker
 from tests.runtime.conftest import make_worker
 
 M = ForwardMode
@@ -57,7 +57,7 @@ def test_ragged_verify_matches_dense(tiny: TinyLM) -> None:
 
 def test_wrong_metadata_gives_wrong_logits(tiny: TinyLM, monkeypatch: pytest.MonkeyPatch) -> None:
     """Attention reads cache_seqlens: shortening it by one changes the result."""
-    import specstrat.runtime.worker as worker_module
+    import specstrat.runtime._worker as worker_module
 
     good, _ = make_and_verify(tiny)
     real = worker_module.build_verify_metadata  # type: ignore[attr-defined]
@@ -81,7 +81,7 @@ def make_and_verify(tiny: TinyLM) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 def test_rewind_frees_rejected_positions(tiny: TinyLM) -> None:
-    """Rewinding returns the KV slots of dropped positions; freeing a request returns all."""
+    """Rewinding returns the KV indices of dropped positions; freeing a request returns all."""
     worker = make_worker(tiny, tokens=50)
     slot = worker.alloc_request()
     worker.forward(M.EXTEND, [slot], [list(range(10))])
@@ -134,7 +134,7 @@ def test_worker_errors(tiny: TinyLM) -> None:
         worker.alloc_request()
     with pytest.raises(InvalidConfig, match=r"mode=DECODE needs one token per request"):
         worker.forward(M.DECODE, [slot, slot], [[1], [1, 2]])
-    with pytest.raises(CapacityError, match=r"KV pool has 20 free token slots, 21 needed"):
+    with pytest.raises(CapacityError, match=r"KV pool has 20 free KV indices, 21 needed"):
         worker.forward(M.EXTEND, [slot], [list(range(21))])
     assert (worker.length(slot), worker.kv.available) == (0, 20)
     with pytest.raises(InvalidConfig, match=r"mode=PREBUILT runs no forward; use admit_prebuilt"):

@@ -16,7 +16,7 @@ class BigramDrafter(NoDrafter):  # admit/commit/release: nothing to keep
 
     def propose(self, step: DraftStep) -> DraftTree:
         rows = []
-        for slot, last in zip(step.slots, step.last_tokens.tolist(), strict=True):
+        for slot, last in zip(step.slots, step.bonus_tokens.tolist(), strict=True):
             history = [*self.tokens(slot), last]
             after = dict(itertools.pairwise(history))  # the latest follower of each token wins
             row = [after.get(last, last)]

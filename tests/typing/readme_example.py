@@ -3,7 +3,8 @@
 from dataclasses import dataclass, replace
 
 import specstrat
-from specstrat import EAGLE, EagleDraftInput, SpecAlgorithm
+from specstrat import EAGLE, SpecAlgorithm
+from specstrat.strategies import EagleDraftInput
 
 
 @dataclass(frozen=True, slots=True)

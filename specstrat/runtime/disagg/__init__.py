@@ -1,14 +1,5 @@
-"""Prefill/decode disaggregation: the wire format, the prefill side, and the two processes."""
+"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
+from specstrat._deprecation import moved_module
+from specstrat.runtime._disagg import *  # noqa: F403
 
-from specstrat.runtime.disagg.prefill import PrefillWorker
-from specstrat.runtime.disagg.process import DisaggResult, backend_for, run_disaggregated
-from specstrat.runtime.disagg.wire import recv_transfer, send_transfer
-
-__all__ = [
-    "DisaggResult",
-    "PrefillWorker",
-    "backend_for",
-    "recv_transfer",
-    "run_disaggregated",
-    "send_transfer",
-]
+moved_module(__name__, "specstrat.runtime")

@@ -1,13 +1,5 @@
-"""The embedded byte models: definitions, shipped weights, text encoding and training."""
+"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
+from specstrat._deprecation import moved_module
+from specstrat.runtime._models import *  # noqa: F403
 
-from specstrat.runtime.models.model import BoundEagleHead, EagleHead, ModelConfig, TinyLM
-from specstrat.runtime.models.weights import EMBEDDED_WEIGHTS, EmbeddedModels
-
-__all__ = [
-    "EMBEDDED_WEIGHTS",
-    "BoundEagleHead",
-    "EagleHead",
-    "EmbeddedModels",
-    "ModelConfig",
-    "TinyLM",
-]
+moved_module(__name__, "specstrat.runtime")

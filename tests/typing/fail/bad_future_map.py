@@ -1,14 +1,18 @@
 # expect: arg-type future_map
 import torch
 
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, RelayPayload, SpecAlgorithm
+
+from specstrat.strategies import (
+
     FixedWidthVerifyPolicy,
+
     GreedyAcceptance,
+
     NoDraftStateDisaggDraftBuilder,
+
     NoDrafterFactory,
-    RelayPayload,
-    SpecAlgorithm,
+
 )
 
 

@@ -1,14 +1,18 @@
 # expect: arg-type disagg
 import torch
 
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, PrebuiltBatch, SpecAlgorithm
+
+from specstrat.strategies import (
+
     FixedWidthVerifyPolicy,
+
     GreedyAcceptance,
+
     NoDrafterFactory,
-    PrebuiltBatch,
+
     SlotFutureMapFactory,
-    SpecAlgorithm,
+
 )
 
 

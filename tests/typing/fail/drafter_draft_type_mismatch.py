@@ -4,22 +4,43 @@ from collections.abc import Sequence
 import torch
 
 from specstrat import (
+
     Capabilities,
+
     DraftAdmission,
+
     DrafterContext,
+
     DrafterNeeds,
+
     DraftStep,
+
     DraftTree,
-    DsparkDraftInput,
-    EagleDisaggDraftBuilder,
-    EagleDraftInput,
-    FixedWidthVerifyPolicy,
-    GreedyAcceptance,
+
     LoadedModels,
+
     RelayPayload,
-    SlotFutureMapFactory,
+
     SpecAlgorithm,
+
     StepOutcome,
+
+)
+
+from specstrat.strategies import (
+
+    DsparkDraftInput,
+
+    EagleDisaggDraftBuilder,
+
+    EagleDraftInput,
+
+    FixedWidthVerifyPolicy,
+
+    GreedyAcceptance,
+
+    SlotFutureMapFactory,
+
 )
 
 
@@ -30,7 +51,7 @@ class DsparkOnlyDrafter:
     def release(self, slots: Sequence[int]) -> None: ...
 
     def propose(self, step: DraftStep) -> DraftTree:
-        return DraftTree.chain(step.last_tokens[:, None])
+        return DraftTree.chain(step.bonus_tokens[:, None])
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         return RelayPayload()

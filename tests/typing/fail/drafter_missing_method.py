@@ -4,19 +4,37 @@ from collections.abc import Sequence
 import torch
 
 from specstrat import (
+
     Capabilities,
+
     DraftAdmission,
+
     DrafterContext,
+
     DrafterNeeds,
+
     DraftStep,
+
     DraftTree,
-    FixedWidthVerifyPolicy,
-    GreedyAcceptance,
+
     LoadedModels,
-    NoDraftStateDisaggDraftBuilder,
+
     RelayPayload,
-    SlotFutureMapFactory,
+
     SpecAlgorithm,
+
+)
+
+from specstrat.strategies import (
+
+    FixedWidthVerifyPolicy,
+
+    GreedyAcceptance,
+
+    NoDraftStateDisaggDraftBuilder,
+
+    SlotFutureMapFactory,
+
 )
 
 
@@ -27,7 +45,7 @@ class ForgetfulDrafter:  # never learns what the target accepted: no commit
     def release(self, slots: Sequence[int]) -> None: ...
 
     def propose(self, step: DraftStep) -> DraftTree:
-        return DraftTree.chain(step.last_tokens[:, None])
+        return DraftTree.chain(step.bonus_tokens[:, None])
 
 
 class ForgetfulDrafterFactory:

@@ -11,7 +11,7 @@ class TwoArgDrafter:  # propose takes the width separately; the scheduler passes
     def release(self, slots: Sequence[int]) -> None: ...
 
     def propose(self, step: DraftStep, width: int) -> DraftTree:
-        return DraftTree.chain(step.last_tokens[:, None].expand(-1, width).contiguous())
+        return DraftTree.chain(step.bonus_tokens[:, None].expand(-1, width).contiguous())
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         return RelayPayload()

@@ -1,11 +1,10 @@
 # expect: arg-type target_verify
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, SpecAlgorithm
+from specstrat.strategies import (
     GreedyAcceptance,
     NoDraftStateDisaggDraftBuilder,
     NoDrafterFactory,
     SlotFutureMapFactory,
-    SpecAlgorithm,
 )
 
 

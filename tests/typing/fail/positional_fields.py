@@ -1,12 +1,11 @@
 # expect: call-arg positional
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, SpecAlgorithm
+from specstrat.strategies import (
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NoDraftStateDisaggDraftBuilder,
     NoDrafterFactory,
     SlotFutureMapFactory,
-    SpecAlgorithm,
 )
 
 ALGO: SpecAlgorithm[None] = SpecAlgorithm(

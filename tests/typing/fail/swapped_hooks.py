@@ -1,4 +1,5 @@
 # expect: assignment SlotFutureMapFactory
-from specstrat import SlotFutureMapFactory, TargetVerifyPolicy
+from specstrat import TargetVerifyPolicy
+from specstrat.strategies import SlotFutureMapFactory
 
 POLICY: TargetVerifyPolicy = SlotFutureMapFactory()

@@ -1,13 +1,12 @@
 # expect: arg-type DisaggDraftBuilder[EagleDraftInput]
-from specstrat import (
-    Capabilities,
+from specstrat import Capabilities, SpecAlgorithm
+from specstrat.strategies import (
     DsparkDisaggDraftBuilder,
     EagleDraftInput,
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NoDrafterFactory,
     SlotFutureMapFactory,
-    SpecAlgorithm,
 )
 
 ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(

@@ -1,0 +1,256 @@
+"""The engine's own host cost per decode step, split by who spends it, on a zero-cost model.
+
+A run decodes ``bs`` requests with a target that computes nothing (fixed logits), in sync mode,
+and times, inside decode steps only (prefill is excluded): the drafter (``propose`` and
+``commit``), the acceptance rule, the metadata and relay kernels (on a GPU, device work; here
+their CPU twins), and the model's own forward. ``scheduler_us`` is what remains of the measured
+wall time per decode step: the engine's own work, which a GPU would feel as host overhead.
+``bench/e2e.py --section overhead --json FILE`` prints and writes it for NONE and NGRAM at
+batch sizes 1, 16, 64 and 256 (median of 5 runs each).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import torch
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.drafting import (
+    Acceptance,
+    DraftAdmission,
+    DrafterContext,
+    DrafterNeeds,
+    DraftStep,
+    DraftTree,
+    StepOutcome,
+    VerifyInputs,
+)
+from specstrat.models import AttentionBackend, LoadedModels
+from specstrat.protocols import AcceptanceRule, Drafter, DrafterFactory
+from specstrat.relay import RelayPayload
+from specstrat.runtime import (
+    EmbeddedModels,
+    Engine,
+    EngineConfig,
+    Request,
+    _graph_runner,
+    _scheduler,
+    _step,
+    _verify,
+    _worker,
+)
+from specstrat.runtime._models.model import TinyLM
+from specstrat.strategies import future_map
+
+__all__ = ["PARTS", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
+
+#: The parts of a decode step, in the JSON's key order; ``total_us`` is their sum.
+PARTS = ("scheduler_us", "drafter_us", "acceptance_us", "metadata_us", "model_us", "total_us")
+
+#: The metadata and relay kernels the runtime calls, by the module that calls them.
+_KERNELS: tuple[tuple[object, str], ...] = (
+    (_worker, "build_verify_metadata"),
+    (_worker, "build_ragged_verify_metadata"),
+    (_verify, "build_tree_verify_metadata"),
+    (_graph_runner, "build_verify_metadata_into"),
+    (_graph_runner, "build_ragged_verify_metadata_into"),
+    (_graph_runner, "build_tree_verify_metadata_into"),
+    (future_map, "gather_relay"),
+)
+
+
+class ZeroCostLM(TinyLM):
+    """Returns fixed logits (always token 65) without computing anything."""
+
+    def forward(
+        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits favouring token 65 and zero hidden states, one row per token."""
+        n = tokens.shape[0]
+        logits = torch.zeros(n, 256, dtype=torch.float64)  # the byte vocabulary
+        logits[:, 65] = 1.0
+        return logits, torch.zeros(n, self.cfg.dim, dtype=torch.float64)
+
+
+@dataclass(frozen=False, slots=True)
+class Clock:
+    """Seconds spent per part, counted only while a decode step runs."""
+
+    decoding: bool = False
+    seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
+
+    def timed(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn``, adding its wall time to ``part`` when called inside a decode step."""
+
+        def run(*args: Any, **kwargs: Any) -> Any:
+            if not self.decoding:
+                return fn(*args, **kwargs)
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds[part] += time.perf_counter() - start
+
+        return run
+
+
+@dataclass(frozen=True, slots=True)
+class _TimedDrafter:
+    inner: Drafter[Any]
+    clock: Clock
+
+    def admit(self, admission: DraftAdmission[Any]) -> RelayPayload:
+        return self.inner.admit(admission)
+
+    def release(self, slots: Sequence[int]) -> None:
+        self.inner.release(slots)
+
+    def propose(self, step: DraftStep) -> DraftTree:
+        result: DraftTree = self.clock.timed("drafter_us", self.inner.propose)(step)
+        return result
+
+    def commit(self, outcome: StepOutcome) -> RelayPayload:
+        result: RelayPayload = self.clock.timed("drafter_us", self.inner.commit)(outcome)
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _TimedFactory:
+    inner: DrafterFactory[Any]
+    clock: Clock
+
+    @property
+    def needs(self) -> DrafterNeeds:
+        return self.inner.needs
+
+    def create_drafter(self, context: DrafterContext) -> _TimedDrafter:
+        return _TimedDrafter(self.inner.create_drafter(context), self.clock)
+
+    def prefill_payload(
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
+    ) -> RelayPayload:
+        return self.inner.prefill_payload(models, bonus_tokens, hidden)
+
+
+@dataclass(frozen=True, slots=True)
+class _TimedRule:
+    inner: AcceptanceRule
+    clock: Clock
+
+    @property
+    def lossless(self) -> bool:
+        return self.inner.lossless
+
+    def accept(self, inputs: VerifyInputs) -> Acceptance:
+        result: Acceptance = self.clock.timed("acceptance_us", self.inner.accept)(inputs)
+        return result
+
+
+@contextmanager
+def _instrumented(clock: Clock, model: ZeroCostLM) -> Iterator[None]:
+    """Patch the step loop (decode steps set ``clock.decoding``; plan and absorb count as the
+    scheduler's), the kernels and the model's forward to report to ``clock``."""
+    step, sched = _step.StepRunner, _scheduler.Scheduler
+    originals: list[tuple[object, str, Any]] = [
+        (step, "decode", step.decode),
+        (sched, "plan", sched.plan),
+        (sched, "absorb", sched.absorb),
+        *((module, name, getattr(module, name)) for module, name in _KERNELS),
+    ]
+    decode, plan, absorb = step.decode, sched.plan, sched.absorb
+
+    def decoding(*args: Any, **kwargs: Any) -> Any:
+        clock.decoding = True
+        start = time.perf_counter()
+        try:
+            return decode(*args, **kwargs)
+        finally:
+            clock.seconds["total_us"] += time.perf_counter() - start
+            clock.decoding = False
+
+    def around(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def run(*args: Any, **kwargs: Any) -> Any:
+            clock.decoding = True
+            try:
+                return clock.timed("total_us", fn)(*args, **kwargs)
+            finally:
+                clock.decoding = False
+
+        return run
+
+    setattr(step, "decode", decoding)  # noqa: B010
+    setattr(sched, "plan", around(plan))  # noqa: B010
+    setattr(sched, "absorb", around(absorb))  # noqa: B010
+    for module, name in _KERNELS:
+        setattr(module, name, clock.timed("metadata_us", getattr(module, name)))
+    model.forward = clock.timed("model_us", model.forward)  # type: ignore[method-assign]
+    try:
+        yield
+    finally:
+        for owner, name, real in originals:
+            setattr(owner, name, real)
+        del model.forward
+
+
+@dataclass(frozen=True, slots=True)
+class StepCost:
+    """Microseconds per decode step, by part (:data:`PARTS`), median over the runs."""
+
+    parts: dict[str, float]
+
+    def as_json(self) -> dict[str, float]:
+        """The parts by name, rounded to 0.1 µs."""
+        return {k: round(self.parts[k], 1) for k in PARTS}
+
+
+def measure(
+    algo: SpecAlgorithm[Any],
+    bs: int,
+    *,
+    runs: int = 5,
+    new_tokens: int = 64,
+    models: EmbeddedModels | None = None,
+) -> StepCost:
+    """The host cost per decode step of ``algo`` at batch size ``bs`` on a zero-cost target,
+    median of ``runs`` runs (sync mode, every request admitted at once)."""
+    base = models or EmbeddedModels.load()
+    zero = ZeroCostLM(base.target.cfg).double().eval()
+    fake = EmbeddedModels(zero, base.draft, base.eagle)
+    config = EngineConfig(
+        context_len=512, max_running_requests=bs, overlap=False, graph_buckets=(1, 16, 64, 256)
+    )
+    samples: list[dict[str, float]] = []
+    for _ in range(runs):
+        clock = Clock()
+        timed = replace(
+            algo,
+            drafter=_TimedFactory(algo.drafter, clock),
+            acceptance=_TimedRule(algo.acceptance, clock),
+        )
+        engine = Engine(timed, fake, config)
+        requests = [Request(f"r{i}", (65, 66, 67), new_tokens) for i in range(bs)]
+        with _instrumented(clock, zero):
+            engine.run(requests)
+        steps = max(engine.stats.decode_steps, 1)
+        per = {k: v / steps * 1e6 for k, v in clock.seconds.items()}
+        inner = per["drafter_us"] + per["acceptance_us"] + per["metadata_us"] + per["model_us"]
+        per["scheduler_us"] = per["total_us"] - inner
+        samples.append(per)
+    return StepCost({k: statistics.median(s[k] for s in samples) for k in PARTS})
+
+
+def overhead_table(
+    algos: Sequence[SpecAlgorithm[Any]], sizes: Sequence[int], *, runs: int = 5
+) -> dict[str, dict[str, dict[str, float]]]:
+    """``{algorithm: {bs: {part: µs}}}`` for every algorithm and batch size."""
+    models = EmbeddedModels.load()
+    return {
+        algo.name: {str(bs): measure(algo, bs, runs=runs, models=models).as_json() for bs in sizes}
+        for algo in algos
+    }

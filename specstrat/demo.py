@@ -1,0 +1,313 @@
+"""The main job: one algorithm against target-only decoding.
+
+Both runs decode the same workload: by default prompts cut from the Python standard library's
+source (which every machine has) on the embedded models, or any requests on any loaded models
+(:func:`run_comparison`; ``specstrat demo --model`` passes a Hugging Face model's). The summary
+reports mean acceptance length, tokens/s of each, their ratio, and whether speculation was
+lossless (token-for-token equal to target-only greedy output).
+"""
+
+from __future__ import annotations
+
+import sys
+from dataclasses import asdict, dataclass
+from typing import TYPE_CHECKING, Any, TextIO
+
+import torch
+from tqdm import tqdm
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.drafting import GREEDY, SamplingParams
+from specstrat.errors import InvalidConfig
+from specstrat.models import LoadedModels
+from specstrat.registry import get
+from specstrat.runtime._engine import Engine
+from specstrat.runtime._models.weights import EmbeddedModels
+from specstrat.runtime._requests import EngineConfig, Request
+from specstrat.runtime._workload import workload as workload
+
+if TYPE_CHECKING:
+    from specstrat.runtime._disagg.process import ModelLoader
+
+__all__ = [
+    "DemoRun",
+    "DemoSummary",
+    "ProgressBar",
+    "RequestRecord",
+    "run_comparison",
+    "run_demo",
+    "workload",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request of a demo run: ``prompt_ids`` exactly as the target saw them, ``output_ids``
+    the speculative run's kept tokens."""
+
+    rid: str
+    prompt_ids: tuple[int, ...]
+    output_ids: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class DemoSummary:
+    """The demo's figures. ``requests``: every request's ids (:class:`RequestRecord`);
+    ``num_requests``: their count (``requests`` was that count in 0.3). ``topk``/``num_steps``:
+    the draft tree (topk 1 is a chain); ``draft_worker_verify_forwards``: TARGET_VERIFY forwards
+    the draft worker ran (a block drafter's); ``draft_worker_tokens_per_req``: their ``T_draft``
+    (0: none). ``temperature``, ``top_p``, ``top_k``, ``seed``: the sampling parameters (request
+    ``i`` samples with ``seed + i``). ``model``: what ran (``embedded`` or a model's path);
+    ``ties``: divergences certified as numerical ties (Hugging Face models, see
+    :mod:`specstrat.hf.reference`)."""
+
+    algorithm: str
+    overlap: bool
+    disagg: bool
+    num_draft_tokens: int
+    requests: tuple[RequestRecord, ...]
+    num_requests: int
+    tokens: int
+    acceptance_length: float
+    spec_tokens_per_s: float
+    target_tokens_per_s: float
+    speed_ratio: float
+    lossless: bool
+    acceptance_by_position: tuple[float, ...]
+    acceptance_rule_lossless: bool
+    temperature: float
+    lossless_check: str
+    topk: int
+    num_steps: int
+    draft_worker_verify_forwards: int = 0
+    draft_worker_tokens_per_req: int = 0
+    top_p: float = 1.0
+    top_k: int = 0
+    seed: int = 0
+    model: str = "embedded"
+    ties: int = 0
+
+    def _setup(self) -> str:
+        parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
+        if self.topk > 1:
+            parts.append(f"tree topk {self.topk}, {self.num_steps} steps")
+        if self.temperature:
+            parts.append(f"temperature {self.temperature:g}")
+        if self.disagg:
+            parts.append("prefill/decode in 2 processes")
+        return f"{self.algorithm} ({', '.join(parts)})"
+
+    def table(self) -> str:
+        """The summary as aligned text."""
+        rows = [
+            ("algorithm", self._setup()),
+            ("model", self.model),
+            ("requests", str(self.num_requests)),
+            ("tokens", str(self.tokens)),
+            ("mean acceptance length", f"{self.acceptance_length:.2f}"),
+            (
+                "accepted by position",
+                " ".join(f"{r:.2f}" for r in self.acceptance_by_position) or "-",
+            ),
+            ("tokens/s with speculation", f"{self.spec_tokens_per_s:.1f}"),
+            ("tokens/s target-only", f"{self.target_tokens_per_s:.1f}"),
+            ("speed ratio", f"{self.speed_ratio:.2f}x"),
+            ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
+        ]
+        if self.draft_worker_verify_forwards:
+            forwards = f"{self.draft_worker_verify_forwards} forwards"
+            rows.insert(
+                -1, ("draft-worker verify", f"{forwards}, T={self.draft_worker_tokens_per_req}")
+            )
+        return "\n".join(f"{k:<26} {v}" for k, v in rows)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The summary as JSON-ready values."""
+        return asdict(self)
+
+
+class ProgressBar:
+    """A progress bar on stderr (tqdm), advanced to the number of finished requests."""
+
+    def __init__(self, label: str, *, stream: Any = None) -> None:
+        self.bar = tqdm(
+            desc=f"{label:<24}", unit="req", file=stream if stream is not None else sys.stderr,
+            leave=True, dynamic_ncols=True,
+        )  # fmt: skip
+
+    def __call__(self, done: int, total: int) -> None:
+        """Show ``done`` of ``total`` requests."""
+        if self.bar.total != total:
+            self.bar.total = total
+        if done != self.bar.n:
+            self.bar.update(done - self.bar.n)
+
+    def close(self) -> None:
+        """End the bar's line."""
+        self.bar.close()
+
+
+@dataclass(frozen=True, slots=True)
+class DemoRun:
+    """A demo run: its summary, and both runs' outputs by request id."""
+
+    summary: DemoSummary
+    spec_outputs: dict[str, list[int]]
+    target_outputs: dict[str, list[int]]
+
+
+def run_demo(
+    algo: SpecAlgorithm[Any] | str = "EAGLE",
+    *,
+    overlap: bool = True,
+    num_requests: int = 16,
+    num_draft_tokens: int = 4,
+    progress: bool = True,
+    models: EmbeddedModels | None = None,
+    disagg: bool = False,
+    trace: TextIO | None = None,
+    sampling: SamplingParams = GREEDY,
+) -> tuple[DemoSummary, dict[str, list[int]]]:
+    """Run the embedded workload with ``algo`` and target-only; the summary and spec outputs.
+
+    The workload is :func:`workload` (``num_requests`` prompts) in a context of 512 positions;
+    see :func:`run_comparison` for the rest.
+    """
+    config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
+    run = run_comparison(
+        algo,
+        models or EmbeddedModels.load(),
+        workload(num_requests, sampling=sampling),
+        config,
+        progress=progress,
+        disagg=disagg,
+        trace=trace,
+        sampling=sampling,
+    )
+    return run.summary, run.spec_outputs
+
+
+def run_comparison(
+    algo: SpecAlgorithm[Any] | str,
+    models: LoadedModels,
+    requests: list[Request],
+    config: EngineConfig,
+    *,
+    progress: bool = True,
+    disagg: bool = False,
+    trace: TextIO | None = None,
+    sampling: SamplingParams = GREEDY,
+    model_name: str = "embedded",
+    loader: ModelLoader | None = None,
+) -> DemoRun:
+    """Run ``requests`` with ``algo`` and with target-only decoding on ``models``.
+
+    Both engines are built (and their configuration checked) before either runs. With
+    ``disagg`` the speculative run prefills in a second process and decodes here
+    (:func:`~specstrat.runtime._disagg.run_disaggregated`; models other than the embedded ones
+    need the ``loader`` that process calls to load them). Greedy: lossless compares the outputs
+    token for token with target-only's. Sampling (``sampling.temperature > 0``): outputs differ
+    by design; a lossless rule is checked in distribution
+    (:func:`~specstrat.testing.check_lossless_in_distribution`), a lossy one says so.
+    """
+    spec_algo = get(algo) if isinstance(algo, str) else algo
+    if disagg and loader is None and not isinstance(models, EmbeddedModels):
+        raise InvalidConfig(
+            f"disagg=True with models={type(models).__name__} and no loader: the prefill "
+            "process loads the embedded models unless given a loader for these"
+        )
+    baseline = Engine(get("NONE"), models, config)
+    spec = Engine(spec_algo, models, config)  # checks D against the context before any run
+    torch.manual_seed(0)
+    base_out = _timed(baseline, requests, "target-only", progress)
+    if disagg:
+        from specstrat.runtime._disagg import run_disaggregated  # spawns a process
+
+        bar = ProgressBar(spec_algo.name) if progress else None
+        try:
+            result = run_disaggregated(
+                spec_algo, requests, config, models=models, progress=bar, loader=loader
+            )
+        finally:
+            if bar is not None:
+                bar.close()
+        spec_stats, spec_out = result.stats, result.outputs
+    else:
+        spec_out = _timed(spec, requests, spec_algo.name, progress, trace)
+        spec_stats = spec.stats
+    d = config.num_draft_tokens
+    lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, d)
+    base_stats = baseline.stats
+    summary = DemoSummary(
+        algorithm=spec_algo.name,
+        overlap=config.overlap,
+        disagg=disagg,
+        num_draft_tokens=d,
+        requests=tuple(
+            RequestRecord(r.rid, tuple(r.prompt), tuple(spec_out.get(r.rid, ()))) for r in requests
+        ),
+        num_requests=len(requests),
+        tokens=spec_stats.generated_tokens,
+        acceptance_length=spec_stats.acceptance_length,
+        spec_tokens_per_s=spec_stats.tokens_per_second,
+        target_tokens_per_s=base_stats.tokens_per_second,
+        speed_ratio=spec_stats.tokens_per_second / max(base_stats.tokens_per_second, 1e-9),
+        lossless=lossless,
+        acceptance_by_position=tuple(spec_stats.acceptance_by_position),
+        acceptance_rule_lossless=spec_algo.lossless,
+        temperature=sampling.temperature,
+        lossless_check=note,
+        topk=spec.tree.topk,
+        num_steps=spec.tree.num_steps,
+        draft_worker_verify_forwards=spec_stats.draft_worker_verify_forwards,
+        draft_worker_tokens_per_req=spec_stats.draft_worker_tokens_per_req,
+        top_p=sampling.top_p,
+        top_k=sampling.top_k,
+        seed=sampling.seed,
+        model=model_name,
+    )
+    return DemoRun(summary, spec_out, base_out)
+
+
+def _lossless(
+    algo: SpecAlgorithm[Any],
+    same_tokens: bool,
+    sampling: SamplingParams,
+    models: LoadedModels,
+    num_draft_tokens: int,
+) -> tuple[bool, str]:
+    """Whether the run was lossless, and how that was established."""
+    rule = type(algo.acceptance).__name__
+    if not algo.lossless:
+        return False, f"rule {rule} is lossy"
+    if sampling.greedy:
+        return same_tokens, "token for token against target-only"
+    from specstrat.errors import ConformanceError
+    from specstrat.testing.lossless import check_lossless_in_distribution
+
+    try:
+        report = check_lossless_in_distribution(
+            algo, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
+            num_samples=2000, num_draft_tokens=num_draft_tokens, models=models,
+        )  # fmt: skip
+    except ConformanceError as exc:
+        return False, f"in distribution: {exc}"
+    return True, (
+        f"in distribution, checked: chi-square p={report.p_value:.3f} over "
+        f"{report.num_samples} samples"
+    )
+
+
+def _timed(
+    engine: Engine,
+    requests: list[Request],
+    label: str,
+    progress: bool,
+    trace: TextIO | None = None,
+) -> dict[str, list[int]]:
+    bar = ProgressBar(label) if progress else None
+    try:
+        return engine.run(requests, progress=bar, trace=trace)
+    finally:
+        if bar is not None:
+            bar.close()

@@ -1,0 +1,400 @@
+"""The plain scheduler's public face: build an engine for one algorithm, submit, run.
+
+:class:`Engine` wires the components: the target's worker, the relay from
+``algo.create_future_map`` (on in both modes, as SGLang 0.5.23's always-on FutureMap), the
+drafter from ``algo.drafter.create_drafter``, the verifier (graph buckets, eager, ragged), the
+step runner and the scheduler. It never asks which algorithm it runs.
+
+A run is all or nothing for the engine: if anything fails mid-run (a hook raising, an interrupt),
+every request slot and all KV are released, the exception propagates, and the engine refuses
+further use with :class:`~specstrat.errors.EngineStateError` — it never continues with state a
+failed step may have half-changed. One ``run`` at a time: a concurrent call is refused.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any, TextIO
+
+import torch
+
+from specstrat._deprecation import RenamedField
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.drafting import DrafterContext
+from specstrat.errors import (
+    DisaggError,
+    EngineStateError,
+    InvalidConfig,
+)
+from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
+from specstrat.protocols import Drafter, FutureMap
+from specstrat.registry import get
+from specstrat.runtime._admission import TransferBatch, check_transfer
+from specstrat.runtime._graph_runner import GraphRunner
+from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
+from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape, verify_width
+from specstrat.runtime._requests import EngineConfig, Request, RunStats
+from specstrat.runtime._scheduler import Progress, Scheduler, Source
+from specstrat.runtime._step import StepRunner
+from specstrat.runtime._verify import Verifier
+from specstrat.runtime._worker import ModelWorker
+
+__all__ = ["Engine"]
+
+
+def _algorithm(algo: object) -> SpecAlgorithm[Any]:
+    if isinstance(algo, str):
+        return get(algo)
+    if not isinstance(algo, SpecAlgorithm):
+        raise InvalidConfig(
+            f"algo={algo!r} ({type(algo).__name__}); pass a SpecAlgorithm or a registered name "
+            "such as 'EAGLE'"
+        )
+    return algo
+
+
+def _models(models: object) -> LoadedModels:
+    target = getattr(models, "target", None)
+    if (
+        not isinstance(target, CausalLM)
+        or not hasattr(models, "draft")
+        or not hasattr(models, "head")
+    ):
+        raise InvalidConfig(
+            f"models={type(models).__name__}; pass EmbeddedModels.load() or "
+            "specstrat.ModelSet(target=..., draft=..., head=...) whose target is a CausalLM"
+        )
+    return models  # type: ignore[return-value]
+
+
+def _check_run_arguments(requests: object, progress: object, source: object, trace: object) -> None:
+    """run()'s arguments, checked before anything changes."""
+    if isinstance(requests, Request) or not isinstance(requests, Sequence | tuple | list):
+        raise InvalidConfig(
+            f"requests={type(requests).__name__}; pass a list of Requests (e.g. [request])"
+        )
+    for name, value in (("progress", progress), ("source", source)):
+        if value is not None and not callable(value):
+            raise InvalidConfig(f"{name}={value!r} is not callable; pass a function or None")
+    if trace is None:
+        return
+    if getattr(trace, "closed", False) or not callable(getattr(trace, "write", None)):
+        raise InvalidConfig(
+            f"trace={trace!r}; pass an open text stream, e.g. open('trace.jsonl', 'w')"
+        )
+    try:
+        trace.write("")  # type: ignore[attr-defined]  # a binary stream refuses str here
+    except (TypeError, ValueError, OSError) as exc:
+        raise InvalidConfig(
+            f"trace={trace!r} does not take text ({type(exc).__name__}: {exc}); open it in "
+            "text mode ('w')"
+        ) from exc
+
+
+class Engine:
+    """Runs one algorithm on loaded models: :meth:`submit` requests, then :meth:`run`.
+
+    ``algo`` is a :class:`~specstrat.algorithm.SpecAlgorithm` or a registered name; ``models``
+    any :class:`~specstrat.models.LoadedModels` (``EmbeddedModels.load()``, or a
+    :class:`~specstrat.models.ModelSet` of your own torch modules).
+    """
+
+    # The 0.3.0 attributes, internal since 0.4.0.
+    _INTERNAL = "the public Engine API (run, submit, stats, free_slots, free_kv_tokens, device)"
+    target = RenamedField[ModelWorker]("_target", _INTERNAL)
+    steps = RenamedField[StepRunner]("_steps", _INTERNAL)
+    scheduler = RenamedField[Scheduler]("_scheduler", _INTERNAL)
+    future_map = RenamedField[FutureMap]("_relay", _INTERNAL)
+    drafter = RenamedField[Drafter[Any]]("_drafter", _INTERNAL)
+    graph_runner = RenamedField[GraphRunner | None]("_graph_runner", _INTERNAL)
+    margin = RenamedField[int]("_margin", _INTERNAL)
+    init_overlap = RenamedField[Callable[[torch.device], FutureMap]]("_init_overlap", _INTERNAL)
+
+    def __init__(
+        self,
+        algo: SpecAlgorithm[Any] | str,
+        models: LoadedModels,
+        config: EngineConfig | None = None,
+    ) -> None:
+        self.algo = algo = _algorithm(algo)
+        self.models = models = _models(models)
+        if config is not None and not isinstance(config, EngineConfig):
+            raise InvalidConfig(f"config={config!r}; pass a specstrat.runtime.EngineConfig")
+        self.config = cfg = config or EngineConfig()
+        if cfg.overlap and not algo.capabilities.supports_overlap:
+            raise InvalidConfig(
+                f"algorithm {algo.name} has supports_overlap=False; run it with "
+                "EngineConfig(overlap=False)"
+            )
+        self.tokens_per_req = verify_width(algo, cfg)
+        self._target = ModelWorker(
+            models.target,
+            max_running_requests=cfg.max_running_requests,
+            context_len=cfg.context_len,
+            max_total_tokens=cfg.kv_tokens,
+        )
+        self._workers = [self._target]
+        self.tree = tree_shape(algo, self.tokens_per_req)
+        # KV a request may need beyond prompt and output: one overlapped step of T, and the
+        # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
+        tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)
+        self._margin = 2 * self.tokens_per_req + tree_columns
+        self._margin_label = f"2*T{' + tree columns' if tree_columns else ''} ({self._margin})"
+        self.stats = RunStats()  # before the drafter: its draft-worker verify forwards count here
+        self._drafter = self._create_drafter()
+        self._graph_runner = (
+            GraphRunner(self._target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
+            if algo.is_speculative() and cfg.use_graph_runner
+            else None
+        )
+        if self._graph_runner is not None:
+            built = self._graph_runner.tokens_per_req
+            check_same_width(
+                algo, False, "when its graph runner was built", built, self.tokens_per_req
+            )
+        verifier = Verifier(
+            self._target,
+            self.tokens_per_req,
+            graph_runner=self._graph_runner,
+            ragged=cfg.ragged_verify and algo.capabilities.supports_ragged_verify,
+        )
+        self._relay: FutureMap = self._init_overlap(self._target.device)
+        self._steps = StepRunner(
+            algo, self._target, self._drafter, verifier, self._relay, self.stats, self.tree
+        )
+        self._scheduler = Scheduler(self._target, self._steps, self.stats, self._reserve)
+        self._rids: set[str] = set()
+        self._this_run: list[str] = []
+        self._lock = threading.Lock()
+        self._owner: int | None = None
+        self._closed: str | None = None
+
+    # -- construction -------------------------------------------------------------------------
+
+    def _new_worker(self, model: CausalLM) -> ModelWorker:
+        """A worker for a drafter's model, sized like the target's pools."""
+        cfg = self.config
+        worker = ModelWorker(
+            model,
+            max_running_requests=cfg.max_running_requests,
+            context_len=cfg.context_len,
+            max_total_tokens=cfg.kv_tokens,
+        )
+        self._workers.append(worker)
+        return worker
+
+    def _new_runner(self, model: CausalLM) -> DraftKV:
+        """A KV runner for a drafter's model."""
+        return KVRunner(self._new_worker(model))
+
+    def _new_block_runner(self, model: CausalLM) -> BlockKV:
+        """A KV runner that also runs TARGET_VERIFY on the draft worker, through a draft-worker
+        graph runner (which refuses a policy without ``supports_target_verify_for_draft``)."""
+        algo, cfg, worker = self.algo, self.config, self._new_worker(model)
+        graphs = GraphRunner(
+            worker, algo, cfg.num_draft_tokens, is_draft_worker=True, buckets=cfg.graph_buckets
+        )
+        checked = algo.get_num_tokens_per_req_for_target_verify(cfg.num_draft_tokens, True)
+        check_same_width(
+            algo, True, "when its graph runner was built", graphs.tokens_per_req, checked
+        )
+        self.stats.draft_worker_tokens_per_req = graphs.tokens_per_req
+
+        def counted() -> None:
+            self.stats.draft_worker_verify_forwards += 1
+
+        return BlockKVRunner(
+            worker,
+            graphs.tokens_per_req,
+            graphs=graphs if cfg.use_graph_runner else None,
+            on_verify=counted,
+        )
+
+    def _create_drafter(self) -> Drafter[Any]:
+        algo, cfg = self.algo, self.config
+        context = DrafterContext(
+            models=self.models,
+            new_kv_runner=self._new_runner,
+            target_tokens=self._target.tokens,
+            num_draft_tokens=cfg.num_draft_tokens,
+            max_running_requests=cfg.max_running_requests,
+            context_len=cfg.context_len,
+            device=self._target.device,
+            tree=self.tree,
+            new_block_runner=self._new_block_runner,
+            verify_tokens_per_req=self.tokens_per_req,
+        )
+        return create_drafter(algo, context)
+
+    def _init_overlap(self, device: torch.device) -> FutureMap:
+        """The relay between steps, from the algorithm's future-map strategy."""
+        cfg = self.config
+        return self.algo.create_future_map(
+            cfg.max_running_requests, cfg.chunked_prefill_size, cfg.context_len, device
+        )
+
+    # -- resources ----------------------------------------------------------------------------
+
+    @property
+    def device(self) -> torch.device:
+        """Where the target model runs."""
+        return self._target.device
+
+    @property
+    def free_slots(self) -> int:
+        """Free request slots over every model this engine runs (target and drafters')."""
+        return sum(w.requests.available for w in self._workers)
+
+    @property
+    def free_kv_tokens(self) -> int:
+        """Free KV indices over every model this engine runs."""
+        return sum(w.kv.available for w in self._workers)
+
+    def _reserve(self, request: Request) -> int:
+        """KV positions a request may occupy: prompt, output, one overlapped step of T (and a
+        draft tree's columns)."""
+        return len(request.prompt) + request.max_new_tokens + self._margin
+
+    # -- submission ---------------------------------------------------------------------------
+
+    def _check_open(self, what: str) -> None:
+        if self._closed is not None:
+            raise EngineStateError(
+                f"{what}: this engine was closed after a failed run ({self._closed}); its "
+                "requests were released; create a new Engine"
+            )
+        if self._owner is not None and self._owner != threading.get_ident():
+            raise EngineStateError(
+                f"{what}: run() is in progress on another thread; one run at a time per engine"
+            )
+        if what == "run" and self._owner is not None:
+            raise EngineStateError(
+                "run: run() is already in progress on this thread (called again from a hook, "
+                "a source or a progress callback); one run at a time per engine"
+            )
+
+    def _check_request(self, request: object) -> Request:
+        if not isinstance(request, Request):
+            raise InvalidConfig(f"request={request!r}; pass a specstrat.runtime.Request")
+        if request.rid in self._rids:
+            raise InvalidConfig(f"request id {request.rid!r} was already submitted")
+        vocab = self._target.shape.vocab_size
+        if max(request.prompt) >= vocab:
+            raise InvalidConfig(
+                f"request {request.rid!r}: prompt token {max(request.prompt)} is outside the "
+                f"target's vocabulary 0..{vocab - 1}"
+            )
+        need, cfg = self._reserve(request), self.config
+        if need > cfg.context_len:
+            raise InvalidConfig(
+                f"request {request.rid!r}: prompt ({len(request.prompt)}) + max_new_tokens "
+                f"({request.max_new_tokens}) + {self._margin_label} = {need} exceeds "
+                f"context_len={cfg.context_len}; shorten the prompt or the output"
+            )
+        if need > self._target.kv.capacity:
+            raise InvalidConfig(
+                f"request {request.rid!r} needs {need} KV indices > max_total_tokens="
+                f"{self._target.kv.capacity}; raise max_total_tokens"
+            )
+        return request
+
+    def submit(self, request: Request) -> None:
+        """Queue a request; a bad one is refused (InvalidConfig) before anything changes."""
+        self._check_open("submit")
+        self._enqueue(self._check_request(request))
+
+    def _enqueue(self, request: Request) -> None:
+        self._scheduler.enqueue(request)
+        self._rids.add(request.rid)
+        self._this_run.append(request.rid)
+
+    def submit_prebuilt(self, batch: TransferBatch) -> None:
+        """Queue a batch prefilled elsewhere (:class:`~specstrat.runtime._admission.TransferBatch`).
+
+        The whole batch is checked against this engine's model and algorithm first
+        (:class:`~specstrat.errors.DisaggError` naming the requests; nothing queued); it is
+        admitted in PREBUILT mode when slots and KV for all of it are free.
+        """
+        self._check_open("submit_prebuilt")
+        cfg = self.config
+        check_transfer(
+            batch,
+            shape=self._target.shape,
+            prefill_fields=self.algo.drafter.needs.prefill_fields,
+            known_rids=self._rids,
+            room=cfg.context_len - self._margin,
+        )
+        requests = batch.requests()
+        need = sum(self._reserve(r) for r in requests)
+        if len(requests) > cfg.max_running_requests or need > self._target.kv.capacity:
+            raise DisaggError(
+                f"batch of {len(requests)} requests needs {need} KV indices; this engine holds "
+                f"max_running_requests={cfg.max_running_requests} and max_total_tokens="
+                f"{self._target.kv.capacity}; the batch was not admitted"
+            )
+        self._scheduler.enqueue_prebuilt(batch)
+        self._rids.update(batch.rids)
+        self._this_run.extend(batch.rids)
+
+    def submitted_ids(self) -> list[str]:
+        """Ids of every request submitted or admitted so far."""
+        return sorted(self._rids)
+
+    # -- running ------------------------------------------------------------------------------
+
+    def run(
+        self,
+        requests: Sequence[Request] = (),
+        *,
+        progress: Progress | None = None,
+        source: Source | None = None,
+        trace: TextIO | None = None,
+    ) -> dict[str, list[int]]:
+        """Submit ``requests``, run until every request of this run finished; their outputs.
+
+        Returns the outputs of the requests submitted since the previous run (``requests``,
+        earlier :meth:`submit` calls, and batches ``source`` brought in), by id. ``source(idle)``
+        is polled once per step for more work and returns whether more may come; it may block
+        while ``idle``. ``trace``: a text stream that gets one JSON line per step and request.
+        """
+        self._check_open("run")
+        _check_run_arguments(requests, progress, source, trace)
+        if not self._lock.acquire(blocking=False):
+            raise EngineStateError("run() is in progress on another thread; one run at a time")
+        try:
+            self._owner = threading.get_ident()
+            checked = [self._check_request(r) for r in requests]
+            rids = [r.rid for r in checked]
+            repeated = sorted({rid for rid in rids if rids.count(rid) > 1})
+            if repeated:
+                raise InvalidConfig(f"requests repeat the ids {repeated}; every rid is unique")
+            for request in checked:
+                self._enqueue(request)
+            return self._run(source or (lambda idle: False), progress, trace)
+        finally:
+            self._owner = None
+            self._lock.release()
+
+    def _run(
+        self, source: Callable[[bool], bool], progress: Progress | None, trace: TextIO | None
+    ) -> dict[str, list[int]]:
+        start = time.perf_counter()
+        try:
+            self._scheduler.run(source, progress, overlap=self.config.overlap, trace=trace)
+        except BaseException as exc:
+            self._close(exc)
+            raise
+        finally:
+            self.stats.seconds += time.perf_counter() - start
+        outputs = self._scheduler.take_outputs(self._this_run)
+        self._this_run = []
+        return outputs
+
+    def _close(self, cause: BaseException) -> None:
+        """Release every request and all KV; the engine refuses further use."""
+        self._closed = f"{type(cause).__name__}: {cause}"
+        for worker in self._workers:
+            worker.reset()
+        self._scheduler.reset()

@@ -1,0 +1,115 @@
+"""The KV runners the engine hands drafters: a draft LM's own request pool and KV cache
+(:class:`KVRunner`, a :class:`~specstrat.models.DraftKV`), and one that also runs TARGET_VERIFY on
+the draft worker (:class:`BlockKVRunner`, a :class:`~specstrat.models.BlockKV`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+import torch
+
+from specstrat.errors import CapacityError, InvalidConfig
+from specstrat.runtime._forward import ForwardMode
+from specstrat.runtime._worker import ModelWorker, TreeTokens
+
+__all__ = ["BlockKVRunner", "KVRunner"]
+
+
+class KVRunner:
+    """A :class:`~specstrat.models.DraftKV` over a worker: what a drafter's draft LM runs on."""
+
+    def __init__(self, worker: ModelWorker) -> None:
+        self.worker = worker
+
+    def alloc(self, count: int) -> list[int]:
+        """``count`` fresh slots, all or none."""
+        if count > self.worker.requests.available:
+            raise CapacityError(
+                f"draft request pool has {self.worker.requests.available} free slots, "
+                f"{count} needed; raise max_running_requests"
+            )
+        return [self.worker.alloc_request() for _ in range(count)]
+
+    def free(self, slots: Sequence[int]) -> None:
+        """Release the slots and their KV."""
+        for slot in slots:
+            self.worker.free_request(slot)
+
+    def rewind(self, slot: int, new_len: int) -> None:
+        """Drop the KV of positions ``new_len..``."""
+        self.worker.rewind(slot, new_len)
+
+    def extend(
+        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """DECODE when every request adds one token, DRAFT_EXTEND otherwise."""
+        single = all(len(t) == 1 for t in tokens)
+        mode = ForwardMode.DECODE if single else ForwardMode.DRAFT_EXTEND
+        return self.worker.forward(mode, slots, tokens)
+
+    def extend_tree(
+        self,
+        slots: Sequence[int],
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        mask: torch.Tensor,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Append ``tokens [bs, k]`` as draft-tree nodes (see :class:`TreeTokens`); a draft
+        forward (DECODE or DRAFT_EXTEND), never TARGET_VERIFY, which the algorithm's policy
+        may refuse the draft worker."""
+        mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.DRAFT_EXTEND
+        return self.worker.forward(mode, slots, tokens.tolist(), tree=TreeTokens(positions, mask))
+
+    def lengths(self, slots: Sequence[int]) -> list[int]:
+        """Cached positions per request."""
+        return [self.worker.length(s) for s in slots]
+
+
+class _Replayer(Protocol):
+    """What :class:`BlockKVRunner` needs of a graph runner (``GraphRunner``, is_draft_worker)."""
+
+    def can_run(self, bs: int) -> bool: ...
+
+    def replay(
+        self, slots: Sequence[int], tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]: ...
+
+
+class BlockKVRunner(KVRunner):
+    """A :class:`~specstrat.models.BlockKV`: a :class:`KVRunner` whose :meth:`verify` runs
+    TARGET_VERIFY of ``tokens_per_req`` tokens per request on this (draft) worker, through the
+    draft-worker graph runner's buckets when the batch fits one, eagerly otherwise; each forward
+    calls ``on_verify`` (the engine counts them)."""
+
+    def __init__(
+        self,
+        worker: ModelWorker,
+        tokens_per_req: int,
+        *,
+        graphs: _Replayer | None,
+        on_verify: Callable[[], None],
+    ) -> None:
+        super().__init__(worker)
+        self._tokens, self.graphs, self.on_verify = tokens_per_req, graphs, on_verify
+
+    @property
+    def tokens_per_req(self) -> int:
+        """``T_draft``: tokens per request of each verify forward."""
+        return self._tokens
+
+    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """TARGET_VERIFY (DECODE when ``T = 1``) of ``rows [bs, T]`` after the cached tokens."""
+        bs, t = rows.shape
+        if t != self._tokens:
+            raise InvalidConfig(
+                f"rows have width {t}; this draft worker verifies T_draft={self._tokens} tokens "
+                "per request"
+            )
+        if self.graphs is not None and self.graphs.can_run(bs):
+            out = self.graphs.replay(slots, rows)
+        else:
+            mode = ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE
+            out = self.worker.forward(mode, slots, rows.tolist())
+        self.on_verify()
+        return out

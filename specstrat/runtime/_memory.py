@@ -1,0 +1,100 @@
+"""The request pool (token ids and KV locations per request) and the KV cache indexed through it.
+
+Row 0 of the request pool and slot 0 of the KV cache are padding: padded graph rows point at them
+and may read and write them harmlessly; no request ever owns them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from specstrat.errors import CapacityError
+from specstrat.models import ModelShape
+
+__all__ = ["KVPool", "RequestPool"]
+
+
+class RequestPool:
+    """Per request slot: ``req_to_token[slot, pos]`` (the KV index of that position),
+    ``tokens[slot]`` (the token at each cached position; its length is the sequence length) and
+    ``last[slot]`` (the verified token that follows them, not yet in the KV; -1: none).
+
+    The one owner of sequence lengths and committed tokens; every other view is derived.
+    """
+
+    def __init__(self, size: int, context_len: int, device: torch.device) -> None:
+        self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
+        self.tokens: list[list[int]] = [[] for _ in range(size + 1)]  # host side
+        self.last = [-1] * (size + 1)
+        self.size = size
+        self._free = list(range(size, 0, -1))
+
+    @property
+    def available(self) -> int:
+        """Free request slots."""
+        return len(self._free)
+
+    def length(self, slot: int) -> int:
+        """Positions cached for ``slot``."""
+        return len(self.tokens[slot])
+
+    def alloc(self) -> int:
+        """A free slot in ``1..size``."""
+        if not self._free:
+            raise CapacityError(
+                f"request pool is full ({self.size} slots); raise max_running_requests"
+            )
+        return self._free.pop()
+
+    def free(self, slot: int) -> None:
+        """Return ``slot`` (its KV must be released first)."""
+        self.tokens[slot] = []
+        self.last[slot] = -1
+        self._free.append(slot)
+
+    def reset(self) -> None:
+        """Every slot free (after a failed run; the KV pool is reset alongside)."""
+        self.tokens = [[] for _ in range(self.size + 1)]
+        self.last = [-1] * (self.size + 1)
+        self._free = list(range(self.size, 0, -1))
+
+
+class KVPool:
+    """Per-layer K and V for ``num_tokens`` KV indices plus padding index 0, with the model's
+    key/value heads (``ModelShape.num_kv_heads``), and ``positions``: the absolute position of
+    the token each slot holds (a draft-tree node's is its prefix plus depth, not its column; a
+    sliding window measures distance in positions)."""
+
+    def __init__(
+        self, num_tokens: int, shape: ModelShape, dtype: torch.dtype, device: torch.device
+    ) -> None:
+        dims = (shape.layers, num_tokens + 1, shape.num_kv_heads, shape.head_dim)
+        self.k = torch.zeros(dims, dtype=dtype, device=device)
+        self.v = torch.zeros(dims, dtype=dtype, device=device)
+        self.positions = torch.zeros(num_tokens + 1, dtype=torch.int64, device=device)
+        self.capacity = num_tokens
+        self._free = list(range(num_tokens, 0, -1))
+
+    @property
+    def available(self) -> int:
+        """Free KV indices."""
+        return len(self._free)
+
+    def alloc(self, n: int) -> list[int]:
+        """``n`` free KV indices."""
+        if n > len(self._free):
+            raise CapacityError(
+                f"KV pool has {len(self._free)} free KV indices, {n} needed; raise "
+                "max_total_tokens or lower max_running_requests"
+            )
+        taken = self._free[len(self._free) - n :]
+        del self._free[len(self._free) - n :]
+        return taken
+
+    def free(self, slots: list[int]) -> None:
+        """Return KV indices to the pool."""
+        self._free.extend(slots)
+
+    def reset(self) -> None:
+        """Every token slot free."""
+        self._free = list(range(self.capacity, 0, -1))

@@ -1,0 +1,99 @@
+"""What an engine checks of an algorithm's strategies at start: the verify width ``T`` (pure,
+and leaving room in the context), the draft tree (a shape of budget ``T`` that the drafter can
+draft) and the drafter its factory creates (a whole :class:`~specstrat.protocols.Drafter`)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from specstrat.algorithm import SpecAlgorithm, check_strategy
+from specstrat.contracts import hook_error
+from specstrat.drafting import DrafterContext, TreeShape
+from specstrat.errors import InvalidConfig, InvalidStrategy, SpecstratError
+from specstrat.protocols import Drafter
+from specstrat.runtime._requests import EngineConfig
+
+__all__ = ["check_same_width", "create_drafter", "tree_shape", "verify_width"]
+
+_WIDTH_HOOK = "target_verify.get_num_tokens_per_req_for_target_verify"
+
+
+def check_same_width(
+    algo: SpecAlgorithm[Any], is_draft_worker: bool, where: str, got: int, want: int
+) -> None:
+    """The verify policy answered ``got`` ``where`` (e.g. when a graph runner was built) after
+    answering ``want`` before, for the same D: an impure policy, named where it is used."""
+    if got != want:
+        kind = "draft" if is_draft_worker else "target"
+        raise hook_error(
+            algo.name, _WIDTH_HOOK, f"target_verify={type(algo.target_verify).__name__} "
+            f"answered T={got} for the {kind} worker {where}, after T={want} for the same "
+            "num_draft_tokens; the policy must be pure (same inputs, same answer)"
+        )  # fmt: skip
+
+
+def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
+    """T for the target, checked to be pure over the D this engine sees; fits the context."""
+    if not algo.is_speculative():
+        return 1
+    d = cfg.num_draft_tokens
+    kinds = (False, True) if algo.supports_target_verify_for_draft() else (False,)
+    for worker in kinds:
+        first = algo.get_num_tokens_per_req_for_target_verify(d, worker)
+        again = algo.get_num_tokens_per_req_for_target_verify(d, worker)
+        check_same_width(algo, worker, "when asked again", again, first)
+    tokens = algo.get_num_tokens_per_req_for_target_verify(d, False)
+    if 2 * tokens + 1 >= cfg.context_len:
+        raise InvalidConfig(
+            f"num_draft_tokens={d} verifies T={tokens} tokens per request, which leaves no "
+            f"room in context_len={cfg.context_len} (needs > 2*T + 1); lower "
+            "num_draft_tokens or raise context_len"
+        )
+    return tokens
+
+
+def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int) -> TreeShape:
+    """The draft tree for the target's verify width, from the algorithm's tree policy;
+    refused for a drafter that drafts chains only when the tree is not one."""
+    policy = type(algo.tree).__name__
+    try:
+        shape = algo.tree.tree_shape(tokens_per_req)
+    except SpecstratError:
+        raise
+    except Exception as exc:
+        raise hook_error(
+            algo.name, "tree.tree_shape", f"raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if not isinstance(shape, TreeShape) or shape.tokens_per_req != tokens_per_req:
+        raise InvalidConfig(
+            f"{algo.name}: tree={policy}.tree_shape({tokens_per_req}) returned "
+            f"{shape!r}; it must be a TreeShape with tokens_per_req={tokens_per_req}"
+        )
+    if not shape.is_chain and not algo.drafter.needs.trees:
+        raise InvalidConfig(
+            f"{algo.name}: tree={policy} asks for topk={shape.topk} but drafter="
+            f"{type(algo.drafter).__name__} drafts chains only (needs.trees=False); use "
+            "tree=ChainTree() or a drafter that drafts trees"
+        )
+    return shape
+
+
+def create_drafter(algo: SpecAlgorithm[Any], context: DrafterContext) -> Drafter[Any]:
+    """The algorithm's drafter for one engine, checked against :class:`Drafter` (every member
+    it inherits) before the first request; a factory that raises is named."""
+    try:
+        drafter = algo.drafter.create_drafter(context)
+    except SpecstratError:  # a factory refusing the models or limits: a configuration error
+        raise
+    except Exception as exc:
+        raise hook_error(
+            algo.name, "drafter.create_drafter", f"raised {type(exc).__name__}: {exc}"
+        ) from exc
+    if drafter is None:
+        raise InvalidStrategy(
+            f"{algo.name}.drafter.create_drafter() returned None; drafter="
+            f"{type(algo.drafter).__name__} must return a Drafter (admit, release, propose, "
+            "commit), e.g. NoDrafterFactory's for an algorithm that drafts nothing"
+        )
+    check_strategy(f"{algo.name}.drafter.create_drafter() result", Drafter, drafter)
+    return drafter

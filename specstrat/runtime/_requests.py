@@ -1,0 +1,191 @@
+"""What the engine takes and reports: requests, the scheduler's limits, and a run's statistics."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field, fields
+
+from specstrat.drafting import GREEDY, SamplingParams
+from specstrat.errors import InvalidConfig
+from specstrat.runtime._models.text import encode_indentation
+
+__all__ = ["EngineConfig", "Request", "RunStats"]
+
+_VOCAB_HINT = "token ids are ints >= 0 (the embedded models' vocabulary is bytes, 0..255)"
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """A generation request: a prompt of token ids, how many tokens to generate at most, the
+    tokens that end it early (a generated stop token is kept as the output's last token), and
+    how it samples (greedy by default; a seed makes its tokens reproducible in any batch).
+
+    ``prompt`` is any non-empty sequence of token ids (a list, a range, a tuple); the request
+    stores it as a tuple, so ``Request("a", [1, 2], 4).prompt == (1, 2)``."""
+
+    rid: str
+    prompt: Sequence[int]
+    max_new_tokens: int
+    stop_token_ids: frozenset[int] = field(default_factory=frozenset)
+    sampling: SamplingParams = GREEDY
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.rid, str) or not self.rid:
+            raise InvalidConfig(f"rid={self.rid!r} must be a non-empty string")
+        prompt = self.prompt
+        # Any sequence of ints (a list from a tokenizer, a range, a tuple), stored as a tuple so
+        # the request stays hashable and immutable; a str is a sequence too, but of characters.
+        if isinstance(prompt, str | bytes) or not isinstance(prompt, Sequence) or not prompt:
+            raise InvalidConfig(
+                f"request {self.rid!r}: prompt={prompt!r} must be a non-empty sequence of "
+                "token ids (e.g. [1, 2, 3]); encode text with Request.from_text or a tokenizer"
+            )
+        object.__setattr__(self, "prompt", tuple(prompt))
+        if any(not _is_int(t) or t < 0 for t in self.prompt):
+            raise InvalidConfig(f"request {self.rid!r}: prompt has a bad token; {_VOCAB_HINT}")
+        if not _is_int(self.max_new_tokens) or self.max_new_tokens <= 0:
+            raise InvalidConfig(
+                f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int >= 1"
+            )
+        if not isinstance(self.sampling, SamplingParams):
+            raise InvalidConfig(
+                f"request {self.rid!r}: sampling={self.sampling!r}; pass "
+                "specstrat.SamplingParams(temperature=..., top_p=..., top_k=..., seed=...)"
+            )
+        stops = self.stop_token_ids
+        if not isinstance(stops, frozenset) or any(not _is_int(t) or t < 0 for t in stops):
+            raise InvalidConfig(
+                f"request {self.rid!r}: stop_token_ids={stops!r} must be a frozenset of ints "
+                ">= 0 (e.g. frozenset({10}) to stop at a newline byte)"
+            )
+
+    @classmethod
+    def from_text(
+        cls,
+        rid: str,
+        text: str,
+        max_new_tokens: int,
+        *,
+        stop: str | None = None,
+        sampling: SamplingParams = GREEDY,
+    ) -> Request:
+        """A request whose prompt is ``text`` as the embedded models read it: UTF-8 bytes, each
+        line's indentation as one depth byte (``decode_indentation`` turns outputs back into
+        text); ``stop``: single-byte characters that end generation."""
+        stops = frozenset(stop.encode()) if stop else frozenset()
+        prompt = tuple(encode_indentation(text.encode()))
+        return cls(rid, prompt, max_new_tokens, stops, sampling)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EngineConfig:
+    """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy.
+
+    ``max_total_tokens``: KV indices per model (``None``: ``max_running_requests * context_len``).
+    ``ragged_verify``: for an algorithm with ``supports_ragged_verify``, a step where the drafter
+    proposed fewer than ``T - 1`` tokens for some request verifies only what was proposed (one
+    eager forward with ragged metadata; full-width steps replay the graph runner).
+    ``graph_buckets``: batch sizes of the verify graph runner (``use_graph_runner``).
+    """
+
+    num_draft_tokens: int = 4
+    max_running_requests: int = 16
+    context_len: int = 1024
+    chunked_prefill_size: int = 512
+    max_total_tokens: int | None = None
+    overlap: bool = False
+    graph_buckets: tuple[int, ...] = (1, 2, 4, 8, 16)
+    use_graph_runner: bool = True
+    ragged_verify: bool = True
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if f.type == "int" and (not _is_int(value) or value < 1):
+                raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be an int >= 1")
+            if f.type == "bool" and not isinstance(value, bool):
+                raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be True or False")
+        total = self.max_total_tokens
+        if total is not None and (not _is_int(total) or total < 1):
+            raise InvalidConfig(
+                f"EngineConfig.max_total_tokens={total!r} must be an int >= 1, or None for "
+                "max_running_requests * context_len"
+            )
+        buckets = self.graph_buckets
+        if (
+            not isinstance(buckets, tuple)
+            or not buckets
+            or any(not _is_int(b) or b < 1 for b in buckets)
+        ):
+            raise InvalidConfig(
+                f"EngineConfig.graph_buckets={buckets!r} must be a non-empty tuple of ints >= 1"
+            )
+
+    @property
+    def kv_tokens(self) -> int:
+        """KV indices per model."""
+        return self.max_total_tokens or self.max_running_requests * self.context_len
+
+
+@dataclass(frozen=False, slots=True)
+class RunStats:
+    """What a run did: tokens, steps, acceptance (overall and by draft position), stage times.
+
+    ``accepted_by_position[k]``: verify steps in which draft position ``k + 1`` (depth) was
+    accepted; ``proposed_by_position[k]``: those in which it was proposed. Stage seconds are
+    summed over decode steps: ``draft_seconds`` (drafter.propose), ``verify_seconds`` (the
+    target's forward), ``accept_seconds`` (acceptance rule), ``decode_seconds`` (whole steps).
+    ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft worker ran (a block
+    drafter's, one per step); ``draft_worker_tokens_per_req``: their ``T_draft`` (0 when the
+    draft worker runs no TARGET_VERIFY).
+    """
+
+    generated_tokens: int = 0
+    decode_steps: int = 0
+    verified_requests: int = 0
+    verified_tokens: int = 0  # tokens produced by verification (accepted drafts + bonus)
+    verify_forward_tokens: int = 0  # tokens the target ran in TARGET_VERIFY (drafts + 1 each)
+    accepted_by_position: list[int] = field(default_factory=list)
+    proposed_by_position: list[int] = field(default_factory=list)
+    draft_seconds: float = 0.0
+    verify_seconds: float = 0.0
+    accept_seconds: float = 0.0
+    decode_seconds: float = 0.0
+    seconds: float = 0.0
+    draft_worker_verify_forwards: int = 0
+    draft_worker_tokens_per_req: int = 0
+
+    @property
+    def acceptance_length(self) -> float:
+        """Mean tokens produced per request per verify step (1.0 without speculation)."""
+        return self.verified_tokens / self.verified_requests if self.verified_requests else 1.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        """Generated tokens over wall time."""
+        return self.generated_tokens / self.seconds if self.seconds else 0.0
+
+    @property
+    def acceptance_by_position(self) -> list[float]:
+        """How often draft position 1, 2, ... was accepted when proposed."""
+        return [
+            a / p if p else 0.0
+            for a, p in zip(self.accepted_by_position, self.proposed_by_position, strict=True)
+        ]
+
+    def count_positions(self, proposed: list[int], accepted: list[int]) -> None:
+        """Add one step's per-request proposed depths and accepted lengths."""
+        depth = max(proposed, default=0)
+        grow = depth - len(self.proposed_by_position)
+        if grow > 0:
+            self.proposed_by_position.extend([0] * grow)
+            self.accepted_by_position.extend([0] * grow)
+        for p, a in zip(proposed, accepted, strict=True):
+            for k in range(p):
+                self.proposed_by_position[k] += 1
+            for k in range(a):
+                self.accepted_by_position[k] += 1

@@ -1,0 +1,329 @@
+"""One scheduler step on the forward thread: prefill, PREBUILT admission, or one decode step.
+
+A decode step reads top to bottom — resolve -> draft -> verify -> accept -> commit — with one
+collaborator per stage: the relay (the algorithm's FutureMap), the drafter, the verifier, the
+acceptance rule, then the worker (KV rewind) and the relay again. Sequence lengths come from the
+worker's request pool, their one owner: the step publishes what the pool holds after the rewind,
+and checks what the relay resolves against it. Every hook call goes through
+:func:`~specstrat.runtime._guard.call_hook`, and what a hook returns is checked against its
+contract (:mod:`specstrat.contracts`) before anything uses it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, ParamSpec, TypeVar
+
+import torch
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.batch import PrebuiltBatch
+from specstrat.contracts import HostAcceptance, HostTree, hook_error
+from specstrat.drafting import (
+    GREEDY,
+    Acceptance,
+    DraftAdmission,
+    DraftStep,
+    DraftTree,
+    SamplingParams,
+    StepOutcome,
+    TreeShape,
+    VerifyInputs,
+)
+from specstrat.errors import InternalError, InvalidConfig
+from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.protocols import Drafter, FutureMap
+from specstrat.relay import RelayPayload
+from specstrat.runtime._admission import TransferBatch
+from specstrat.runtime._answers import copy_tree, frozen_acceptance, frozen_drafts, frozen_payload
+from specstrat.runtime._forward import ForwardMode
+from specstrat.runtime._guard import call_hook
+from specstrat.runtime._requests import Request, RunStats
+from specstrat.runtime._step_relay import StepRelay
+from specstrat.runtime._verify import Verifier
+from specstrat.runtime._worker import ModelWorker
+from specstrat.sampling import SamplingBatch, choose_tokens
+
+__all__ = ["Produced", "StepRunner"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+@dataclass(frozen=True, slots=True)
+class Produced:
+    """What one step produced for one request: its tokens and, when the run is traced, what
+    was drafted (tokens, parents) and which nodes were accepted."""
+
+    tokens: list[int]
+    drafts: Sequence[int] = ()
+    parents: Sequence[int] = ()
+    accepted: Sequence[int] = ()
+
+
+class StepRunner:
+    """Runs prefill, PREBUILT admission and decode steps for one engine, on the forward thread."""
+
+    def __init__(
+        self,
+        algo: SpecAlgorithm[Any],
+        worker: ModelWorker,
+        drafter: Drafter[Any],
+        verifier: Verifier,
+        relay: FutureMap,
+        stats: RunStats,
+        tree: TreeShape,
+    ) -> None:
+        self.algo, self.worker, self.drafter = algo, worker, drafter
+        self.verifier, self.relay, self.stats = verifier, relay, stats
+        self.tree = tree
+        self.max_nodes = verifier.tokens_per_req - 1
+        self.vocab = worker.shape.vocab_size
+        self.relay_io = StepRelay(algo.name, relay, worker.device)
+        self._sampling: dict[int, SamplingParams] = {}  # each running request's parameters
+
+    def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return call_hook(self.algo.name, hook, fn, *args, **kwargs)
+
+    def _slots(self, slots: Sequence[int]) -> torch.Tensor:
+        return torch.tensor(list(slots), dtype=torch.int64, device=self.worker.device)
+
+    def _lengths(self, slots: Sequence[int]) -> list[int]:
+        """Sequence lengths from the request pool, their one owner."""
+        return [self.worker.length(s) for s in slots]
+
+    def _admit_drafter(self, admission: DraftAdmission[Any]) -> RelayPayload:
+        payload = self._hook("drafter.admit", self.drafter.admit, admission)
+        return frozen_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
+
+    def release(self, slots: Sequence[int]) -> None:
+        """Finished requests: their relay entries are resolved one last time (a relay may free
+        entries once read), the drafter forgets them, their KV and slots are freed."""
+        self.relay_io.release(slots)
+        self._hook("drafter.release", self.drafter.release, list(slots))
+        for slot in slots:
+            self._sampling.pop(slot, None)
+            self.worker.free_request(slot)
+
+    # -- admission ----------------------------------------------------------------------------
+
+    def prefill(self, admit: Sequence[tuple[Request, int]]) -> dict[int, Produced]:
+        """EXTEND over the prompts, the first token of each, and the drafter's admission."""
+        slots = [slot for _, slot in admit]
+        prompts = [list(req.prompt) for req, _ in admit]
+        with _engine_invariant("prefill"):
+            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
+        ends = lens.cumsum(0) - 1
+        params = tuple(req.sampling for req, _ in admit)
+        self._sampling.update(zip(slots, params, strict=True))
+        sampling = SamplingBatch.of(params, self.worker.device)
+        first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
+        tokens = first.tolist()  # before the drafter sees them: it gets a copy
+        admission: DraftAdmission[Any] = DraftAdmission(
+            slots=tuple(slots), bonus_tokens=first.clone(), seq_lens=lens, hidden=hidden[ends],
+            draft_input=None, sampling=params,
+        )  # fmt: skip
+        payload = self._admit_drafter(admission)
+        self.relay_io.write(slots, self._lengths(slots), first, payload, "drafter.admit")
+        self.worker.set_last(slots, tokens)
+        return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
+
+    def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> dict[int, Produced]:
+        """Install the transferred KV, call ``algo.build_disagg_draft_input`` (which relays the
+        first tokens and its draft state itself), then ``drafter.admit`` with what it returned
+        (``None``: no draft state; the first step decodes plainly from the first tokens)."""
+        offset = 0
+        for slot, prompt in zip(slots, batch.prompts, strict=True):
+            end = offset + len(prompt)
+            self.worker.admit_prebuilt(slot, prompt, batch.k[:, offset:end], batch.v[:, offset:end])
+            offset = end
+        dev = self.worker.device
+        first = batch.bonus_tokens.tolist()  # before any hook sees them: each gets a copy
+        seq_lens = torch.tensor(self._lengths(slots), dtype=torch.int64, device=dev)
+        payload = batch.payload
+        prebuilt = PrebuiltBatch(
+            rids=batch.rids, slots=self._slots(slots), seq_lens=seq_lens,
+            topk_p=payload.topk_p, topk_index=payload.topk_index,
+            hidden_states=payload.hidden_states, device=dev,
+        )  # fmt: skip
+        draft_input = self._hook(
+            "disagg.build_disagg_draft_input",
+            self.algo.build_disagg_draft_input,
+            prebuilt,
+            batch.bonus_tokens.to(dev, copy=True),
+            self.relay,
+        )
+        self.relay_io.built(slots)
+        params = batch.sampling or (GREEDY,) * len(slots)
+        self._sampling.update(zip(slots, params, strict=True))
+        admission: DraftAdmission[Any] = DraftAdmission(
+            slots=tuple(slots), bonus_tokens=batch.bonus_tokens.to(dev, copy=True),
+            seq_lens=seq_lens.clone(), hidden=None, draft_input=draft_input,
+            sampling=tuple(params),
+        )  # fmt: skip
+        extra = self._admit_drafter(admission)
+        if extra.present():
+            self.relay_io.stash(slots, extra, "drafter.admit")
+        self.worker.set_last(slots, first)
+        return {slot: Produced([t]) for slot, t in zip(slots, first, strict=True)}
+
+    # -- decode -------------------------------------------------------------------------------
+
+    def decode(self, slots: list[int], *, tracing: bool = False) -> dict[int, Produced]:
+        """One decode step for the running requests ``slots`` (``tracing``: record drafts).
+
+        What a hook returns is copied the moment it returns and checked on the copy; only the
+        copy is used after (:mod:`specstrat.runtime._answers`), and what a hook is handed is a
+        copy the step does not read back. So a hook that later writes into a tensor it
+        returned or was given cannot change the step's tokens.
+        """
+        start = time.perf_counter()
+        step, host = self._resolve(slots)
+        drafts, host.tree = self._draft(step)
+        drafted = time.perf_counter()
+        last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
+        with _engine_invariant("verify"):
+            logits, hidden, ran = self.verifier.verify(slots, last, drafts)
+        verified = time.perf_counter()
+        acceptance, host.answer = self._accept(drafts, host, logits, step)
+        accepted = time.perf_counter()
+        produced = self._commit(step, drafts, acceptance, hidden, host, tracing)
+        stats = self.stats
+        stats.decode_steps += 1
+        if self.algo.is_speculative():
+            stats.verified_requests += len(slots)
+            stats.verified_tokens += sum(len(p.tokens) for p in produced.values())
+            stats.verify_forward_tokens += ran
+            stats.count_positions(host.tree.lengths, host.answer.counts)
+        stats.draft_seconds += drafted - start
+        stats.verify_seconds += verified - drafted
+        stats.accept_seconds += accepted - verified
+        stats.decode_seconds += time.perf_counter() - start
+        return produced
+
+    def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
+        host = _HostStep(self._lengths(slots), self.worker.last(slots))
+        relay = self.relay_io.resolve(slots, host.lengths, host.last)
+        assert relay.bonus_tokens is not None  # resolve refused a relay without them
+        step = DraftStep(
+            slots=tuple(slots),
+            bonus_tokens=relay.bonus_tokens,
+            seq_lens=torch.tensor(host.lengths, dtype=torch.int64),
+            payload=relay,
+            max_nodes=self.max_nodes,
+            sampling=tuple(self._sampling[s] for s in slots),
+            tree=self.tree,
+        )
+        return step, host
+
+    def _draft(self, step: DraftStep) -> tuple[DraftTree, HostTree]:
+        hook = "drafter.propose"
+        answer = self._hook(hook, self.drafter.propose, step)
+        drafts, tree = frozen_drafts(
+            self.algo.name, answer, bs=len(step.slots), max_nodes=self.max_nodes,
+            vocab=self.vocab, device=self.worker.device,
+        )  # fmt: skip
+        if tree.is_chain():
+            return drafts, tree
+        if step.shape.is_chain:
+            raise hook_error(
+                self.algo.name, hook, "proposed a tree that is not a chain, but "
+                f"tree={type(self.algo.tree).__name__} asks for a chain (topk 1); compose the "
+                "algorithm with tree=TopkTree(topk=..., num_steps=...) to verify trees"
+            )  # fmt: skip
+        depth = tree.depth()
+        if depth > step.shape.num_steps:
+            raise hook_error(
+                self.algo.name, hook, f"proposed a tree {depth} nodes deep, but "
+                f"tree={type(self.algo.tree).__name__} allows num_steps="
+                f"{step.shape.num_steps}"
+            )  # fmt: skip
+        return drafts, tree
+
+    def _accept(
+        self, drafts: DraftTree, host: _HostStep, logits: torch.Tensor, step: DraftStep
+    ) -> tuple[Acceptance, HostAcceptance]:
+        inputs = VerifyInputs(
+            drafts=copy_tree(drafts),  # the rule's own copy: the drafter's commit gets `drafts`
+            logits=logits[:, : drafts.num_nodes + 1],
+            positions=torch.tensor(host.lengths, dtype=torch.int64),
+            sampling=step.sampling,
+        )
+        answer = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
+        return frozen_acceptance(
+            self.algo.name, answer, host.tree, vocab=self.vocab, device=self.worker.device
+        )
+
+    def _commit(
+        self,
+        step: DraftStep,
+        drafts: DraftTree,
+        acceptance: Acceptance,
+        hidden: torch.Tensor,
+        host: _HostStep,
+        tracing: bool,
+    ) -> dict[int, Produced]:
+        paths = host.answer.paths
+        for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
+            # Keep the root and the accepted path, moved into place; free the other nodes.
+            with _engine_invariant("keep_path after a checked acceptance"):
+                self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
+        # The target's hidden state where each bonus token was chosen: the last accepted node's.
+        at_bonus = [path[-1] + 1 if path else 0 for path in paths]
+        rows = torch.arange(len(step.slots))
+        outcome = StepOutcome(
+            step=step,
+            drafts=drafts,
+            acceptance=acceptance,
+            hidden=hidden[rows, torch.tensor(at_bonus, dtype=torch.int64)],
+        )
+        answer = self._hook("drafter.commit", self.drafter.commit, outcome)
+        payload = frozen_payload(self.algo.name, "drafter.commit", answer, len(step.slots))
+        bonus_list, tree = host.answer.bonus, host.tree
+        bonus = torch.tensor(bonus_list, dtype=torch.int64, device=self.worker.device)
+        lengths = self._lengths(step.slots)
+        self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
+        self.worker.set_last(step.slots, bonus_list)
+        tokens = [
+            [*(row[j] for j in path), b]
+            for row, path, b in zip(tree.tokens, paths, bonus_list, strict=True)
+        ]
+        if not tracing:
+            return {slot: Produced(t) for slot, t in zip(step.slots, tokens, strict=True)}
+        return {
+            slot: Produced(
+                tokens[i],
+                tree.tokens[i][: tree.lengths[i]],
+                tree.parents[i][: tree.lengths[i]],
+                paths[i],
+            )
+            for i, slot in enumerate(step.slots)
+        }
+
+
+@contextmanager
+def _engine_invariant(what: str) -> Iterator[None]:
+    """The engine's own calls with values it checked or reserved (admission reserved every
+    position, the hooks' answers were checked): an InvalidConfig there is a broken invariant
+    of specstrat, not a value the caller passed."""
+    try:
+        yield
+    except InvalidConfig as exc:
+        raise InternalError(
+            f"{what} refused values the engine checked before ({exc}); this is a bug in "
+            "specstrat, please report it"
+        ) from exc
+
+
+@dataclass(frozen=False, slots=True)
+class _HostStep:
+    """Host copies of what one decode step decided, taken as each stage's answer is checked."""
+
+    lengths: list[int]
+    last: list[int]
+    tree: HostTree = field(default_factory=lambda: HostTree([], [], []))
+    answer: HostAcceptance = field(default_factory=lambda: HostAcceptance([], [], []))
