@@ -25,6 +25,7 @@ from specstrat.relay import RelayPayload
 __all__ = [
     "HostAcceptance",
     "HostTree",
+    "acceptance_looks_valid",
     "check_acceptance",
     "check_acceptance_host",
     "check_acceptance_shape",
@@ -34,6 +35,7 @@ __all__ = [
     "check_payload",
     "check_q",
     "describe",
+    "drafts_look_valid",
     "hook_error",
 ]
 
@@ -72,6 +74,7 @@ class HostTree:
     tokens: list[list[int]]
     parents: list[list[int]]
     lengths: list[int]
+    chain: bool | None = None  # whether every row is a chain, when read with the copy
 
     @classmethod
     def of(cls, tree: DraftTree) -> HostTree:
@@ -80,6 +83,8 @@ class HostTree:
 
     def is_chain(self) -> bool:
         """Whether every row is a chain (node ``j``'s parent is ``j - 1``)."""
+        if self.chain is not None:
+            return self.chain
         return all(row == list(range(-1, len(row) - 1)) for row in self.parents)
 
     def depth(self) -> int:
@@ -153,6 +158,36 @@ def check_drafts_shape(
             f"verifies at most max_nodes={max_nodes} (T - 1)",
         )
     return drafts
+
+
+def drafts_look_valid(tree: DraftTree, vocab: int) -> bool:
+    """:func:`check_drafts_host`'s conditions as a few batched tensor operations (one read):
+    when False, the host check names what is wrong."""
+    n = tree.num_nodes
+    column = torch.arange(n, device=tree.parents.device)
+    lengths, parents, tokens = tree.lengths, tree.parents, tree.tokens
+    ok = ((lengths >= 0) & (lengths <= n)).all()
+    ok &= ((parents >= -1) & (parents < column)).all()
+    ok &= ((tokens >= 0) & (tokens < vocab)).all()
+    return bool(ok)
+
+
+def acceptance_looks_valid(acceptance: Acceptance, tree: DraftTree, vocab: int) -> bool:
+    """:func:`check_acceptance_host`'s conditions as batched tensor operations (one read):
+    each row a root-to-node path of real nodes, -1 after it, and a bonus token in the
+    vocabulary. When False, the host check names what is wrong."""
+    index, counts, bonus = acceptance.accept_index, acceptance.accept_lengths, acceptance.bonus_tokens
+    bs, n = index.shape
+    lengths, parents = tree.lengths.to(index.device), tree.parents.to(index.device)
+    on_path = torch.arange(n, device=index.device) < counts[:, None]
+    previous = torch.cat([index.new_full((bs, 1), -1), index[:, :-1]], dim=1)[:, :n]
+    node = index.clamp(0, max(n - 1, 0))
+    linked = parents.gather(1, node) == previous if n else on_path
+    real = (index >= 0) & (index < lengths[:, None]) & linked
+    ok = ((counts >= 0) & (counts <= lengths)).all()
+    ok &= torch.where(on_path, real, index == -1).all()
+    ok &= ((bonus >= 0) & (bonus < vocab)).all()
+    return bool(ok)
 
 
 def check_drafts_host(algorithm: str, tree: HostTree, vocab: int) -> None:

@@ -2,9 +2,11 @@
 
 A run decodes ``bs`` requests with a target that computes nothing (fixed logits), in sync mode,
 and times, inside decode steps only (prefill is excluded): the drafter (``propose`` and
-``commit``), the acceptance rule, the metadata and relay kernels (on a GPU, device work; here
-their CPU twins), and the model's own forward. ``scheduler_us`` is what remains of the measured
-wall time per decode step: the engine's own work, which a GPU would feel as host overhead.
+``commit``), the acceptance rule, the metadata kernels and the relay (``publish``, ``stash``,
+``resolve``: on a GPU, device work; here their CPU twins), and the model's forward with its
+attention backend (``ModelWorker.execute``). ``scheduler_us`` is what remains of the measured
+wall time per decode step (the step, plus the scheduler's plan and absorb): the engine's own
+work, which a GPU would feel as host overhead.
 ``bench/e2e.py --section overhead --json FILE`` prints and writes it for NONE and NGRAM at
 batch sizes 1, 16, 64 and 256 (median of 5 runs each).
 """
@@ -32,7 +34,7 @@ from specstrat.drafting import (
     VerifyInputs,
 )
 from specstrat.models import AttentionBackend, LoadedModels
-from specstrat.protocols import AcceptanceRule, Drafter, DrafterFactory
+from specstrat.protocols import AcceptanceRule, Drafter, DrafterFactory, FutureMap, FutureMapFactory
 from specstrat.relay import RelayPayload
 from specstrat.runtime import (
     EmbeddedModels,
@@ -46,7 +48,6 @@ from specstrat.runtime import (
     _worker,
 )
 from specstrat.runtime._models.model import TinyLM
-from specstrat.strategies import future_map
 
 __all__ = ["PARTS", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
 
@@ -61,7 +62,6 @@ _KERNELS: tuple[tuple[object, str], ...] = (
     (_graph_runner, "build_verify_metadata_into"),
     (_graph_runner, "build_ragged_verify_metadata_into"),
     (_graph_runner, "build_tree_verify_metadata_into"),
-    (future_map, "gather_relay"),
 )
 
 
@@ -83,19 +83,22 @@ class Clock:
     """Seconds spent per part, counted only while a decode step runs."""
 
     decoding: bool = False
+    active: str | None = None
     seconds: dict[str, float] = field(default_factory=lambda: dict.fromkeys(PARTS, 0.0))
 
     def timed(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        """``fn``, adding its wall time to ``part`` when called inside a decode step."""
+        """``fn``, adding its wall time to ``part`` when called inside a decode step and
+        outside any other timed part (a drafter's own model forwards are the drafter's)."""
 
         def run(*args: Any, **kwargs: Any) -> Any:
-            if not self.decoding:
+            if not self.decoding or self.active is not None:
                 return fn(*args, **kwargs)
-            start = time.perf_counter()
+            start, self.active = time.perf_counter(), part
             try:
                 return fn(*args, **kwargs)
             finally:
                 self.seconds[part] += time.perf_counter() - start
+                self.active = None
 
         return run
 
@@ -139,6 +142,40 @@ class _TimedFactory:
 
 
 @dataclass(frozen=True, slots=True)
+class _TimedRelay:
+    inner: FutureMap
+    clock: Clock
+
+    def publish(self, slots: torch.Tensor, new_seq_lens: torch.Tensor) -> None:
+        self.clock.timed("metadata_us", self.inner.publish)(slots, new_seq_lens)
+
+    def stash(self, slots: torch.Tensor, payload: RelayPayload) -> None:
+        self.clock.timed("metadata_us", self.inner.stash)(slots, payload)
+
+    def resolve(self, slots: torch.Tensor) -> RelayPayload:
+        result: RelayPayload = self.clock.timed("metadata_us", self.inner.resolve)(slots)
+        return result
+
+
+@dataclass(frozen=True, slots=True)
+class _TimedRelayFactory:
+    inner: FutureMapFactory
+    clock: Clock
+
+    def create_future_map(
+        self,
+        max_running_requests: int,
+        chunked_prefill_size: int,
+        context_len: int,
+        device: torch.device,
+    ) -> FutureMap:
+        relay = self.inner.create_future_map(
+            max_running_requests, chunked_prefill_size, context_len, device
+        )
+        return _TimedRelay(relay, self.clock)
+
+
+@dataclass(frozen=True, slots=True)
 class _TimedRule:
     inner: AcceptanceRule
     clock: Clock
@@ -153,14 +190,15 @@ class _TimedRule:
 
 
 @contextmanager
-def _instrumented(clock: Clock, model: ZeroCostLM) -> Iterator[None]:
+def _instrumented(clock: Clock) -> Iterator[None]:
     """Patch the step loop (decode steps set ``clock.decoding``; plan and absorb count as the
-    scheduler's), the kernels and the model's forward to report to ``clock``."""
-    step, sched = _step.StepRunner, _scheduler.Scheduler
+    scheduler's), the metadata kernels and the worker's forward to report to ``clock``."""
+    step, sched, worker = _step.StepRunner, _scheduler.Scheduler, _worker.ModelWorker
     originals: list[tuple[object, str, Any]] = [
         (step, "decode", step.decode),
         (sched, "plan", sched.plan),
         (sched, "absorb", sched.absorb),
+        (worker, "execute", worker.execute),
         *((module, name, getattr(module, name)) for module, name in _KERNELS),
     ]
     decode, plan, absorb = step.decode, sched.plan, sched.absorb
@@ -189,13 +227,12 @@ def _instrumented(clock: Clock, model: ZeroCostLM) -> Iterator[None]:
     setattr(sched, "absorb", around(absorb))  # noqa: B010
     for module, name in _KERNELS:
         setattr(module, name, clock.timed("metadata_us", getattr(module, name)))
-    model.forward = clock.timed("model_us", model.forward)  # type: ignore[method-assign]
+    setattr(worker, "execute", clock.timed("model_us", worker.execute))  # noqa: B010
     try:
         yield
     finally:
         for owner, name, real in originals:
             setattr(owner, name, real)
-        del model.forward
 
 
 @dataclass(frozen=True, slots=True)
@@ -232,10 +269,11 @@ def measure(
             algo,
             drafter=_TimedFactory(algo.drafter, clock),
             acceptance=_TimedRule(algo.acceptance, clock),
+            future_map=_TimedRelayFactory(algo.future_map, clock),
         )
         engine = Engine(timed, fake, config)
         requests = [Request(f"r{i}", (65, 66, 67), new_tokens) for i in range(bs)]
-        with _instrumented(clock, zero):
+        with _instrumented(clock):
             engine.run(requests)
         steps = max(engine.stats.decode_steps, 1)
         per = {k: v / steps * 1e6 for k, v in clock.seconds.items()}

@@ -15,6 +15,7 @@ where it has one; ``bench/step_syncs.py`` measures what they cost per step.
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, TypeVar
 
 import torch
@@ -22,14 +23,17 @@ import torch
 from specstrat.contracts import (
     HostAcceptance,
     HostTree,
+    acceptance_looks_valid,
     check_acceptance_host,
     check_acceptance_shape,
     check_drafts_host,
     check_drafts_shape,
     check_payload,
     check_q,
+    drafts_look_valid,
 )
 from specstrat.drafting import Acceptance, DraftTree
+from specstrat.errors import InternalError
 from specstrat.relay import RelayPayload
 
 __all__ = [
@@ -42,6 +46,10 @@ __all__ = [
 ]
 
 _T = TypeVar("_T")
+
+#: Up to this many draft nodes in a step, answers are checked on the host lists (a few Python
+#: comparisons); above it, by batched tensor operations whose cost does not grow with the batch.
+_HOST_CHECK_NODES = 64
 
 
 def _clone(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -96,23 +104,38 @@ def frozen_drafts(
     """A drafter's proposal, copied, checked on the copy; the copy and its host metadata."""
     tree = copy_tree(check_drafts_shape(algorithm, answer, bs, max_nodes, vocab, device))
     host = HostTree.of(tree)
-    check_drafts_host(algorithm, host, vocab)
+    if tree.bs * tree.num_nodes <= _HOST_CHECK_NODES:  # a few Python comparisons are cheaper
+        check_drafts_host(algorithm, host, vocab)
+    else:
+        host = replace(host, chain=tree.is_chain())
+        if not drafts_look_valid(tree, vocab):
+            check_drafts_host(algorithm, host, vocab)  # names what is wrong
+            raise InternalError(f"{algorithm}: the batched and host draft checks disagree")
     if tree.q is not None and tree.q.device.type == "cpu":  # free to read there only
         check_q(algorithm, tree, host.lengths)
     return tree, host
 
 
 def frozen_acceptance(
-    algorithm: str, answer: object, tree: HostTree, *, vocab: int, device: torch.device
+    algorithm: str,
+    answer: object,
+    drafts: DraftTree,
+    tree: HostTree,
+    *,
+    vocab: int,
+    device: torch.device,
 ) -> tuple[Acceptance, HostAcceptance]:
-    """An acceptance rule's answer to ``tree``, copied, checked on the copy (against the
-    tree as the drafter proposed it, whatever the rule did to the tree it was handed); the
-    copy and its host values."""
-    n = len(tree.parents[0]) if tree.parents else 0
-    checked = check_acceptance_shape(algorithm, answer, len(tree.lengths), n, device)
+    """An acceptance rule's answer to ``drafts`` (the step's copy, whose host values are
+    ``tree``), copied, checked on the copy against the tree as the drafter proposed it,
+    whatever the rule did to the tree it was handed; the copy and its host values."""
+    checked = check_acceptance_shape(algorithm, answer, drafts.bs, drafts.num_nodes, device)
     acceptance = copy_acceptance(checked)
     host = HostAcceptance.of(acceptance)
-    check_acceptance_host(algorithm, host, tree, vocab)
+    if drafts.bs * drafts.num_nodes <= _HOST_CHECK_NODES:
+        check_acceptance_host(algorithm, host, tree, vocab)
+    elif not acceptance_looks_valid(acceptance, drafts, vocab):
+        check_acceptance_host(algorithm, host, tree, vocab)  # names what is wrong
+        raise InternalError(f"{algorithm}: the batched and host acceptance checks disagree")
     return acceptance, host
 
 

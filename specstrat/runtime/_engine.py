@@ -30,67 +30,19 @@ from specstrat.errors import (
 )
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
-from specstrat.registry import get
 from specstrat.runtime._admission import TransferBatch, check_transfer
+from specstrat.runtime._engine_args import check_algorithm, check_models, check_run_arguments
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
 from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape, verify_width
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
+from specstrat.runtime._slots import SlotTable
 from specstrat.runtime._step import StepRunner
 from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 
 __all__ = ["Engine"]
-
-
-def _algorithm(algo: object) -> SpecAlgorithm[Any]:
-    if isinstance(algo, str):
-        return get(algo)
-    if not isinstance(algo, SpecAlgorithm):
-        raise InvalidConfig(
-            f"algo={algo!r} ({type(algo).__name__}); pass a SpecAlgorithm or a registered name "
-            "such as 'EAGLE'"
-        )
-    return algo
-
-
-def _models(models: object) -> LoadedModels:
-    target = getattr(models, "target", None)
-    if (
-        not isinstance(target, CausalLM)
-        or not hasattr(models, "draft")
-        or not hasattr(models, "head")
-    ):
-        raise InvalidConfig(
-            f"models={type(models).__name__}; pass EmbeddedModels.load() or "
-            "specstrat.ModelSet(target=..., draft=..., head=...) whose target is a CausalLM"
-        )
-    return models  # type: ignore[return-value]
-
-
-def _check_run_arguments(requests: object, progress: object, source: object, trace: object) -> None:
-    """run()'s arguments, checked before anything changes."""
-    if isinstance(requests, Request) or not isinstance(requests, Sequence | tuple | list):
-        raise InvalidConfig(
-            f"requests={type(requests).__name__}; pass a list of Requests (e.g. [request])"
-        )
-    for name, value in (("progress", progress), ("source", source)):
-        if value is not None and not callable(value):
-            raise InvalidConfig(f"{name}={value!r} is not callable; pass a function or None")
-    if trace is None:
-        return
-    if getattr(trace, "closed", False) or not callable(getattr(trace, "write", None)):
-        raise InvalidConfig(
-            f"trace={trace!r}; pass an open text stream, e.g. open('trace.jsonl', 'w')"
-        )
-    try:
-        trace.write("")  # type: ignore[attr-defined]  # a binary stream refuses str here
-    except (TypeError, ValueError, OSError) as exc:
-        raise InvalidConfig(
-            f"trace={trace!r} does not take text ({type(exc).__name__}: {exc}); open it in "
-            "text mode ('w')"
-        ) from exc
 
 
 class Engine:
@@ -118,8 +70,8 @@ class Engine:
         models: LoadedModels,
         config: EngineConfig | None = None,
     ) -> None:
-        self.algo = algo = _algorithm(algo)
-        self.models = models = _models(models)
+        self.algo = algo = check_algorithm(algo)
+        self.models = models = check_models(models)
         if config is not None and not isinstance(config, EngineConfig):
             raise InvalidConfig(f"config={config!r}; pass a specstrat.runtime.EngineConfig")
         self.config = cfg = config or EngineConfig()
@@ -136,6 +88,7 @@ class Engine:
             max_total_tokens=cfg.kv_tokens,
         )
         self._workers = [self._target]
+        self._table = SlotTable(self._target.requests, self._target.kv.capacity)
         self.tree = tree_shape(algo, self.tokens_per_req)
         # KV a request may need beyond prompt and output: one overlapped step of T, and the
         # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
@@ -162,9 +115,10 @@ class Engine:
         )
         self._relay: FutureMap = self._init_overlap(self._target.device)
         self._steps = StepRunner(
-            algo, self._target, self._drafter, verifier, self._relay, self.stats, self.tree
-        )
-        self._scheduler = Scheduler(self._target, self._steps, self.stats, self._reserve)
+            algo, self._target, self._drafter, verifier, self._relay, self.stats, self.tree,
+            self._table,
+        )  # fmt: skip
+        self._scheduler = Scheduler(self._table, self._steps, self.stats, self._reserve)
         self._rids: set[str] = set()
         self._this_run: list[str] = []
         self._lock = threading.Lock()
@@ -217,7 +171,7 @@ class Engine:
         context = DrafterContext(
             models=self.models,
             new_kv_runner=self._new_runner,
-            target_tokens=self._target.tokens,
+            target_tokens=self._table.tokens,
             num_draft_tokens=cfg.num_draft_tokens,
             max_running_requests=cfg.max_running_requests,
             context_len=cfg.context_len,
@@ -360,7 +314,7 @@ class Engine:
         while ``idle``. ``trace``: a text stream that gets one JSON line per step and request.
         """
         self._check_open("run")
-        _check_run_arguments(requests, progress, source, trace)
+        check_run_arguments(requests, progress, source, trace)
         if not self._lock.acquire(blocking=False):
             raise EngineStateError("run() is in progress on another thread; one run at a time")
         try:

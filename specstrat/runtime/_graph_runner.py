@@ -67,8 +67,8 @@ class _Bucket:
         padding: token 0 at position 0, KV index 0, request row 0. Returns its token count."""
         n, bs, dev = ids.numel(), len(slots), self.input_ids.device
         self.input_ids.zero_()[:n].copy_(ids.reshape(-1))
-        self.positions.zero_()[:n].copy_(torch.tensor(prepared.positions, device=dev))
-        self.out_cache_loc.zero_()[:n].copy_(torch.tensor(prepared.locations, device=dev))
+        self.positions.zero_()[:n].copy_(prepared.positions)
+        self.out_cache_loc.zero_()[:n].copy_(prepared.locations)
         self.req_pool_indices.zero_()[:bs].copy_(torch.tensor(list(slots), device=dev))
         self.seq_lens.zero_()[:bs].copy_(torch.tensor(prepared.prefix, device=dev))
         return n

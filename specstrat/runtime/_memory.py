@@ -1,6 +1,6 @@
 """The request pool (token ids and KV locations per request) and the KV cache indexed through it.
 
-Row 0 of the request pool and slot 0 of the KV cache are padding: padded graph rows point at them
+Row 0 of the request pool and index 0 of the KV cache are padding: padded graph rows point at them
 and may read and write them harmlessly; no request ever owns them.
 """
 
@@ -15,17 +15,17 @@ __all__ = ["KVPool", "RequestPool"]
 
 
 class RequestPool:
-    """Per request slot: ``req_to_token[slot, pos]`` (the KV index of that position),
-    ``tokens[slot]`` (the token at each cached position; its length is the sequence length) and
-    ``last[slot]`` (the verified token that follows them, not yet in the KV; -1: none).
+    """Per request slot: ``req_to_token[slot, pos]`` (the KV index of that position) and
+    ``lengths[slot]`` (positions whose KV is written: the committed tokens between steps, plus
+    the nodes a forward placed until the step keeps or drops them).
 
-    The one owner of sequence lengths and committed tokens; every other view is derived.
+    The token ids themselves are the slot table's (:mod:`specstrat.runtime._slots`); a draft
+    model's pool tracks only positions.
     """
 
     def __init__(self, size: int, context_len: int, device: torch.device) -> None:
         self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
-        self.tokens: list[list[int]] = [[] for _ in range(size + 1)]  # host side
-        self.last = [-1] * (size + 1)
+        self.lengths = [0] * (size + 1)  # host side
         self.size = size
         self._free = list(range(size, 0, -1))
 
@@ -36,7 +36,7 @@ class RequestPool:
 
     def length(self, slot: int) -> int:
         """Positions cached for ``slot``."""
-        return len(self.tokens[slot])
+        return self.lengths[slot]
 
     def alloc(self) -> int:
         """A free slot in ``1..size``."""
@@ -48,14 +48,12 @@ class RequestPool:
 
     def free(self, slot: int) -> None:
         """Return ``slot`` (its KV must be released first)."""
-        self.tokens[slot] = []
-        self.last[slot] = -1
+        self.lengths[slot] = 0
         self._free.append(slot)
 
     def reset(self) -> None:
         """Every slot free (after a failed run; the KV pool is reset alongside)."""
-        self.tokens = [[] for _ in range(self.size + 1)]
-        self.last = [-1] * (self.size + 1)
+        self.lengths = [0] * (self.size + 1)
         self._free = list(range(self.size, 0, -1))
 
 

@@ -17,35 +17,40 @@ __all__ = ["RelayWriters", "named_field"]
 
 
 class RelayWriters:
-    """Per running slot, the hook that last wrote each relay field (absent: the engine)."""
+    """Per relay field, the hook that last wrote it at each running slot (absent: the engine);
+    a field only the engine writes costs a dictionary check per step."""
 
     def __init__(self) -> None:
-        self._by_slot: dict[int, dict[RelayField, str]] = {}
+        self._by_field: dict[RelayField, dict[int, str]] = {}
 
     def wrote(self, hook: str | None, slots: Sequence[int], fields: Iterable[RelayField]) -> None:
         """``hook`` (``None``: the engine) wrote ``fields`` at ``slots``."""
-        names = list(fields)
-        for slot in slots:
-            row = self._by_slot.setdefault(slot, {})
-            for name in names:
-                if hook is None:
-                    row.pop(name, None)
-                else:
-                    row[name] = hook
+        for name in fields:
+            writers = self._by_field.get(name)
+            if hook is not None:
+                if writers is None:
+                    writers = self._by_field[name] = {}
+                writers.update(dict.fromkeys(slots, hook))
+            elif writers:
+                for slot in slots:
+                    writers.pop(slot, None)
 
     def writer(self, slots: Iterable[int], field: RelayField) -> str | None:
         """The hook that last wrote ``field`` at the first of ``slots`` a hook wrote it at
         (``None``: the engine wrote it at all of them)."""
+        writers = self._by_field.get(field) or {}
         for slot in slots:
-            hook = self._by_slot.get(slot, {}).get(field)
+            hook = writers.get(slot)
             if hook is not None:
                 return hook
         return None
 
     def forget(self, slots: Iterable[int]) -> None:
         """Finished requests: nothing of theirs is in the relay any more."""
-        for slot in slots:
-            self._by_slot.pop(slot, None)
+        gone = list(slots)
+        for writers in self._by_field.values():
+            for slot in gone:
+                writers.pop(slot, None)
 
 
 def named_field(message: str, fields: Iterable[RelayField]) -> RelayField | None:

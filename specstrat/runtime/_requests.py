@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
@@ -178,14 +179,21 @@ class RunStats:
         ]
 
     def count_positions(self, proposed: list[int], accepted: list[int]) -> None:
-        """Add one step's per-request proposed depths and accepted lengths."""
+        """Add one step's per-request proposed depths and accepted lengths (batched: a
+        histogram of each, then one pass over the positions)."""
         depth = max(proposed, default=0)
         grow = depth - len(self.proposed_by_position)
         if grow > 0:
             self.proposed_by_position.extend([0] * grow)
             self.accepted_by_position.extend([0] * grow)
-        for p, a in zip(proposed, accepted, strict=True):
-            for k in range(p):
-                self.proposed_by_position[k] += 1
-            for k in range(a):
-                self.accepted_by_position[k] += 1
+        for counts, totals in (
+            (proposed, self.proposed_by_position),
+            (accepted, self.accepted_by_position),
+        ):
+            histogram = Counter(counts)
+            reaching = len(counts)  # requests whose count exceeds k, for k = 0, 1, ...
+            for k in range(depth):
+                reaching -= histogram.get(k, 0)
+                if reaching <= 0:
+                    break
+                totals[k] += reaching

@@ -14,28 +14,18 @@ import json
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TextIO
 
 from specstrat.runtime._admission import TransferBatch
 from specstrat.runtime._requests import Request, RunStats
+from specstrat.runtime._slots import SlotRow, SlotTable
 from specstrat.runtime._step import Produced, StepRunner
-from specstrat.runtime._worker import ModelWorker
 
 __all__ = ["Scheduler"]
 
 Progress = Callable[[int, int], None]
 Source = Callable[[bool], bool]
-
-
-@dataclass(frozen=False, slots=True)
-class _Live:
-    request: Request
-    slot: int
-    reserved: int
-    output: list[int] = field(default_factory=list)
-    finished: bool = False
-    released: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,25 +42,24 @@ class _Plan:
 class Scheduler:
     """Queues, admission and the step loops for one engine.
 
-    A request reserves its worst case of KV (``reserve(request)`` KV indices: prompt, output and
+    A request reserves its worst case of KV (``reserve(request)`` positions: prompt, output and
     one overlapped step) when admitted and returns it when released, so no step ever runs out of
-    KV; requests wait while the pool cannot hold them. Request slots are allocated here, on the
-    scheduler thread, and freed on the forward thread; the pool's free list is a Python list
-    whose ``pop``/``append`` are atomic, and a stale count only delays an admission.
+    KV; requests wait while the pool cannot hold them. Slots and reservations are the slot
+    table's (:mod:`specstrat.runtime._slots`): admitted here, on the scheduler thread, freed on
+    the forward thread; the pool's free list is a Python list whose ``pop``/``append`` are
+    atomic, and a stale count only delays an admission.
     """
 
     def __init__(
         self,
-        worker: ModelWorker,
+        table: SlotTable,
         steps: StepRunner,
         stats: RunStats,
         reserve: Callable[[Request], int],
     ) -> None:
-        self.worker, self.steps, self.stats, self.reserve = worker, steps, stats, reserve
+        self.table, self.steps, self.stats, self.reserve = table, steps, stats, reserve
         self.waiting: deque[Request] = deque()
         self.prebuilt: deque[TransferBatch] = deque()
-        self.live: dict[str, _Live] = {}
-        self.reserved = 0
         self._trace: TextIO | None = None
         self._step_index = 0
 
@@ -91,93 +80,93 @@ class Scheduler:
 
     # -- the scheduler thread -----------------------------------------------------------------
 
-    def _fits(self, need: int) -> bool:
-        return self.reserved + need <= self.worker.kv.capacity
-
     def plan(self, release: list[int]) -> _Plan:
         """Slots to release, requests to admit (slots allocated, KV reserved), running ones."""
-        for live in self.live.values():
-            if live.finished and not live.released and live.slot in release:
-                live.released = True
-                self.reserved -= live.reserved
-        running = [live.slot for live in self.live.values() if not live.finished]
+        table = self.table
+        table.unreserve(release)
+        running = table.running()
         admit: list[tuple[Request, int]] = []
-        free = self.worker.requests.available
+        free = table.free_slots
         while (
-            self.waiting and free > len(admit) and self._fits(need := self.reserve(self.waiting[0]))
+            self.waiting and free > len(admit) and table.fits(need := self.reserve(self.waiting[0]))
         ):
             request = self.waiting.popleft()
-            slot = self.worker.requests.alloc()
-            self.live[request.rid] = _Live(request, slot, need)
-            self.reserved += need
-            admit.append((request, slot))
+            admit.append((request, table.admit(request, need, "prefill")))
         prebuilt: list[tuple[TransferBatch, list[int]]] = []
         while self.prebuilt:
             batch = self.prebuilt[0]
             requests = batch.requests()
             needs = [self.reserve(r) for r in requests]
-            if self.worker.requests.available < len(requests) or not self._fits(sum(needs)):
+            if table.free_slots < len(requests) or not table.fits(sum(needs)):
                 break
             self.prebuilt.popleft()
-            slots = [self.worker.requests.alloc() for _ in requests]
-            for request, slot, need in zip(requests, slots, needs, strict=True):
-                self.live[request.rid] = _Live(request, slot, need)
-                self.reserved += need
+            slots = [table.admit(r, n, "prebuilt") for r, n in zip(requests, needs, strict=True)]
             prebuilt.append((batch, slots))
         return _Plan(release, admit, running, prebuilt)
 
-    def _take(self, live: _Live, tokens: list[int]) -> None:
-        """Append what a step produced, up to the budget and the first stop token."""
-        request = live.request
-        room = request.max_new_tokens - len(live.output)
-        kept = tokens[: max(room, 0)]
+    def _take(self, row: SlotRow, tokens: list[int]) -> None:
+        """Append what a step produced, cut at the budget and the first stop token."""
+        request, output = row.request, row.output
+        kept = tokens[: max(request.max_new_tokens - len(output), 0)]
         for i, token in enumerate(kept):
             if token in request.stop_token_ids:
                 kept = kept[: i + 1]
-                live.finished = True
+                row.finished = True
                 break
-        live.output.extend(kept)
+        output.extend(kept)
         self.stats.generated_tokens += len(kept)
-        if len(live.output) >= request.max_new_tokens:
-            live.finished = True
+        if len(output) >= request.max_new_tokens:
+            row.finished = True
 
     def absorb(self, produced: dict[int, Produced]) -> list[int]:
         """Append step outputs (stop tokens and budgets applied); the slots that finished."""
-        by_slot = {live.slot: live for live in self.live.values() if not live.finished}
-        done: list[int] = []
+        live, done, generated = self.table.live_row, list[int](), 0
         step = self._step_index
         self._step_index += 1
         for slot, result in produced.items():
-            live = by_slot.get(slot)
-            if live is None:
+            row = live(slot)
+            if row is None or row.finished:
                 continue  # an overlapped extra step of a finished request: dropped
-            self._take(live, result.tokens)
-            if live.finished:
-                done.append(slot)
+            tokens, request = result.tokens, row.request
+            stops = request.stop_token_ids
+            if len(tokens) < request.max_new_tokens - len(row.output) and (
+                not stops or stops.isdisjoint(tokens)
+            ):
+                row.output.extend(tokens)  # the common case: nothing to cut
+                generated += len(tokens)
+            else:
+                self._take(row, tokens)
+                if row.finished:
+                    done.append(slot)
             if self._trace is not None:
-                record = {
-                    "step": step,
-                    "rid": live.request.rid,
-                    "drafts": list(result.drafts),
-                    "parents": list(result.parents),
-                    "accepted": list(result.accepted),
-                    "tokens": result.tokens,
-                    "stop": live.finished
-                    and bool(live.output)
-                    and live.output[-1] in live.request.stop_token_ids,
-                }
-                self._trace.write(json.dumps(record) + "\n")
+                self._write_trace(step, row, result)
+        self.stats.generated_tokens += generated
         return done
+
+    def _write_trace(self, step: int, row: SlotRow, result: Produced) -> None:
+        record = {
+            "step": step,
+            "rid": row.request.rid,
+            "drafts": list(result.drafts),
+            "parents": list(result.parents),
+            "accepted": list(result.accepted),
+            "tokens": result.tokens,
+            "stop": row.finished
+            and bool(row.output)
+            and row.output[-1] in row.request.stop_token_ids,
+        }
+        assert self._trace is not None
+        self._trace.write(json.dumps(record) + "\n")
 
     def busy(self) -> bool:
         """Whether any request waits or runs."""
         return bool(self.waiting or self.prebuilt) or any(
-            not live.finished for live in self.live.values()
+            not row.finished for row in self.table.by_rid.values()
         )
 
     def finished(self) -> int:
         """Requests that finished."""
-        return sum(live.finished for live in self.live.values())
+        return sum(row.finished for row in self.table.by_rid.values())
 
     def enqueue(self, request: Request) -> None:
         """Queue a request the engine checked (it fits the context and the KV pool)."""
@@ -189,14 +178,13 @@ class Scheduler:
 
     def take_outputs(self, rids: list[str]) -> dict[str, list[int]]:
         """The outputs of finished requests ``rids``, forgotten here."""
-        return {rid: self.live.pop(rid).output for rid in rids}
+        return self.table.take_outputs(rids)
 
     def reset(self) -> None:
         """Forget every request (after a failed run; the engine resets the pools)."""
-        self.live.clear()
+        self.table.reset()
         self.waiting.clear()
         self.prebuilt.clear()
-        self.reserved = 0
 
     # -- loops --------------------------------------------------------------------------------
 
@@ -248,4 +236,4 @@ class Scheduler:
 
     def _report(self, progress: Progress | None) -> None:
         if progress is not None:
-            progress(self.finished(), len(self.live) + len(self.waiting))
+            progress(self.finished(), len(self.table.by_rid) + len(self.waiting))

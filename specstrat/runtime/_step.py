@@ -28,7 +28,6 @@ from specstrat.drafting import (
     DraftAdmission,
     DraftStep,
     DraftTree,
-    SamplingParams,
     StepOutcome,
     TreeShape,
     VerifyInputs,
@@ -42,6 +41,7 @@ from specstrat.runtime._answers import copy_tree, frozen_acceptance, frozen_draf
 from specstrat.runtime._forward import ForwardMode
 from specstrat.runtime._guard import call_hook
 from specstrat.runtime._requests import Request, RunStats
+from specstrat.runtime._slots import SlotRow, SlotTable
 from specstrat.runtime._step_relay import StepRelay
 from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
@@ -76,14 +76,14 @@ class StepRunner:
         relay: FutureMap,
         stats: RunStats,
         tree: TreeShape,
+        table: SlotTable,
     ) -> None:
         self.algo, self.worker, self.drafter = algo, worker, drafter
         self.verifier, self.relay, self.stats = verifier, relay, stats
-        self.tree = tree
+        self.tree, self.table = tree, table
         self.max_nodes = verifier.tokens_per_req - 1
         self.vocab = worker.shape.vocab_size
         self.relay_io = StepRelay(algo.name, relay, worker.device)
-        self._sampling: dict[int, SamplingParams] = {}  # each running request's parameters
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algo.name, hook, fn, *args, **kwargs)
@@ -92,8 +92,8 @@ class StepRunner:
         return torch.tensor(list(slots), dtype=torch.int64, device=self.worker.device)
 
     def _lengths(self, slots: Sequence[int]) -> list[int]:
-        """Sequence lengths from the request pool, their one owner."""
-        return [self.worker.length(s) for s in slots]
+        """Sequence lengths: the committed tokens the slot table holds."""
+        return self.table.lengths(slots)
 
     def _admit_drafter(self, admission: DraftAdmission[Any]) -> RelayPayload:
         payload = self._hook("drafter.admit", self.drafter.admit, admission)
@@ -104,8 +104,8 @@ class StepRunner:
         entries once read), the drafter forgets them, their KV and slots are freed."""
         self.relay_io.release(slots)
         self._hook("drafter.release", self.drafter.release, list(slots))
+        self.table.forget(slots)  # before the pool frees a slot the scheduler may reuse
         for slot in slots:
-            self._sampling.pop(slot, None)
             self.worker.free_request(slot)
 
     # -- admission ----------------------------------------------------------------------------
@@ -119,7 +119,6 @@ class StepRunner:
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
         ends = lens.cumsum(0) - 1
         params = tuple(req.sampling for req, _ in admit)
-        self._sampling.update(zip(slots, params, strict=True))
         sampling = SamplingBatch.of(params, self.worker.device)
         first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
         tokens = first.tolist()  # before the drafter sees them: it gets a copy
@@ -128,8 +127,8 @@ class StepRunner:
             draft_input=None, sampling=params,
         )  # fmt: skip
         payload = self._admit_drafter(admission)
+        self.table.start(slots, prompts, tokens)
         self.relay_io.write(slots, self._lengths(slots), first, payload, "drafter.admit")
-        self.worker.set_last(slots, tokens)
         return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
 
     def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> dict[int, Produced]:
@@ -143,6 +142,7 @@ class StepRunner:
             offset = end
         dev = self.worker.device
         first = batch.bonus_tokens.tolist()  # before any hook sees them: each gets a copy
+        self.table.start(slots, batch.prompts, first)
         seq_lens = torch.tensor(self._lengths(slots), dtype=torch.int64, device=dev)
         payload = batch.payload
         prebuilt = PrebuiltBatch(
@@ -159,7 +159,6 @@ class StepRunner:
         )
         self.relay_io.built(slots)
         params = batch.sampling or (GREEDY,) * len(slots)
-        self._sampling.update(zip(slots, params, strict=True))
         admission: DraftAdmission[Any] = DraftAdmission(
             slots=tuple(slots), bonus_tokens=batch.bonus_tokens.to(dev, copy=True),
             seq_lens=seq_lens.clone(), hidden=None, draft_input=draft_input,
@@ -168,7 +167,6 @@ class StepRunner:
         extra = self._admit_drafter(admission)
         if extra.present():
             self.relay_io.stash(slots, extra, "drafter.admit")
-        self.worker.set_last(slots, first)
         return {slot: Produced([t]) for slot, t in zip(slots, first, strict=True)}
 
     # -- decode -------------------------------------------------------------------------------
@@ -184,6 +182,7 @@ class StepRunner:
         start = time.perf_counter()
         step, host = self._resolve(slots)
         drafts, host.tree = self._draft(step)
+        host.chain = host.tree.is_chain()
         drafted = time.perf_counter()
         last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
         with _engine_invariant("verify"):
@@ -206,7 +205,8 @@ class StepRunner:
         return produced
 
     def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
-        host = _HostStep(self._lengths(slots), self.worker.last(slots))
+        rows = self.table.rows(slots)
+        host = _HostStep(rows, [len(r.committed) for r in rows], [r.bonus for r in rows])
         relay = self.relay_io.resolve(slots, host.lengths, host.last)
         assert relay.bonus_tokens is not None  # resolve refused a relay without them
         step = DraftStep(
@@ -215,7 +215,7 @@ class StepRunner:
             seq_lens=torch.tensor(host.lengths, dtype=torch.int64),
             payload=relay,
             max_nodes=self.max_nodes,
-            sampling=tuple(self._sampling[s] for s in slots),
+            sampling=tuple(r.request.sampling for r in rows),
             tree=self.tree,
         )
         return step, host
@@ -255,7 +255,7 @@ class StepRunner:
         )
         answer = self._hook("acceptance.accept", self.algo.acceptance.accept, inputs)
         return frozen_acceptance(
-            self.algo.name, answer, host.tree, vocab=self.vocab, device=self.worker.device
+            self.algo.name, answer, drafts, host.tree, vocab=self.vocab, device=self.worker.device
         )
 
     def _commit(
@@ -268,10 +268,16 @@ class StepRunner:
         tracing: bool,
     ) -> dict[int, Produced]:
         paths = host.answer.paths
-        for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
-            # Keep the root and the accepted path, moved into place; free the other nodes.
-            with _engine_invariant("keep_path after a checked acceptance"):
-                self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
+        with _engine_invariant("keeping the accepted path after a checked acceptance"):
+            if host.chain:  # keep the root and the accepted prefix: one batched rewind
+                kept = [n + 1 + c for n, c in zip(host.lengths, host.answer.counts, strict=True)]
+                self.worker.rewind_many(step.slots, kept)
+            else:  # move each accepted path into place, free the other nodes
+                for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
+                    self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
+        bonus_list, tree = host.answer.bonus, host.tree
+        accepted = [[row[j] for j in path] for row, path in zip(tree.tokens, paths, strict=True)]
+        self.table.commit(host.rows, accepted, bonus_list)  # what the drafter's commit reads
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
         at_bonus = [path[-1] + 1 if path else 0 for path in paths]
         rows = torch.arange(len(step.slots))
@@ -283,15 +289,10 @@ class StepRunner:
         )
         answer = self._hook("drafter.commit", self.drafter.commit, outcome)
         payload = frozen_payload(self.algo.name, "drafter.commit", answer, len(step.slots))
-        bonus_list, tree = host.answer.bonus, host.tree
         bonus = torch.tensor(bonus_list, dtype=torch.int64, device=self.worker.device)
         lengths = self._lengths(step.slots)
         self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
-        self.worker.set_last(step.slots, bonus_list)
-        tokens = [
-            [*(row[j] for j in path), b]
-            for row, path, b in zip(tree.tokens, paths, bonus_list, strict=True)
-        ]
+        tokens = [[*a, b] for a, b in zip(accepted, bonus_list, strict=True)]
         if not tracing:
             return {slot: Produced(t) for slot, t in zip(step.slots, tokens, strict=True)}
         return {
@@ -321,9 +322,13 @@ def _engine_invariant(what: str) -> Iterator[None]:
 
 @dataclass(frozen=False, slots=True)
 class _HostStep:
-    """Host copies of what one decode step decided, taken as each stage's answer is checked."""
+    """Host copies of what one decode step decided, taken as each stage's answer is checked:
+    the slots' rows, their lengths and bonus tokens, the tree (and whether it is a chain) and
+    the acceptance."""
 
+    rows: list[SlotRow]
     lengths: list[int]
     last: list[int]
+    chain: bool = True
     tree: HostTree = field(default_factory=lambda: HostTree([], [], []))
     answer: HostAcceptance = field(default_factory=lambda: HostAcceptance([], [], []))

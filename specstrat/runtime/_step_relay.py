@@ -69,7 +69,7 @@ class StepRelay:
         """Publish the pool's ``lengths``, then stash ``writer``'s ``payload`` with the
         engine's ``bonus`` tokens (which replace any the payload carries)."""
         index = self._index(slots)
-        published = torch.tensor(list(lengths), dtype=torch.int64, device=self.device)
+        published = torch.tensor(lengths, dtype=torch.int64, device=self.device)
         self._hook("future_map.publish", self.relay.publish, index, published)
         self.writers.wrote(None, slots, ["seq_lens"])
         sources: dict[RelayField, str] = {
@@ -100,7 +100,7 @@ class StepRelay:
                 f"refused ({cause}); {_FIX.get(sources[field], 'keep one width per field')}"
             ) from cause  # fmt: skip
         for name in payload.present():
-            self.writers.wrote(sources.get(name), slots, [name])
+            self.writers.wrote(sources.get(name), slots, (name,))
 
     def built(self, slots: Sequence[int]) -> None:
         """The disagg builder wrote the entries of ``slots`` (it publishes and stashes)."""
@@ -137,6 +137,8 @@ class StepRelay:
             )  # fmt: skip
         assert payload.bonus_tokens is not None  # _blame raised otherwise
         resolved = payload.bonus_tokens.tolist()
+        if resolved == last:
+            return payload
         for slot, got, token in zip(slots, resolved, last, strict=True):
             if got != token:
                 self._blame(

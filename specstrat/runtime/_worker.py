@@ -30,14 +30,14 @@ _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
 @dataclass(frozen=True, slots=True)
 class PreparedTokens:
-    """New tokens placed in the KV cache: per request its prefix length and count, and per
-    token its position and KV index."""
+    """New tokens placed in the KV cache: per request its prefix length and count (host
+    lists), and per token its position and KV index (tensors on the worker's device)."""
 
     slots: list[int]
     prefix: list[int]
     counts: list[int]
-    positions: list[int]
-    locations: list[int]
+    positions: torch.Tensor
+    locations: torch.Tensor
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,27 +118,19 @@ class ModelWorker:
         self.kv.reset()
 
     def length(self, slot: int) -> int:
-        """Positions of the request whose KV is cached."""
-        return len(self.requests.tokens[slot])
+        """Positions of the request whose KV is written."""
+        return self.requests.lengths[slot]
 
-    def tokens(self, slot: int) -> Sequence[int]:
-        """The request's committed tokens (those in its KV), in order; read-only view."""
-        return self.requests.tokens[slot]
-
-    def last(self, slots: Sequence[int]) -> list[int]:
-        """The verified token that follows each request's cached ones (the next input)."""
-        return [self.requests.last[s] for s in slots]
-
-    def set_last(self, slots: Sequence[int], tokens: Sequence[int]) -> None:
-        """Record the verified token that follows each request's cached ones."""
-        for slot, token in zip(slots, tokens, strict=True):
-            self.requests.last[slot] = token
+    def lengths(self, slots: Sequence[int]) -> list[int]:
+        """Positions whose KV is written, per request."""
+        lengths = self.requests.lengths
+        return [lengths[s] for s in slots]
 
     def keep_path(self, slot: int, start: int, nodes: Sequence[int]) -> None:
         """Keep, after the first ``start`` positions, the tree nodes at offsets ``nodes`` (an
         accepted root-to-node path, in order) and free the rest: the path's KV indices move into
         place in the page table (page size 1: no KV is copied)."""
-        old = len(self.requests.tokens[slot])
+        old = self.requests.lengths[slot]
         if not 0 <= start <= old or any(not 0 <= n < old - start for n in nodes):
             raise InvalidConfig(
                 f"keep_path(slot={slot}, start={start}, nodes={list(nodes)}) outside the "
@@ -149,45 +141,75 @@ class ModelWorker:
             return
         row = self.requests.req_to_token[slot]
         locs = row[start:old].tolist()
-        tokens = self.requests.tokens[slot]
-        kept_tokens = [tokens[start + n] for n in nodes]
         kept = [locs[n] for n in nodes]
         keep = set(nodes)
         self.kv.free([int(x) for i, x in enumerate(locs) if i not in keep])
         row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype, device=row.device)
-        del tokens[start:]
-        tokens.extend(kept_tokens)
+        self.requests.lengths[slot] = start + len(kept)
 
     def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..`` (rejected drafts); their slots are reused."""
-        old = len(self.requests.tokens[slot])
-        if not 0 <= new_len <= old:
-            raise InvalidConfig(f"rewind to new_len={new_len} outside 0..{old} for slot {slot}")
-        if new_len < old:
-            locs = self.requests.req_to_token[slot, new_len:old].tolist()
-            self.kv.free([int(x) for x in locs])
-            del self.requests.tokens[slot][new_len:]
+        """Drop the KV of positions ``new_len..`` (rejected drafts); their indices are reused."""
+        self.rewind_many([slot], [new_len])
+
+    def rewind_many(self, slots: Sequence[int], new_lens: Sequence[int]) -> None:
+        """:meth:`rewind` for a batch: one gather of every dropped position's KV index."""
+        lengths = self.requests.lengths
+        old = [lengths[s] for s in slots]
+        drop = [o - n for o, n in zip(old, new_lens, strict=True)]
+        if any(d < 0 or n < 0 for d, n in zip(drop, new_lens, strict=True)):
+            bad = next(
+                (s, n, o) for s, n, o in zip(slots, new_lens, old, strict=True) if not 0 <= n <= o
+            )
+            raise InvalidConfig(f"rewind to new_len={bad[1]} outside 0..{bad[2]} for slot {bad[0]}")
+        total = sum(drop)
+        if total:
+            dev = self.device
+            counts = torch.tensor(drop, device=dev)
+            rows = torch.repeat_interleave(torch.tensor(list(slots), device=dev), counts)
+            starts = torch.repeat_interleave(torch.tensor(list(new_lens), device=dev), counts)
+            offsets = torch.arange(total, device=dev) - torch.repeat_interleave(
+                counts.cumsum(0) - counts, counts
+            )
+            self.kv.free(self.requests.req_to_token[rows, starts + offsets].tolist())
+        for slot, n in zip(slots, new_lens, strict=True):
+            lengths[slot] = n
 
     # -- forwards -----------------------------------------------------------------------------
 
     def place(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> PreparedTokens:
-        """Allocate KV indices for ``tokens[i]`` after request ``slots[i]`` and record them."""
+        """Allocate KV indices for ``tokens[i]`` after request ``slots[i]`` and record them
+        (batched: one indexed write of the page table for the whole batch)."""
         counts = [len(t) for t in tokens]
-        prefix = [len(self.requests.tokens[s]) for s in slots]
-        for slot, start, count in zip(slots, prefix, counts, strict=True):
-            if start + count > self.context_len:
-                raise InvalidConfig(
-                    f"slot {slot}: {start} + {count} tokens exceed context_len={self.context_len}"
-                )
-        positions = [p + j for p, c in zip(prefix, counts, strict=True) for j in range(c)]
-        locations = self.kv.alloc(sum(counts))
-        # One indexed write for the whole batch: row = request slot, column = position.
-        rows = [slot for slot, count in zip(slots, counts, strict=True) for _ in range(count)]
-        self.requests.req_to_token[rows, positions] = torch.tensor(
-            locations, dtype=torch.int32, device=self.device
-        )
-        for slot, seq in zip(slots, tokens, strict=True):
-            self.requests.tokens[slot].extend(int(t) for t in seq)
+        lengths = self.requests.lengths
+        prefix = [lengths[s] for s in slots]
+        ends = [p + c for p, c in zip(prefix, counts, strict=True)]
+        if max(ends, default=0) > self.context_len:
+            slot, start, count = next(
+                (s, p, c)
+                for s, p, c in zip(slots, prefix, counts, strict=True)
+                if p + c > self.context_len
+            )
+            raise InvalidConfig(
+                f"slot {slot}: {start} + {count} tokens exceed context_len={self.context_len}"
+            )
+        dev, total = self.device, sum(counts)
+        locations = torch.tensor(self.kv.alloc(total), dtype=torch.int64, device=dev)
+        first = torch.tensor(prefix, dtype=torch.int64, device=dev)
+        rows = torch.tensor(list(slots), dtype=torch.int64, device=dev)
+        if len(set(counts)) == 1:  # uniform: a grid, no per-token bookkeeping
+            width = counts[0]
+            positions = (first[:, None] + torch.arange(width, device=dev)).reshape(-1)
+            rows = rows.repeat_interleave(width)
+        else:
+            per = torch.tensor(counts, dtype=torch.int64, device=dev)
+            offsets = torch.arange(total, device=dev) - torch.repeat_interleave(
+                per.cumsum(0) - per, per
+            )
+            positions = torch.repeat_interleave(first, per) + offsets
+            rows = torch.repeat_interleave(rows, per)
+        self.requests.req_to_token[rows, positions] = locations.to(torch.int32)
+        for slot, end in zip(slots, ends, strict=True):
+            lengths[slot] = end
         return PreparedTokens(list(slots), prefix, counts, positions, locations)
 
     def metadata(self, mode: ForwardMode, prepared: PreparedTokens) -> VerifyMetadata:
@@ -238,7 +260,7 @@ class ModelWorker:
         prepared = self.place(slots, tokens)
         meta = self.metadata(mode, prepared)
         dev = self.device
-        positions = torch.tensor(prepared.positions, dtype=torch.int64, device=dev)
+        positions = prepared.positions
         attention = None
         if tree is not None:
             positions = tree.positions.to(dev).reshape(-1)
@@ -250,7 +272,7 @@ class ModelWorker:
             mode,
             input_ids=torch.tensor([t for seq in tokens for t in seq], device=dev),
             positions=positions,
-            out_cache_loc=torch.tensor(prepared.locations, dtype=torch.int64, device=dev),
+            out_cache_loc=prepared.locations,
             metadata=meta,
             max_q=max(counts),
             max_k=max(p + c for p, c in zip(prepared.prefix, counts, strict=True)),
@@ -317,7 +339,7 @@ class ModelWorker:
         if self.length(slot):
             raise InvalidConfig(f"slot {slot} already holds {self.length(slot)} tokens")
         prepared = self.place([slot], [tokens])
-        locs = torch.tensor(prepared.locations, dtype=torch.int64, device=self.device)
+        locs = prepared.locations
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
-        self.kv.positions[locs] = torch.tensor(prepared.positions, device=self.device)
+        self.kv.positions[locs] = prepared.positions

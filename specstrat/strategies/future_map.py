@@ -42,14 +42,15 @@ def _check_slots(slots: object, num_rows: int, device: torch.device) -> torch.Te
     if slots.device != device:
         raise RelayError(f"slots.device={slots.device} differs from the relay's device={device}")
     if slots.device.type == "cpu" and slots.numel():
-        lo, hi = int(slots.min()), int(slots.max())
+        values = slots.tolist()  # one read; Python's min, max and set beat tensor ops here
+        lo, hi = min(values), max(values)
         if lo < 0 or hi >= num_rows:
             raise RelayError(
                 f"slots range {lo}..{hi} is outside 0..{num_rows - 1}; slots are request-pool "
                 f"indices (0 is the padding row, 1..{num_rows - 1} are requests)"
             )
-        real = slots[slots != 0]
-        if torch.unique(real).numel() != real.numel():
+        real = [v for v in values if v]
+        if len(set(real)) != len(real):
             raise RelayError(
                 f"slots={slots.tolist()} repeats a request slot; one write per slot per call"
             )

@@ -40,13 +40,14 @@ def test_a_refused_rewind_of_a_checked_path_is_an_internal_error(
     an InternalError (a bug to report), the original chained; nothing leaks."""
 
     def refuse(self: ModelWorker, *args: Any) -> None:
-        raise InvalidConfig("keep_path(...) outside the cached positions")
+        raise InvalidConfig("rewind to new_len=9 outside 0..5")
 
-    monkeypatch.setattr(ModelWorker, "keep_path", refuse)
+    monkeypatch.setattr(ModelWorker, "rewind_many", refuse)
     engine = Engine(NGRAM, models, CONFIG)
     before = (engine.free_slots, engine.free_kv_tokens)
     with pytest.raises(
-        InternalError, match=r"keep_path after a checked acceptance refused values the engine "
+        InternalError, match=r"keeping the accepted path after a checked acceptance refused "
+        r"values the engine "
         r"checked before .*; this is a bug in specstrat"
     ) as info:  # fmt: skip
         engine.run(REQUESTS[:2])

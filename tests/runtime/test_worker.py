@@ -113,7 +113,7 @@ def test_prebuilt_admission_continues_like_the_original(tiny: TinyLM) -> None:
     k, v = source.export_kv(slot)
     new_slot = dest.alloc_request()
     dest.admit_prebuilt(new_slot, SEQS[1][:-1], k, v)
-    assert dest.tokens(new_slot) == SEQS[1][:-1]
+    assert dest.length(new_slot) == len(SEQS[1][:-1])
     a, _ = source.forward(M.DECODE, [slot], [SEQS[1][-1:]])
     b, _ = dest.forward(M.DECODE, [new_slot], [SEQS[1][-1:]])
     torch.testing.assert_close(a, b)
@@ -160,15 +160,16 @@ def test_context_longer_than_positions_is_refused(tiny: TinyLM) -> None:
         )
 
 
-def test_the_request_pool_owns_committed_tokens(tiny: TinyLM) -> None:
-    """Tokens placed in the KV are readable per request; a rewind drops them with the KV."""
+def test_the_request_pool_tracks_positions_written(tiny: TinyLM) -> None:
+    """Positions placed in the KV count per request; a rewind drops them with their KV."""
     worker = make_worker(tiny)
     slot = worker.alloc_request()
     worker.forward(M.EXTEND, [slot], [[5, 6, 7]])
     worker.forward(M.TARGET_VERIFY, [slot], [[8, 9, 10]])
-    assert worker.tokens(slot) == [5, 6, 7, 8, 9, 10]
+    assert worker.length(slot) == 6
+    free = worker.kv.available
     worker.rewind(slot, 4)
-    assert (worker.tokens(slot), worker.length(slot)) == ([5, 6, 7, 8], 4)
+    assert (worker.length(slot), worker.kv.available) == (4, free + 2)
 
 
 def test_kv_larger_than_memory_is_refused_before_allocating(tiny: TinyLM) -> None:
