@@ -11,6 +11,7 @@ whose tokens are dropped (as in the engines).
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -126,8 +127,9 @@ class Scheduler:
             prebuilt.append((batch, slots))
         return _Plan(release, admit, running, prebuilt)
 
-    def _take(self, live: _Live, tokens: list[int]) -> None:
-        """Append what a step produced, up to the budget and the first stop token."""
+    def _take(self, live: _Live, tokens: list[int]) -> list[int]:
+        """Append what a step produced, up to the budget and the first stop token; what was
+        kept."""
         request = live.request
         room = request.max_new_tokens - len(live.output)
         kept = tokens[: max(room, 0)]
@@ -140,6 +142,7 @@ class Scheduler:
         self.stats.generated_tokens += len(kept)
         if len(live.output) >= request.max_new_tokens:
             live.finished = True
+        return kept
 
     def absorb(self, produced: dict[int, Produced]) -> list[int]:
         """Append step outputs (stop tokens and budgets applied); the slots that finished."""
@@ -147,11 +150,20 @@ class Scheduler:
         done: list[int] = []
         step = self._step_index
         self._step_index += 1
+        now = time.perf_counter()
+        stats = self.stats
         for slot, result in produced.items():
             live = by_slot.get(slot)
-            if live is None:
-                continue  # an overlapped extra step of a finished request: dropped
-            self._take(live, result.tokens)
+            if live is None:  # an overlapped extra step of a finished request: dropped
+                stats.dropped_steps += 1
+                continue
+            if result.verify is not None:  # counted only for steps a request keeps
+                v = result.verify
+                stats.count_verify(v.proposed, v.accepted, len(result.tokens), v.width)
+            kept = self._take(live, result.tokens)
+            if kept:
+                stats.first_token_at.setdefault(live.request.rid, now)
+                stats.last_token_at[live.request.rid] = now
             if live.finished:
                 done.append(slot)
             if self._trace is not None:
@@ -161,7 +173,7 @@ class Scheduler:
                     "drafts": list(result.drafts),
                     "parents": list(result.parents),
                     "accepted": list(result.accepted),
-                    "tokens": result.tokens,
+                    "tokens": kept,  # what the request kept (cut at its budget or stop)
                     "stop": live.finished
                     and bool(live.output)
                     and live.output[-1] in live.request.stop_token_ids,
