@@ -3,7 +3,9 @@
 Every contender runs once per round, in the same order each round (A B C A B C ...), after
 ``warmup`` uncounted rounds; a ratio between two contenders is taken within each round (both
 saw the same machine load), then summarised by its median and range. A contender returns its
-outputs by request id, so the caller can check them against a baseline's.
+outputs by request id, so the caller can check every counted round's against a baseline's.
+``specstrat bench``, ``bench/e2e.py``, ``bench/hf_speed.py`` and the demo's speed line all time
+through this module.
 """
 
 from __future__ import annotations
@@ -22,21 +24,26 @@ Outputs = Mapping[str, Sequence[int]]
 
 @dataclass(frozen=True, slots=True)
 class Contender:
-    """One thing to time: ``run()`` does the whole workload once and returns the outputs."""
+    """One thing to time: ``run()`` does the whole workload once and returns the outputs;
+    ``prepare()``, if given, runs before each ``run()``, untimed (e.g. building a fresh engine,
+    so every run starts from the same state)."""
 
     name: str
     run: Callable[[], Outputs]
+    prepare: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class Timings:
     """A contender's counted rounds: wall seconds per round, tokens per round (from its first
-    counted round's outputs) and those outputs."""
+    counted round's outputs), those outputs, and every counted round's outputs in order
+    (``round_outputs[0] == outputs``), to check each run, not only the first."""
 
     name: str
     seconds: tuple[float, ...]
     tokens: int
     outputs: dict[str, list[int]]
+    round_outputs: tuple[dict[str, list[int]], ...] = ()
 
     @property
     def median_seconds(self) -> float:
@@ -84,20 +91,28 @@ def interleaved(
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise InvalidConfig(f"{name}={value!r} must be an int >= {low}")
     seconds: dict[str, list[float]] = {n: [] for n in names}
-    outputs: dict[str, dict[str, list[int]]] = {}
+    outputs: dict[str, list[dict[str, list[int]]]] = {n: [] for n in names}
     for index in range(warmup + rounds):
         for c in contenders:
             if progress is not None:
                 kind = "warm-up" if index < warmup else f"round {index - warmup + 1}/{rounds}"
                 progress(f"{kind}: {c.name}")
+            if c.prepare is not None:
+                c.prepare()
             start = time.perf_counter()
             out = c.run()
             elapsed = time.perf_counter() - start
             if index >= warmup:
                 seconds[c.name].append(elapsed)
-                outputs.setdefault(c.name, {rid: list(ids) for rid, ids in out.items()})
+                outputs[c.name].append({rid: list(ids) for rid, ids in out.items()})
     return {
-        n: Timings(n, tuple(seconds[n]), sum(len(v) for v in outputs[n].values()), outputs[n])
+        n: Timings(
+            n,
+            tuple(seconds[n]),
+            sum(len(v) for v in outputs[n][0].values()),
+            outputs[n][0],
+            tuple(outputs[n]),
+        )
         for n in names
     }
 
