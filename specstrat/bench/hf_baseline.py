@@ -22,7 +22,7 @@ from specstrat.runtime import Request
 __all__ = ["GenerateRecord", "generate_run"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)
 class GenerateRecord:
     """One ``generate`` run: per request, arrival, first and last token times, and
     ``forwards`` (target forwards that produced its tokens)."""

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 
 from specstrat.bench.run import OVERALL, BenchResult, BenchRow
 
-__all__ = ["render"]
+__all__ = ["render", "rows_table", "spec_bench_tables"]
 
 
 def _q(q: dict[str, float | None]) -> str:

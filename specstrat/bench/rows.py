@@ -57,7 +57,7 @@ class BenchRow:
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)
 class Record:
     """What one run left: outputs, statistics (engine runs) and token times."""
 
@@ -69,7 +69,7 @@ class Record:
     forwards: dict[str, int] = field(default_factory=dict)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)
 class Cell:
     """One contender in one cell, and the runs it recorded (warm-ups included, dropped later)."""
 

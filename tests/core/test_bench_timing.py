@@ -55,3 +55,24 @@ def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> N
     args: dict[str, object] = {"contenders": [Contender("A", dict)], **kwargs}
     with pytest.raises(InvalidConfig, match=message):
         interleaved(**args)  # type: ignore[arg-type]
+
+
+def test_prepare_runs_untimed_before_every_run_and_every_round_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A contender's prepare runs before each of its runs, outside the timed span; every
+    counted round's outputs are kept in order."""
+    order: list[str] = []
+    clock = itertools.count()
+    monkeypatch.setattr("specstrat.bench.timing.time.perf_counter", lambda: float(next(clock)))
+    runs = itertools.count()
+
+    def run() -> dict[str, list[int]]:
+        order.append("run")
+        return {"r": [next(runs)]}
+
+    result = interleaved([Contender("A", run, lambda: order.append("prepare"))], rounds=2)
+    assert order == ["prepare", "run"] * 3
+    assert result["A"].seconds == (1.0, 1.0)
+    assert result["A"].round_outputs == ({"r": [1]}, {"r": [2]})
+    assert result["A"].outputs == {"r": [1]}
