@@ -173,12 +173,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
-    for flag in ("max_new_tokens", "context_len", "batch_size", "threads"):
-        if getattr(args, flag) is not None:
-            raise SystemExit(
-                f"specstrat demo: --{flag.replace('_', '-')} goes with --model (the embedded "
-                "workload sets its own)"
-            )
+    torch.set_num_threads(args.threads or 1)
     trace = _open_trace(args.trace)
     try:
         summary, _ = run_demo(
@@ -190,6 +185,10 @@ def _demo(args: argparse.Namespace) -> int:
             disagg=args.disagg,
             trace=trace,
             sampling=sampling,
+            max_new_tokens=args.max_new_tokens,
+            context_len=args.context_len or 512,
+            max_running_requests=args.batch_size or 16,
+            prompts=args.prompt or (),
         )
     finally:
         if trace is not None:
@@ -239,6 +238,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
             trace=trace,
             sampling=sampling,
             disagg=args.disagg,
+            prompts=args.prompt or (),
         )
     finally:
         if trace is not None:
@@ -307,24 +307,32 @@ def _parser() -> argparse.ArgumentParser:
         "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"
     )
     demo.add_argument(
-        "--max-new-tokens", type=_positive, help="with --model: tokens per request (default 64)"
+        "--prompt",
+        action="append",
+        help="a prompt of your own instead of the workload (repeat for more requests; with "
+        "--model a user turn through the chat template, else bytes)",
+    )
+    demo.add_argument(
+        "--max-new-tokens",
+        type=_positive,
+        help="tokens per request (default 64; the embedded workload's own budgets otherwise)",
     )
     demo.add_argument(
         "--context-len",
         type=_positive,
-        help="with --model: positions per request (default: longest prompt + max new tokens +"
-        " 2 * (D + 1), plus a tree's draft columns)",
+        help="positions per request (default 512 on the embedded models; with --model the "
+        "longest prompt + max new tokens + 2 * (D + 1), plus a tree's draft columns)",
     )
     demo.add_argument(
         "--batch-size",
         type=_positive,
-        help="with --model: max_running_requests, requests decoded together (default 16)",
+        help="max_running_requests, requests decoded together (default 16)",
     )
     demo.add_argument(
         "--threads",
         type=_positive,
-        help="with --model: torch threads, the same for specstrat and transformers (default 1: "
-        "on a shared machine a second thread often costs more than it gives)",
+        help="torch threads, the same for specstrat and transformers (default 1: on a shared "
+        "machine a second thread often costs more than it gives)",
     )
     demo.add_argument(
         "--draft-tokens",
