@@ -104,6 +104,11 @@ class BenchConfig:
             raise InvalidConfig(f"request_rate={rate!r} must be a number > 0 (requests/s)")
         if self.force_accept is not None:
             ForcedAcceptance(rate=self.force_accept)  # its own check, its own message
+        if self.baseline_hf and not self.sampling.greedy:
+            raise InvalidConfig(
+                f"baseline_hf=True with temperature={self.sampling.temperature:g}: transformers' "
+                "generate runs greedy here; drop --baseline hf or sample at temperature 0"
+            )
 
 
 def _check_int(name: str, value: object, low: int) -> None:

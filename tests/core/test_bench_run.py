@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from specstrat import EAGLE, NGRAM
+from specstrat import EAGLE, NGRAM, SamplingParams
 from specstrat.bench.run import BenchConfig, BenchResult, run_bench
 from specstrat.cli import main
 from specstrat.errors import InvalidConfig
@@ -199,6 +199,8 @@ def test_bad_configs_are_refused_by_name() -> None:
         BenchConfig(algorithms=(NGRAM,), request_rate=0)
     with pytest.raises(InvalidConfig, match=r"rate=3 must be a number in \[0, 1\]"):
         BenchConfig(algorithms=(NGRAM,), force_accept=3)
+    with pytest.raises(InvalidConfig, match=r"baseline_hf=True with temperature=0.7"):
+        BenchConfig(algorithms=(NGRAM,), baseline_hf=True, sampling=SamplingParams(temperature=0.7))
 
 
 def test_requests_can_arrive_at_a_rate(models: EmbeddedModels) -> None:
