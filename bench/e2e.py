@@ -2,8 +2,9 @@
 
 1. tokens/s with speculation vs target-only (NGRAM with uniform and ragged verify, STANDALONE,
    EAGLE, the block drafters DFLASH and DSPARK; ratio; acceptance length; tokens per request
-   each verify runs through the target),
-   the runs interleaved over ``--repeats`` rounds so machine noise hits every side alike;
+   each verify runs through the target), through :mod:`specstrat.timing`: one warm-up
+   round, then ``--repeats`` interleaved rounds, ratios taken within each round (median and
+   range); ``specstrat bench`` measures your own algorithms the same way;
 2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
    (target, draft LM and EAGLE head);
@@ -28,6 +29,7 @@ from typing import Any
 import torch
 
 import specstrat
+from specstrat.bench import Contender, interleaved, ratio
 from specstrat.models import AttentionBackend
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime._models.model import EagleHead, TinyLM
@@ -62,28 +64,38 @@ def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None
         "DFLASH": (specstrat.DFLASH, {}),
         "DSPARK": (specstrat.DSPARK, {}),
     }
-    seconds: dict[str, list[float]] = {label: [] for label in runs}
     accept: dict[str, float] = {}
     width: dict[str, float] = {}
-    tokens = 0
-    for _ in range(repeats):
-        for label, (algo, config) in runs.items():
-            wall, engine = timed_run(algo, models, requests, **config)
-            seconds[label].append(wall)
-            stats = engine.stats
-            accept[label] = stats.acceptance_length
-            width[label] = stats.verify_forward_tokens / max(1, stats.verified_requests)
-            tokens = stats.generated_tokens
-    base = statistics.median(seconds["NONE"])
+    engines: dict[str, Engine] = {}
+
+    def contender(label: str, algo: Any, config: dict[str, Any]) -> Contender:
+        def prepare() -> None:
+            engines[label] = Engine(algo, models, EngineConfig(context_len=512, **config))
+
+        def run() -> dict[str, list[int]]:
+            engine = engines[label]
+            out = engine.run(requests)
+            accept[label] = engine.stats.acceptance_length
+            width[label] = engine.stats.verified_per_step
+            return out
+
+        return Contender(label, run, prepare)
+
+    # The timing core: interleaved rounds after one warm-up, ratios within each round.
+    contenders = [contender(label, algo, config) for label, (algo, config) in runs.items()]
+    timings = interleaved(contenders, rounds=repeats, warmup=1)
+    tokens = timings["NONE"].tokens
     print(f"\n1. speculation vs target-only: {len(requests)} requests, {tokens} tokens, D=4, sync")
     print(
-        f"{'algorithm':<14} {'tokens/s':>9} {'vs target-only':>15} {'acceptance':>11}"
+        f"{'algorithm':<14} {'tokens/s':>9} {'vs target-only':>22} {'acceptance':>11}"
         f" {'verified/step':>14}"
     )
     for label in runs:
-        wall = statistics.median(seconds[label])
+        speedup = ratio(timings, label, "NONE")
+        lo, hi = min(speedup.per_round), max(speedup.per_round)
         print(
-            f"{label:<14} {tokens / wall:>9.0f} {base / wall:>14.2f}x {accept[label]:>11.2f}"
+            f"{label:<14} {timings[label].tokens_per_s:>9.0f} "
+            f"{f'{speedup.median:.2f}x ({lo:.2f}-{hi:.2f})':>22} {accept[label]:>11.2f}"
             f" {width[label]:>14.2f}"
         )
     print("verified/step: tokens per request the target runs in each TARGET_VERIFY (T = 4 full)")

@@ -1,4 +1,5 @@
-"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR`` and ``demo``."""
+"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR``, ``demo`` and
+``bench``."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 import torch
 
 from specstrat.algorithm import HOOKS, SpecAlgorithm
+from specstrat.bench.command import add_bench_parser, bench_command
 from specstrat.drafting import SamplingParams
 from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
@@ -171,12 +173,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
-    for flag in ("max_new_tokens", "context_len", "batch_size", "threads"):
-        if getattr(args, flag) is not None:
-            raise SystemExit(
-                f"specstrat demo: --{flag.replace('_', '-')} goes with --model (the embedded "
-                "workload sets its own)"
-            )
+    torch.set_num_threads(args.threads or 1)
     trace = _open_trace(args.trace)
     try:
         summary, _ = run_demo(
@@ -188,6 +185,10 @@ def _demo(args: argparse.Namespace) -> int:
             disagg=args.disagg,
             trace=trace,
             sampling=sampling,
+            max_new_tokens=args.max_new_tokens,
+            context_len=args.context_len or 512,
+            max_running_requests=args.batch_size or 16,
+            prompts=args.prompt or (),
         )
     finally:
         if trace is not None:
@@ -198,6 +199,10 @@ def _demo(args: argparse.Namespace) -> int:
         print(summary.table())
     # A lossless rule whose output differs from target-only is a failure; a lossy one says so.
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
+
+
+def _bench(args: argparse.Namespace) -> int:
+    return bench_command(args, _load)
 
 
 def _open_trace(path: str | None) -> TextIO | None:
@@ -233,6 +238,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
             trace=trace,
             sampling=sampling,
             disagg=args.disagg,
+            prompts=args.prompt or (),
         )
     finally:
         if trace is not None:
@@ -245,6 +251,20 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
         print(summary.table())
         print("\n".join(demo.lines()))
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
+
+
+def _add_sampling_and_tree(parser: argparse.ArgumentParser) -> None:
+    """The demo's and bench's sampling and tree flags."""
+    parser.add_argument(
+        "--topk", type=_positive, help="tree: children per kept node (default: a chain, topk 1)"
+    )
+    parser.add_argument(
+        "--steps", type=_positive, help="tree: expansion steps, its depth (default: D - 1)"
+    )
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
+    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
+    parser.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
+    parser.add_argument("--seed", type=int, default=0, help="request i samples with seed + i")
 
 
 def _positive(text: str) -> int:
@@ -287,24 +307,32 @@ def _parser() -> argparse.ArgumentParser:
         "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"
     )
     demo.add_argument(
-        "--max-new-tokens", type=_positive, help="with --model: tokens per request (default 64)"
+        "--prompt",
+        action="append",
+        help="a prompt of your own instead of the workload (repeat for more requests; with "
+        "--model a user turn through the chat template, else bytes)",
+    )
+    demo.add_argument(
+        "--max-new-tokens",
+        type=_positive,
+        help="tokens per request (default 64; the embedded workload's own budgets otherwise)",
     )
     demo.add_argument(
         "--context-len",
         type=_positive,
-        help="with --model: positions per request (default: longest prompt + max new tokens +"
-        " 2 * (D + 1), plus a tree's draft columns)",
+        help="positions per request (default 512 on the embedded models; with --model the "
+        "longest prompt + max new tokens + 2 * (D + 1), plus a tree's draft columns)",
     )
     demo.add_argument(
         "--batch-size",
         type=_positive,
-        help="with --model: max_running_requests, requests decoded together (default 16)",
+        help="max_running_requests, requests decoded together (default 16)",
     )
     demo.add_argument(
         "--threads",
         type=_positive,
-        help="with --model: torch threads, the same for specstrat and transformers (default 1: "
-        "on a shared machine a second thread often costs more than it gives)",
+        help="torch threads, the same for specstrat and transformers (default 1: on a shared "
+        "machine a second thread often costs more than it gives)",
     )
     demo.add_argument(
         "--draft-tokens",
@@ -315,31 +343,23 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"
     )
-    demo.add_argument(
-        "--topk", type=_positive, help="tree: children per kept node (default: a chain, topk 1)"
-    )
-    demo.add_argument(
-        "--steps", type=_positive, help="tree: expansion steps, its depth (default: D - 1)"
-    )
+    _add_sampling_and_tree(demo)
     demo.add_argument(
         "--json", action="store_true", help="print the summary as JSON (other lines to stderr)"
     )
-    demo.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
-    demo.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    demo.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
-    demo.add_argument("--seed", type=int, default=0, help="request i samples with seed + i")
     demo.add_argument(
         "--trace",
         metavar="FILE",
         help="write one JSON line per step and request (drafts, accepted path, tokens, stop)",
     )
+    add_bench_parser(sub, _positive, _add_sampling_and_tree)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specstrat`` console script; returns the exit status."""
     args = _parser().parse_args(argv)
-    commands = {"list": _list, "check": _check, "demo": _demo}
+    commands = {"list": _list, "check": _check, "demo": _demo, "bench": _bench}
     try:
         return commands[args.command](args)
     except SpecstratError as exc:

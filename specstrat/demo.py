@@ -10,7 +10,8 @@ lossless (token-for-token equal to target-only greedy output).
 from __future__ import annotations
 
 import sys
-from dataclasses import asdict, dataclass
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
@@ -23,8 +24,9 @@ from specstrat.models import LoadedModels
 from specstrat.registry import get
 from specstrat.runtime._engine import Engine
 from specstrat.runtime._models.weights import EmbeddedModels
-from specstrat.runtime._requests import EngineConfig, Request
+from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._workload import workload as workload
+from specstrat.timing import Contender, interleaved, ratio
 
 if TYPE_CHECKING:
     from specstrat.runtime._disagg.process import ModelLoader
@@ -59,7 +61,10 @@ class DemoSummary:
     (0: none). ``temperature``, ``top_p``, ``top_k``, ``seed``: the sampling parameters (request
     ``i`` samples with ``seed + i``). ``model``: what ran (``embedded`` or a model's path);
     ``ties``: divergences certified as numerical ties (Hugging Face models, see
-    :mod:`specstrat.hf.reference`)."""
+    :mod:`specstrat.hf.reference`). ``verified_per_step``: target tokens verified per request
+    per verify step (``T``, or drafts + 1 under ragged verify; 1.0 without speculation);
+    ``max_running_requests`` and ``context_len``: the engine's limits. The tokens/s and the
+    speed ratio come from :mod:`specstrat.timing` (one round each, target-only first)."""
 
     algorithm: str
     overlap: bool
@@ -86,6 +91,9 @@ class DemoSummary:
     seed: int = 0
     model: str = "embedded"
     ties: int = 0
+    verified_per_step: float = 1.0
+    max_running_requests: int = 16
+    context_len: int = 512
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -97,6 +105,10 @@ class DemoSummary:
             parts.append("prefill/decode in 2 processes")
         return f"{self.algorithm} ({', '.join(parts)})"
 
+    def _sampling(self) -> str:
+        kind = "greedy" if not self.temperature else f"temperature {self.temperature:g}"
+        return f"{kind}, top_p {self.top_p:g}, top_k {self.top_k}, seed {self.seed}"
+
     def table(self) -> str:
         """The summary as aligned text."""
         rows = [
@@ -104,7 +116,9 @@ class DemoSummary:
             ("model", self.model),
             ("requests", str(self.num_requests)),
             ("tokens", str(self.tokens)),
+            ("sampling", self._sampling()),
             ("mean acceptance length", f"{self.acceptance_length:.2f}"),
+            ("verified per step", f"{self.verified_per_step:.2f} target tokens per request"),
             (
                 "accepted by position",
                 " ".join(f"{r:.2f}" for r in self.acceptance_by_position) or "-",
@@ -167,17 +181,36 @@ def run_demo(
     disagg: bool = False,
     trace: TextIO | None = None,
     sampling: SamplingParams = GREEDY,
+    max_new_tokens: int | None = None,
+    context_len: int = 512,
+    max_running_requests: int = 16,
+    prompts: Sequence[str] = (),
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
     """Run the embedded workload with ``algo`` and target-only; the summary and spec outputs.
 
-    The workload is :func:`workload` (``num_requests`` prompts) in a context of 512 positions;
-    see :func:`run_comparison` for the rest.
+    The workload is :func:`workload` (``num_requests`` prompts), or one request per text of
+    ``prompts`` (:meth:`Request.from_text`, no stop token); ``max_new_tokens`` replaces each
+    request's budget. ``context_len`` and ``max_running_requests`` go to the engines; see
+    :func:`run_comparison` for the rest.
     """
-    config = EngineConfig(num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=512)
+    config = EngineConfig(
+        num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=context_len,
+        max_running_requests=max_running_requests,
+    )  # fmt: skip
+    if prompts:
+        budget = max_new_tokens or 64
+        requests = [
+            Request.from_text(f"prompt-{i}", text, budget, sampling=replace(sampling, seed=(sampling.seed + i) % 2**63))
+            for i, text in enumerate(prompts)
+        ]
+    else:
+        requests = workload(num_requests, sampling=sampling)
+        if max_new_tokens is not None:
+            requests = [replace(r, max_new_tokens=max_new_tokens) for r in requests]
     run = run_comparison(
         algo,
         models or EmbeddedModels.load(),
-        workload(num_requests, sampling=sampling),
+        requests,
         config,
         progress=progress,
         disagg=disagg,
@@ -219,8 +252,11 @@ def run_comparison(
     baseline = Engine(get("NONE"), models, config)
     spec = Engine(spec_algo, models, config)  # checks D against the context before any run
     torch.manual_seed(0)
-    base_out = _timed(baseline, requests, "target-only", progress)
-    if disagg:
+    stats: list[RunStats] = [spec.stats]
+
+    def speculative() -> dict[str, list[int]]:
+        if not disagg:
+            return _timed(spec, requests, spec_algo.name, progress, trace)
         from specstrat.runtime._disagg import run_disaggregated  # spawns a process
 
         bar = ProgressBar(spec_algo.name) if progress else None
@@ -231,13 +267,22 @@ def run_comparison(
         finally:
             if bar is not None:
                 bar.close()
-        spec_stats, spec_out = result.stats, result.outputs
-    else:
-        spec_out = _timed(spec, requests, spec_algo.name, progress, trace)
-        spec_stats = spec.stats
+        stats[0] = result.stats
+        return result.outputs
+
+    # One round of each, target-only first, through the bench's timing core.
+    timings = interleaved(
+        [
+            Contender("target-only", lambda: _timed(baseline, requests, "target-only", progress)),
+            Contender("speculative", speculative),
+        ],
+        rounds=1,
+        warmup=0,
+    )
+    base_out, spec_out = timings["target-only"].outputs, timings["speculative"].outputs
+    spec_stats = stats[0]
     d = config.num_draft_tokens
     lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, d)
-    base_stats = baseline.stats
     summary = DemoSummary(
         algorithm=spec_algo.name,
         overlap=config.overlap,
@@ -249,9 +294,9 @@ def run_comparison(
         num_requests=len(requests),
         tokens=spec_stats.generated_tokens,
         acceptance_length=spec_stats.acceptance_length,
-        spec_tokens_per_s=spec_stats.tokens_per_second,
-        target_tokens_per_s=base_stats.tokens_per_second,
-        speed_ratio=spec_stats.tokens_per_second / max(base_stats.tokens_per_second, 1e-9),
+        spec_tokens_per_s=timings["speculative"].tokens_per_s,
+        target_tokens_per_s=timings["target-only"].tokens_per_s,
+        speed_ratio=ratio(timings, "speculative", "target-only").median,
         lossless=lossless,
         acceptance_by_position=tuple(spec_stats.acceptance_by_position),
         acceptance_rule_lossless=spec_algo.lossless,
@@ -265,6 +310,9 @@ def run_comparison(
         top_k=sampling.top_k,
         seed=sampling.seed,
         model=model_name,
+        verified_per_step=spec_stats.verified_per_step,
+        max_running_requests=config.max_running_requests,
+        context_len=config.context_len,
     )
     return DemoRun(summary, spec_out, base_out)
 

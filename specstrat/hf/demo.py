@@ -23,7 +23,7 @@ from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
 from specstrat.hf.workload import code_prompts
 from specstrat.runtime._requests import EngineConfig, Request
 
-__all__ = ["HFDemo", "code_requests", "default_context_len", "run_hf_demo"]
+__all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
 
 
 def code_requests(
@@ -40,6 +40,23 @@ def code_requests(
             out.append(models.request(name, max_new_tokens, messages=messages, sampling=params))
         else:
             out.append(models.request(name, max_new_tokens, text=text, sampling=params))
+    return out
+
+
+def prompt_requests(
+    models: HFModels, prompts: Sequence[str], max_new_tokens: int, sampling: SamplingParams = GREEDY
+) -> list[Request]:
+    """One request per prompt of your own (``demo --prompt``), as :func:`code_requests` builds
+    them: a user turn through the chat template when the tokenizer has one."""
+    chat = getattr(models.tokenizer, "chat_template", None) is not None
+    out = []
+    for i, text in enumerate(prompts):
+        params = replace(sampling, seed=(sampling.seed + i) % 2**63)
+        if chat:
+            messages = [{"role": "user", "content": text}]
+            out.append(models.request(f"prompt-{i}", max_new_tokens, messages=messages, sampling=params))
+        else:
+            out.append(models.request(f"prompt-{i}", max_new_tokens, text=text, sampling=params))
     return out
 
 
@@ -102,6 +119,7 @@ def run_hf_demo(
     trace: TextIO | None = None,
     sampling: SamplingParams = GREEDY,
     disagg: bool = False,
+    prompts: Sequence[str] = (),
 ) -> HFDemo:
     """Run the code-editing workload with ``algo`` and target-only on ``models``.
 
@@ -115,7 +133,11 @@ def run_hf_demo(
             "disagg=True needs models loaded from a path (specstrat.hf.load): the prefill "
             "process loads the same model from models.source, which is empty here"
         )
-    requests = code_requests(models, num_requests, max_new_tokens, sampling)
+    requests = (
+        prompt_requests(models, prompts, max_new_tokens, sampling)
+        if prompts
+        else code_requests(models, num_requests, max_new_tokens, sampling)
+    )
     if context_len is None:
         context_len = default_context_len(requests, algo, num_draft_tokens)
     config = EngineConfig(

@@ -136,22 +136,37 @@ class EngineConfig:
 class RunStats:
     """What a run did: tokens, steps, acceptance (overall and by draft position), stage times.
 
-    ``accepted_by_position[k]``: verify steps in which draft position ``k + 1`` (depth) was
-    accepted; ``proposed_by_position[k]``: those in which it was proposed. Stage seconds are
-    summed over decode steps: ``draft_seconds`` (drafter.propose), ``verify_seconds`` (the
-    target's forward), ``accept_seconds`` (acceptance rule), ``decode_seconds`` (whole steps).
-    ``draft_worker_verify_forwards``: TARGET_VERIFY forwards the draft worker ran (a block
-    drafter's, one per step); ``draft_worker_tokens_per_req``: their ``T_draft`` (0 when the
-    draft worker runs no TARGET_VERIFY).
+    Verify statistics count the request-steps whose tokens a request kept: an overlapped extra
+    step of a request that had already finished is dropped with its tokens and counted only in
+    ``dropped_steps``, so overlap and sync report the same figures for the same output. They
+    count what the acceptance rule accepted, before any cut at ``max_new_tokens`` or a stop
+    token. ``verified_requests``: request-steps verified; ``verified_tokens``: their accepted
+    drafts plus bonus tokens; ``verify_forward_tokens``: the target tokens their verify rows
+    held (``T`` each, or drafts + 1 under ragged verify). ``accepted_by_position[k]``: verify
+    steps in which draft position ``k + 1`` (depth) was accepted; ``proposed_by_position[k]``:
+    those in which it was proposed; ``accepted_histogram[p][a]``: verify steps that proposed
+    ``p`` positions (a tree's depth) and accepted ``a`` of them (a position not proposed is
+    unobserved, never a rejection). ``first_token_at`` / ``last_token_at``: by request id, the
+    ``time.perf_counter()`` at which the scheduler kept its first and its last token.
+
+    Stage seconds are summed over decode steps: ``draft_seconds`` (drafter.propose),
+    ``verify_seconds`` (the target's forward), ``accept_seconds`` (acceptance rule),
+    ``decode_seconds`` (whole steps). ``draft_worker_verify_forwards``: TARGET_VERIFY forwards
+    the draft worker ran (a block drafter's, one per step); ``draft_worker_tokens_per_req``:
+    their ``T_draft`` (0 when the draft worker runs no TARGET_VERIFY).
     """
 
     generated_tokens: int = 0
     decode_steps: int = 0
     verified_requests: int = 0
     verified_tokens: int = 0  # tokens produced by verification (accepted drafts + bonus)
-    verify_forward_tokens: int = 0  # tokens the target ran in TARGET_VERIFY (drafts + 1 each)
+    verify_forward_tokens: int = 0  # target tokens of those verify rows (T, or drafts + 1)
     accepted_by_position: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)
+    accepted_histogram: dict[int, list[int]] = field(default_factory=dict)
+    dropped_steps: int = 0
+    first_token_at: dict[str, float] = field(default_factory=dict)
+    last_token_at: dict[str, float] = field(default_factory=dict)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     accept_seconds: float = 0.0
@@ -177,6 +192,31 @@ class RunStats:
             a / p if p else 0.0
             for a, p in zip(self.accepted_by_position, self.proposed_by_position, strict=True)
         ]
+
+    @property
+    def verified_per_step(self) -> float:
+        """Target tokens verified per request per verify step (1.0 without speculation)."""
+        if not self.verified_requests:
+            return 1.0
+        return self.verify_forward_tokens / self.verified_requests
+
+    def count_verify(self, proposed: int, accepted: int, produced: int, width: int) -> None:
+        """Add one kept request-step: ``proposed`` draft positions (depth), ``accepted`` of
+        them, ``produced`` tokens (accepted + bonus) and ``width`` target tokens verified."""
+        self.count_verified([proposed], [accepted], produced, width)
+
+    def count_verified(
+        self, proposed: list[int], accepted: list[int], produced: int, width: int
+    ) -> None:
+        """Add one step's kept request-steps at once: per request its proposed positions and
+        accepted drafts; ``produced`` and ``width`` summed over them."""
+        self.verified_requests += len(proposed)
+        self.verified_tokens += produced
+        self.verify_forward_tokens += width
+        histogram = self.accepted_histogram
+        for (p, a), n in Counter(zip(proposed, accepted, strict=True)).items():
+            histogram.setdefault(p, [0] * (p + 1))[a] += n
+        self.count_positions(proposed, accepted)
 
     def count_positions(self, proposed: list[int], accepted: list[int]) -> None:
         """Add one step's per-request proposed depths and accepted lengths (batched: a

@@ -11,6 +11,7 @@ whose tokens are dropped (as in the engines).
 from __future__ import annotations
 
 import json
+import time
 from collections import deque
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -104,8 +105,9 @@ class Scheduler:
             prebuilt.append((batch, slots))
         return _Plan(release, admit, running, prebuilt)
 
-    def _take(self, row: SlotRow, tokens: list[int]) -> None:
-        """Append what a step produced, cut at the budget and the first stop token."""
+    def _take(self, row: SlotRow, tokens: list[int]) -> list[int]:
+        """Append what a step produced, cut at the budget and the first stop token; what was
+        kept."""
         request, output = row.request, row.output
         kept = tokens[: max(request.max_new_tokens - len(output), 0)]
         for i, token in enumerate(kept):
@@ -114,43 +116,57 @@ class Scheduler:
                 row.finished = True
                 break
         output.extend(kept)
-        self.stats.generated_tokens += len(kept)
         if len(output) >= request.max_new_tokens:
             row.finished = True
+        return kept
 
     def absorb(self, produced: dict[int, Produced]) -> list[int]:
-        """Append step outputs (stop tokens and budgets applied); the slots that finished."""
-        live, done, generated = self.table.live_row, list[int](), 0
-        step = self._step_index
+        """Append step outputs (stop tokens and budgets applied), count the verify statistics
+        of the steps requests keep (a dropped overlapped step counts only as dropped); the
+        slots that finished."""
+        live, stats, done = self.table.live_row, self.stats, list[int]()
+        step, now = self._step_index, time.perf_counter()
         self._step_index += 1
+        proposed, accepted, made, width, generated = list[int](), list[int](), 0, 0, 0
         for slot, result in produced.items():
             row = live(slot)
-            if row is None or row.finished:
-                continue  # an overlapped extra step of a finished request: dropped
+            if row is None or row.finished:  # an overlapped extra step of a finished request
+                stats.dropped_steps += 1
+                continue
             tokens, request = result.tokens, row.request
+            if (v := result.verify) is not None:  # counted only for steps a request keeps
+                proposed.append(v.proposed)
+                accepted.append(v.accepted)
+                made, width = made + len(tokens), width + v.width
             stops = request.stop_token_ids
             if len(tokens) < request.max_new_tokens - len(row.output) and (
                 not stops or stops.isdisjoint(tokens)
             ):
                 row.output.extend(tokens)  # the common case: nothing to cut
-                generated += len(tokens)
+                kept = tokens
             else:
-                self._take(row, tokens)
+                kept = self._take(row, tokens)
                 if row.finished:
                     done.append(slot)
+            if kept:
+                generated += len(kept)
+                stats.first_token_at.setdefault(request.rid, now)
+                stats.last_token_at[request.rid] = now
             if self._trace is not None:
-                self._write_trace(step, row, result)
-        self.stats.generated_tokens += generated
+                self._write_trace(step, row, result, kept)
+        stats.generated_tokens += generated
+        if proposed:
+            stats.count_verified(proposed, accepted, made, width)
         return done
 
-    def _write_trace(self, step: int, row: SlotRow, result: Produced) -> None:
+    def _write_trace(self, step: int, row: SlotRow, result: Produced, kept: list[int]) -> None:
         record = {
             "step": step,
             "rid": row.request.rid,
             "drafts": list(result.drafts),
             "parents": list(result.parents),
             "accepted": list(result.accepted),
-            "tokens": result.tokens,
+            "tokens": kept,  # what the request kept (cut at its budget or stop)
             "stop": row.finished
             and bool(row.output)
             and row.output[-1] in row.request.stop_token_ids,

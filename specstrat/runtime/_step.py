@@ -47,21 +47,35 @@ from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 from specstrat.sampling import SamplingBatch, choose_tokens
 
-__all__ = ["Produced", "StepRunner"]
+__all__ = ["Produced", "StepRunner", "VerifyCount"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
 @dataclass(frozen=True, slots=True)
+class VerifyCount:
+    """One request's verify step, for :meth:`RunStats.count_verified`: draft positions
+    proposed (the tree's depth), how many the rule accepted, and the target tokens its verify
+    row held."""
+
+    proposed: int
+    accepted: int
+    width: int
+
+
+@dataclass(frozen=True, slots=True)
 class Produced:
-    """What one step produced for one request: its tokens and, when the run is traced, what
-    was drafted (tokens, parents) and which nodes were accepted."""
+    """What one step produced for one request: its tokens, its verify statistics (``None``
+    outside a speculative decode step; the scheduler counts them only if the request keeps the
+    step) and, when the run is traced, what was drafted (tokens, parents) and which nodes were
+    accepted."""
 
     tokens: list[int]
     drafts: Sequence[int] = ()
     parents: Sequence[int] = ()
     accepted: Sequence[int] = ()
+    verify: VerifyCount | None = None
 
 
 class StepRunner:
@@ -190,19 +204,28 @@ class StepRunner:
         verified = time.perf_counter()
         acceptance, host.answer = self._accept(drafts, host, logits, step)
         accepted = time.perf_counter()
-        produced = self._commit(step, drafts, acceptance, hidden, host, tracing)
+        counts = self._verify_counts(host, ran) if self.algo.is_speculative() else None
+        produced = self._commit(step, drafts, acceptance, hidden, host, tracing, counts)
         stats = self.stats
         stats.decode_steps += 1
-        if self.algo.is_speculative():
-            stats.verified_requests += len(slots)
-            stats.verified_tokens += sum(len(p.tokens) for p in produced.values())
-            stats.verify_forward_tokens += ran
-            stats.count_positions(host.tree.lengths, host.answer.counts)
         stats.draft_seconds += drafted - start
         stats.verify_seconds += verified - drafted
         stats.accept_seconds += accepted - verified
         stats.decode_seconds += time.perf_counter() - start
         return produced
+
+    def _verify_counts(self, host: _HostStep, ran: int) -> list[VerifyCount]:
+        """Each request's verify statistics. The verifier ran ``T`` tokens per request unless
+        it verified ragged rows, then each row's drafts plus the root (``ran`` tells which)."""
+        tree, t = host.tree, self.verifier.tokens_per_req
+        uniform = ran == t * len(tree.lengths)
+        depths = tree.lengths if host.chain else _depths(tree)  # a chain's depth is its length
+        return [
+            VerifyCount(depth, accepted, t if uniform else length + 1)
+            for depth, accepted, length in zip(
+                depths, host.answer.counts, tree.lengths, strict=True
+            )
+        ]
 
     def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
         rows = self.table.rows(slots)
@@ -266,6 +289,7 @@ class StepRunner:
         hidden: torch.Tensor,
         host: _HostStep,
         tracing: bool,
+        counts: list[VerifyCount] | None,
     ) -> dict[int, Produced]:
         paths = host.answer.paths
         with _engine_invariant("keeping the accepted path after a checked acceptance"):
@@ -293,17 +317,33 @@ class StepRunner:
         lengths = self._lengths(step.slots)
         self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
         tokens = [[*a, b] for a, b in zip(accepted, bonus_list, strict=True)]
+        verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
         if not tracing:
-            return {slot: Produced(t) for slot, t in zip(step.slots, tokens, strict=True)}
+            return {
+                slot: Produced(t, verify=v)
+                for slot, t, v in zip(step.slots, tokens, verify, strict=True)
+            }
         return {
             slot: Produced(
                 tokens[i],
                 tree.tokens[i][: tree.lengths[i]],
                 tree.parents[i][: tree.lengths[i]],
                 paths[i],
+                verify[i],
             )
             for i, slot in enumerate(step.slots)
         }
+
+
+def _depths(tree: HostTree) -> list[int]:
+    """Each row's draft positions: a tree's depth (its deepest real node)."""
+    out = []
+    for parents, length in zip(tree.parents, tree.lengths, strict=True):
+        depth = [0] * length
+        for j in range(length):  # parents come before children
+            depth[j] = 1 + (depth[parents[j]] if parents[j] >= 0 else 0)
+        out.append(max(depth, default=0))
+    return out
 
 
 @contextmanager

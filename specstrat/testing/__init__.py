@@ -2,6 +2,7 @@
 
 Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy: ``check_drafter``,
 ``check_acceptance_rule``, ...) in your own tests;
+measure the system apart from the drafter with ``ForcedAcceptance(rate=...)``;
 property-test metadata with ``verify_batches`` and ``check_verify_metadata`` (tree verification:
 ``tree_verify_batches`` and ``check_tree_verify_metadata``).
 """
@@ -20,6 +21,7 @@ from specstrat.testing.doubles import (
     FaultyFutureMapFactory,
 )
 from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
+from specstrat.testing.forced import ForcedAcceptance
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 from specstrat.testing.lossless import LosslessReport, check_lossless_in_distribution
 from specstrat.testing.strategies import (
@@ -41,6 +43,7 @@ __all__ = [
     "FaultyAcceptance",
     "FaultyDrafterFactory",
     "FaultyFutureMapFactory",
+    "ForcedAcceptance",
     "LosslessReport",
     "TreeVerifyBatch",
     "VerifyBatch",

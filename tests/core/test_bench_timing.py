@@ -6,16 +6,16 @@ import itertools
 
 import pytest
 
-from specstrat.bench import timing
-from specstrat.bench.timing import Contender, interleaved, ratio
+from specstrat import timing
 from specstrat.errors import InvalidConfig
+from specstrat.timing import Contender, interleaved, ratio
 
 
 def test_rounds_interleave_and_warmup_is_not_counted(monkeypatch: pytest.MonkeyPatch) -> None:
     """Contenders run A B A B ... in order; warm-up rounds are run but not timed."""
     order: list[str] = []
     clock = itertools.count()  # each perf_counter call one second later
-    monkeypatch.setattr("specstrat.bench.timing.time.perf_counter", lambda: float(next(clock)))
+    monkeypatch.setattr("specstrat.timing.time.perf_counter", lambda: float(next(clock)))
 
     def run(name: str, tokens: int) -> Contender:
         def once() -> dict[str, list[int]]:
@@ -55,3 +55,24 @@ def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> N
     args: dict[str, object] = {"contenders": [Contender("A", dict)], **kwargs}
     with pytest.raises(InvalidConfig, match=message):
         interleaved(**args)  # type: ignore[arg-type]
+
+
+def test_prepare_runs_untimed_before_every_run_and_every_round_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A contender's prepare runs before each of its runs, outside the timed span; every
+    counted round's outputs are kept in order."""
+    order: list[str] = []
+    clock = itertools.count()
+    monkeypatch.setattr("specstrat.timing.time.perf_counter", lambda: float(next(clock)))
+    runs = itertools.count()
+
+    def run() -> dict[str, list[int]]:
+        order.append("run")
+        return {"r": [next(runs)]}
+
+    result = interleaved([Contender("A", run, lambda: order.append("prepare"))], rounds=2)
+    assert order == ["prepare", "run"] * 3
+    assert result["A"].seconds == (1.0, 1.0)
+    assert result["A"].round_outputs == ({"r": [1]}, {"r": [2]})
+    assert result["A"].outputs == {"r": [1]}

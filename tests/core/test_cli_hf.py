@@ -67,13 +67,6 @@ def test_demo_model_refusals(
     assert re.search(message, lines[0])
 
 
-@pytest.mark.parametrize("flag", ["--max-new-tokens", "--context-len", "--batch-size"])
-def test_demo_model_flags_need_a_model(flag: str) -> None:
-    """The HF workload's flags are refused on the embedded workload, by name."""
-    with pytest.raises(SystemExit, match=f"{flag} goes with --model"):
-        main(["demo", flag, "8"])
-
-
 def test_demo_model_disagg(model_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """--disagg with --model prefills in a second process that loads the same model; lossless."""
     argv = ["demo", "--model", str(model_dir), "--algo", "NGRAM", "--requests", "2"]
@@ -90,3 +83,14 @@ def test_demo_model_runs_the_readme_early_exit_command(
     argv = ["demo", "--model", str(model_dir), "--algo", "specstrat.hf:EARLY_EXIT"]
     assert main([*argv, "--requests", "1", "--max-new-tokens", "4"]) == 2
     assert "exit_layer=8 must be below the target's 2 layers" in capsys.readouterr().err
+
+
+def test_demo_model_takes_a_prompt_of_ones_own(
+    model_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--prompt on a Hugging Face model is one request through the chat template (or text)."""
+    argv = ["demo", "--model", str(model_dir), "--algo", "NGRAM", "--prompt", "Say hi."]
+    assert main([*argv, "--max-new-tokens", "4", "--no-overlap", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert [r["rid"] for r in summary["requests"]] == ["prompt-0"]
+    assert summary["num_requests"] == 1

@@ -1,0 +1,225 @@
+"""The ``specstrat bench`` subcommand: its flags, and the run from parsed flags to the printed
+report, the JSON file and the plots (:mod:`specstrat.cli` dispatches here)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.drafting import SamplingParams
+from specstrat.errors import InvalidConfig
+
+__all__ = [
+    "Loader",
+    "add_bench_parser",
+    "bench_command",
+]
+
+
+Loader = Callable[[str, str], tuple[Any, Any]]
+
+
+def _bench_algorithm(spec: str, load: Loader) -> SpecAlgorithm[Any] | str:
+    """``--algo``: a registered name, or MODULE:ATTR imported from the current directory."""
+    if ":" not in spec:
+        return spec
+    try:
+        algo = load(spec, "bench")[0]
+    except SystemExit as exc:  # _load's messages name the command; here they are InvalidConfig
+        raise InvalidConfig(str(exc.code).removeprefix("specstrat bench: ")) from None
+    if not isinstance(algo, SpecAlgorithm):
+        raise InvalidConfig(f"--algo {spec!r} is a {type(algo).__name__}, not a SpecAlgorithm")
+    return algo
+
+
+def _bench_models(model: str) -> tuple[Any, str]:
+    """The models ``--model`` names, and how the output names them."""
+    if model == "embedded":
+        from specstrat.runtime._models import EmbeddedModels
+
+        return EmbeddedModels.load(), "embedded"
+    from specstrat.hf import load
+    from specstrat.hf.smollm2 import smollm2_path
+
+    path = smollm2_path() if model == "smollm2" else model
+    print(f"loading {path} ...", file=sys.stderr)
+    return load(path), str(path)
+
+
+def bench_command(args: argparse.Namespace, load: Loader) -> int:
+    """``specstrat bench``: the table on stdout, progress on stderr, JSON and plots on
+    request; ``load``: the ``MODULE:ATTR`` importer ``check`` and ``demo`` use."""
+    from tqdm import tqdm
+
+    from specstrat.bench.report import render
+    from specstrat.bench.run import BenchConfig, run_bench
+
+    torch.set_num_threads(args.threads)
+    config = BenchConfig(
+        algorithms=tuple(_bench_algorithm(a, load) for a in args.algo),
+        workload=args.workload,
+        requests=args.requests,
+        max_new_tokens=args.max_new_tokens,
+        batch_sizes=args.batch_size,
+        draft_tokens=args.draft_tokens,
+        topk=args.topk,
+        num_steps=args.steps,
+        sampling=SamplingParams(
+            temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
+        ),
+        warmup=args.warmup,
+        repeats=args.repeats,
+        overlap=args.overlap,
+        context_len=args.context_len,
+        request_rate=args.request_rate,
+        baseline_hf=args.baseline == "hf",
+        force_accept=args.force_accept,
+    )
+    if args.plot is not None:
+        from specstrat.bench.plots import _pyplot
+
+        _pyplot()  # a missing matplotlib is refused before any run
+    models, name = _bench_models(args.model)
+    with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
+        result = run_bench(config, models, model_name=name, progress=bar.write, bar=bar)
+    plots: list[str] = []
+    if args.plot is not None:
+        from specstrat.bench.plots import write_plots
+
+        plots = [str(p) for p in write_plots(result, args.plot)]
+    print(render(result, plots))
+    if args.json is not None:
+        document = {**result.as_dict(), "plots": plots}
+        try:
+            Path(args.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
+        except OSError as exc:
+            raise InvalidConfig(f"--json {args.json}: cannot write it ({exc.strerror})") from exc
+        print(f"wrote {args.json}")
+    failed = [r for r in result.rows if r.acceptance_rule_lossless and not r.lossless]
+    return 1 if failed else 0
+
+
+def _sweep(text: str) -> tuple[int, ...]:
+    """``4`` or ``1,4,16``: one value or a sweep of ints >= 1."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if not values or any(v < 1 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an int >= 1 or a comma-separated sweep of them (e.g. 1,4,16)"
+        )
+    return tuple(dict.fromkeys(values))
+
+
+def _rate(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number > 0 (requests per second)")
+    return value
+
+
+def _fraction(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number in [0, 1]")
+    return value
+
+
+def add_bench_parser(
+    sub: Any,
+    positive: Callable[[str], int],
+    sampling_and_tree: Callable[[argparse.ArgumentParser], None],
+) -> None:
+    """The ``bench`` subcommand's flags (``positive`` and ``sampling_and_tree``: the demo's
+    int type and its sampling and tree flags, shared)."""
+    bench = sub.add_parser(
+        "bench",
+        help="measure algorithms side by side: speedup, tau, acceptance by position, latency",
+        description="Time algorithms against target-only, interleaved round by round, on the "
+        "code-editing prompts or Spec-Bench's questions; see docs/bench.md.",
+    )
+    bench.add_argument(
+        "--algo",
+        action="append",
+        required=True,
+        help="a registered name or MODULE:ATTR; repeat it to compare several (target-only "
+        "always runs)",
+    )
+    bench.add_argument(
+        "--model", default="embedded", help="embedded (default), smollm2, or a model path"
+    )
+    bench.add_argument(
+        "--workload",
+        default="code",
+        help="code (default: the code-editing prompts) or spec-bench:PATH[:CATEGORY,...] "
+        "(Spec-Bench's question.jsonl; categories default to its six tasks)",
+    )
+    bench.add_argument(
+        "--requests", type=positive, default=8, help="requests per category (default 8)"
+    )
+    bench.add_argument(
+        "--max-new-tokens", type=positive, default=64, help="tokens per request (default 64)"
+    )
+    bench.add_argument(
+        "--batch-size",
+        type=_sweep,
+        default=(1,),
+        help="max_running_requests: one value or a sweep such as 1,4,16 (default 1)",
+    )
+    bench.add_argument(
+        "--draft-tokens",
+        type=_sweep,
+        default=(4,),
+        help="D, num_draft_tokens: one value or a sweep such as 2,4,8 (default 4)",
+    )
+    sampling_and_tree(bench)
+    bench.add_argument("--warmup", type=int, default=1, help="uncounted rounds (default 1)")
+    bench.add_argument("--repeats", type=positive, default=3, help="counted rounds (default 3)")
+    bench.add_argument(
+        "--overlap",
+        action=argparse.BooleanOptionalAction,
+        default=False,
+        help="overlap mode (default off; the stage split is always measured in sync mode)",
+    )
+    bench.add_argument(
+        "--context-len",
+        type=positive,
+        help="positions per request (default: 512 on the embedded models, else the longest "
+        "prompt + max new tokens + a step's reservation)",
+    )
+    bench.add_argument("--threads", type=positive, default=1, help="torch threads (default 1)")
+    bench.add_argument(
+        "--request-rate",
+        type=_rate,
+        help="requests per second, Poisson arrivals (default: all arrive at once)",
+    )
+    bench.add_argument(
+        "--baseline",
+        choices=("hf",),
+        help="hf: add transformers' generate (and its prompt lookup at batch size 1)",
+    )
+    bench.add_argument(
+        "--force-accept",
+        type=_fraction,
+        metavar="R",
+        help="accept each draft position with probability R given the earlier ones (lossy; "
+        "stop tokens off): measures the system apart from the drafter",
+    )
+    bench.add_argument("--json", metavar="FILE", help="write the result as JSON")
+    bench.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (matplotlib)")
+
+

@@ -1,0 +1,131 @@
+"""The figures of ``specstrat bench``, as formulas over what runs recorded.
+
+- ``tau``: mean accepted tokens per verify step per request, drafts accepted plus the bonus
+  token, ``sum(accepted + 1) / verify steps``, counting what the acceptance rule accepted before
+  any cut at ``max_new_tokens`` or a stop token (1.0 without speculation).
+- From ``accepted_histogram`` (``h[p][a]``: verify steps that proposed ``p`` draft positions and
+  accepted ``a``), for draft position ``i`` (1 first): *proposed* ``P_i = sum_{p>=i} sum_a
+  h[p][a]``, *accepted* ``A_i = sum_{p>=i} sum_{a>=i} h[p][a]``, *reached* ``R_i = sum_{p>=i}
+  sum_{a>=i-1} h[p][a]`` (proposed, and every earlier position accepted).
+  ``acceptance_by_position[i] = A_i / P_i`` (unconditional) and ``acceptance_conditional[i] =
+  A_i / R_i`` (accepted given 1..i-1 were); ``None`` (JSON ``null``) where the denominator is 0:
+  a position never proposed, or never reached, is unobserved, not rejected.
+- ``ttft_ms``: per request, first kept token minus arrival; ``tpot_ms``: per request with two
+  or more tokens, ``(last - first) / (tokens - 1)``; each summarised as median and p90 (linear
+  interpolation between order statistics, numpy's default); ``None`` when no request qualifies.
+- ``step_split_ms``: per decode step, draft (``drafter.propose``), verify (the target's
+  forward), accept (the rule) and scheduler (the rest of the step: resolve, KV rewind, commit,
+  relay), from runs in sync mode.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+
+from specstrat.runtime import RunStats
+
+__all__ = [
+    "Histogram",
+    "Quantiles",
+    "acceptance_rates",
+    "merge_histograms",
+    "percentile",
+    "quantiles",
+    "request_latencies",
+    "step_split_ms",
+    "tau",
+    "verified_per_step",
+]
+
+Histogram = Mapping[int, Sequence[int]]
+#: ``{"median": ..., "p90": ...}``, each ``None`` when nothing was measured.
+Quantiles = dict[str, float | None]
+
+
+def tau(stats: Iterable[RunStats]) -> float:
+    """Accepted drafts plus bonus per verify step per request, pooled over runs (1.0 if none)."""
+    pooled = list(stats)
+    steps = sum(s.verified_requests for s in pooled)
+    return sum(s.verified_tokens for s in pooled) / steps if steps else 1.0
+
+
+def verified_per_step(stats: Iterable[RunStats]) -> float:
+    """Target tokens verified per request per verify step, pooled (1.0 without speculation)."""
+    pooled = list(stats)
+    steps = sum(s.verified_requests for s in pooled)
+    return sum(s.verify_forward_tokens for s in pooled) / steps if steps else 1.0
+
+
+def merge_histograms(histograms: Iterable[Histogram]) -> dict[int, list[int]]:
+    """The sum of several runs' accepted histograms."""
+    out: dict[int, list[int]] = {}
+    for hist in histograms:
+        for proposed, counts in hist.items():
+            row = out.setdefault(proposed, [0] * (proposed + 1))
+            for accepted, n in enumerate(counts):
+                row[accepted] += n
+    return dict(sorted(out.items()))
+
+
+def acceptance_rates(hist: Histogram) -> tuple[list[float | None], list[float | None]]:
+    """Unconditional and conditional acceptance by draft position (see the module docstring);
+    lists indexed by position 1, 2, ... up to the most proposed, ``None`` where unobserved."""
+    depth = max(hist, default=0)
+    unconditional: list[float | None] = []
+    conditional: list[float | None] = []
+    for i in range(1, depth + 1):
+        rows = [counts for p, counts in hist.items() if p >= i]
+        proposed = sum(sum(c) for c in rows)
+        accepted = sum(sum(c[i:]) for c in rows)
+        reached = sum(sum(c[i - 1 :]) for c in rows)
+        unconditional.append(accepted / proposed if proposed else None)
+        conditional.append(accepted / reached if reached else None)
+    return unconditional, conditional
+
+
+def percentile(values: Sequence[float], q: float) -> float | None:
+    """The ``q``-th percentile (0..100) by linear interpolation between order statistics
+    (numpy's default); ``None`` for no values."""
+    if not values:
+        return None
+    ordered = sorted(values)
+    rank = (len(ordered) - 1) * q / 100
+    low = int(rank)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (rank - low)
+
+
+def quantiles(values: Sequence[float]) -> Quantiles:
+    """``{"median": p50, "p90": p90}`` of ``values``."""
+    return {"median": percentile(values, 50), "p90": percentile(values, 90)}
+
+
+def request_latencies(
+    arrivals: Mapping[str, float],
+    first: Mapping[str, float],
+    last: Mapping[str, float],
+    tokens: Mapping[str, int],
+) -> tuple[list[float], list[float]]:
+    """Per request, TTFT and (for two or more tokens) TPOT in milliseconds, from its arrival
+    time, first and last kept token times and kept token count (all seconds on one clock)."""
+    ttft = [(first[rid] - arrivals[rid]) * 1e3 for rid in first]
+    tpot = [(last[rid] - first[rid]) * 1e3 / (tokens[rid] - 1) for rid in first if tokens[rid] > 1]
+    return ttft, tpot
+
+
+def step_split_ms(stats: Iterable[RunStats]) -> dict[str, float] | None:
+    """Milliseconds per decode step in each stage, pooled over runs; ``None`` with no step."""
+    pooled = list(stats)
+    steps = sum(s.decode_steps for s in pooled)
+    if not steps:
+        return None
+    draft, verify, accept, whole = (
+        sum(getattr(s, f) for s in pooled) * 1e3 / steps
+        for f in ("draft_seconds", "verify_seconds", "accept_seconds", "decode_seconds")
+    )
+    return {
+        "draft": draft,
+        "verify": verify,
+        "accept": accept,
+        "scheduler": max(whole - draft - verify - accept, 0.0),
+    }

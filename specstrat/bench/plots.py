@@ -1,0 +1,134 @@
+"""The plots of ``specstrat bench --plot DIR`` (matplotlib, imported here only, Agg backend).
+
+Every run writes ``acceptance_by_position.png`` (conditional acceptance, solid, and
+unconditional, dashed, by draft position, per algorithm and draft width, at the first batch
+size over all categories) and ``speedup.png`` (speedup over target-only per category and
+algorithm, at the first batch size and the widest draft); a sweep adds
+``tau_speedup_vs_batch_size.png`` and/or ``tau_speedup_vs_draft_tokens.png``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from specstrat.bench.run import OVERALL, BenchResult, BenchRow
+from specstrat.errors import InvalidConfig
+
+__all__ = ["write_plots"]
+
+
+def _pyplot() -> Any:
+    try:
+        import matplotlib
+    except ImportError as exc:
+        raise InvalidConfig(
+            "--plot needs matplotlib: pip install 'specstrat[bench]' (or drop --plot)"
+        ) from exc
+    matplotlib.use("Agg")  # files only, no display
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _summary(result: BenchResult) -> str:
+    """The category rows to plot: the overall one when there are several."""
+    return OVERALL if len(result.categories) > 1 else result.categories[0]
+
+
+def write_plots(result: BenchResult, directory: str | Path) -> list[Path]:
+    """Write the PNGs into ``directory`` (created if missing); their paths."""
+    plt = _pyplot()
+    out = Path(directory)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise InvalidConfig(f"--plot {out}: cannot create it ({exc.strerror})") from exc
+    rows = [r for r in result.rows if r.algorithm != "NONE"]
+    bs0 = min(r.batch_size for r in result.rows)
+    paths = [
+        _acceptance(plt, [r for r in rows if r.batch_size == bs0], _summary(result), out),
+        _speedup(plt, rows, result.categories, bs0, out),
+    ]
+    setup = result.setup
+    for key, label in (("batch_sizes", "batch_size"), ("draft_tokens", "draft_tokens")):
+        if len(setup[key]) > 1:
+            paths.append(_sweep(plt, rows, _summary(result), label, out))
+    return paths
+
+
+def _save(plt: Any, fig: Any, path: Path) -> Path:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+    return path
+
+
+def _acceptance(plt: Any, rows: Sequence[BenchRow], category: str, out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for r in rows:
+        if r.category != category or not r.acceptance_conditional:
+            continue
+        xs = list(range(1, len(r.acceptance_conditional) + 1))
+        label = f"{r.algorithm} D={r.draft_tokens}"
+        (line,) = ax.plot(xs, r.acceptance_conditional, marker="o", label=label)
+        ax.plot(xs, r.acceptance_by_position, linestyle="--", color=line.get_color())
+    ax.set_xlabel("draft position")
+    ax.set_ylabel("acceptance rate")
+    ax.set_ylim(0, 1.05)
+    ax.xaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(
+        f"acceptance by position ({category})\nsolid: given 1..i-1 accepted; dashed: unconditional",
+        fontsize="medium",
+    )
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    return _save(plt, fig, out / "acceptance_by_position.png")
+
+
+def _speedup(
+    plt: Any, rows: Sequence[BenchRow], categories: Sequence[str], bs: int, out: Path
+) -> Path:
+    widest = max((r.draft_tokens for r in rows), default=0)
+    picked = [r for r in rows if r.batch_size == bs and r.draft_tokens in (0, widest)]
+    names = list(dict.fromkeys(r.algorithm for r in picked))
+    cats = [*categories, OVERALL] if len(categories) > 1 else list(categories)
+    fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cats) * max(1, len(names)) / 2), 4))
+    width = 0.8 / max(1, len(names))
+    for k, name in enumerate(names):
+        by_cat = {r.category: r.speedup for r in picked if r.algorithm == name}
+        xs = [i + k * width for i in range(len(cats))]
+        ax.bar(xs, [by_cat.get(c, 0.0) for c in cats], width=width, label=name)
+    ax.axhline(1.0, color="gray", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))], cats, rotation=20)
+    ax.set_ylabel("speedup over target-only")
+    ax.set_title(f"speedup per category (batch size {bs}, D={widest})")
+    if names:
+        ax.legend(fontsize="small")
+    return _save(plt, fig, out / "speedup.png")
+
+
+def _sweep(plt: Any, rows: Sequence[BenchRow], category: str, axis: str, out: Path) -> Path:
+    fig, (left, right) = plt.subplots(1, 2, figsize=(9, 4))
+    other = "draft_tokens" if axis == "batch_size" else "batch_size"
+    keys = sorted({(r.algorithm, getattr(r, other)) for r in rows if r.category == category})
+    for name, fixed in keys:
+        line = sorted(
+            (getattr(r, axis), r.tau, r.speedup)
+            for r in rows
+            if r.category == category and r.algorithm == name and getattr(r, other) == fixed
+        )
+        if len(line) < 2:
+            continue
+        label = f"{name} {other}={fixed}"
+        left.plot([p[0] for p in line], [p[1] for p in line], marker="o", label=label)
+        right.plot([p[0] for p in line], [p[2] for p in line], marker="o", label=label)
+    left.set_xlabel(axis)
+    left.set_ylabel("tau")
+    right.set_xlabel(axis)
+    right.set_ylabel("speedup over target-only")
+    right.axhline(1.0, color="gray", linewidth=0.8)
+    if left.get_legend_handles_labels()[0]:
+        left.legend(fontsize="small")
+    return _save(plt, fig, out / f"tau_speedup_vs_{axis}.png")
