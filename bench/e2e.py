@@ -5,7 +5,10 @@
    each verify runs through the target), through :mod:`specstrat.timing`: one warm-up
    round, then ``--repeats`` interleaved rounds, ratios taken within each round (median and
    range); ``specstrat bench`` measures your own algorithms the same way;
-2. scheduler CPU overhead per decode step with a zero-cost model (µs/step) at bs 1/16/64/256;
+2. the engine's host cost per decode step with a zero-cost model at bs 1/16/64/256, for NONE
+   and NGRAM, split into scheduler, drafter, acceptance, metadata/relay and model
+   (:mod:`specstrat.bench.overhead`; ``--section overhead --json FILE`` runs only this one and
+   writes ``{"NONE": {"1": {"scheduler_us": ..., ...}, ...}, "NGRAM": {...}}``);
 3. overlap vs synchronous wall time, and wall time against the time spent inside model forwards
    (target, draft LM and EAGLE head);
 4. one speculative step against one plain decode step, split into draft (drafter.propose),
@@ -13,26 +16,29 @@
 5. chain vs top-k tree at equal verify budgets (4, 8, 16): acceptance length and tokens/s vs
    target-only, for EAGLE and STANDALONE (``--section trees`` runs only this one).
 
-Usage: ``python bench/e2e.py [--repeats N] [--requests N]``. One intra-op thread (tiny tensors).
+Usage: ``python bench/e2e.py [--repeats N] [--requests N] [--section all|trees|overhead]
+[--json FILE]``. One intra-op thread (tiny tensors).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import torch
 
 import specstrat
 from specstrat.bench import Contender, interleaved, ratio
-from specstrat.models import AttentionBackend
+from specstrat.bench.overhead import PARTS, SIZES, overhead_table
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
-from specstrat.runtime._models.model import EagleHead, TinyLM
+from specstrat.runtime._models.model import EagleHead
 from specstrat.runtime._worker import ModelWorker
 from specstrat.runtime._workload import workload
 from specstrat.strategies import TopkTree
@@ -101,31 +107,19 @@ def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None
     print("verified/step: tokens per request the target runs in each TARGET_VERIFY (T = 4 full)")
 
 
-class ZeroCostLM(TinyLM):
-    """Returns fixed logits without computing anything: what is left is scheduler overhead."""
-
-    def forward(
-        self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        n = tokens.shape[0]
-        logits = torch.zeros(n, 256, dtype=torch.float64)
-        logits[:, 65] = 1.0
-        return logits, torch.zeros(n, self.cfg.dim, dtype=torch.float64)
-
-
-def overhead(models: EmbeddedModels) -> None:
-    zero = ZeroCostLM(models.target.cfg).double().eval()
-    fake = EmbeddedModels(zero, models.draft, models.eagle)
-    print("\n2. scheduler overhead per decode step, zero-cost model (µs/step)")
-    print(f"{'bs':>5} {'NONE (decode)':>14} {'NGRAM (verify T=4)':>19}")
-    for bs in (1, 16, 64, 256):
-        row = []
-        for name in ("NONE", "NGRAM"):
-            requests = [Request(f"r{i}", (65, 66, 67), 64) for i in range(bs)]
-            config = {"max_running_requests": bs, "graph_buckets": (1, 16, 64, 256)}
-            wall, engine = timed_run(specstrat.get(name), fake, requests, **config)
-            row.append(wall / engine.stats.decode_steps * 1e6)
-        print(f"{bs:>5} {row[0]:>14.0f} {row[1]:>19.0f}")
+def overhead(json_path: str | None = None, runs: int = 5) -> None:
+    """Section 2: the engine's host cost per decode step, split by part (median of ``runs``),
+    for NONE and NGRAM at batch sizes 1, 16, 64 and 256; ``json_path`` gets the table."""
+    table = overhead_table([specstrat.get("NONE"), specstrat.get("NGRAM")], SIZES, runs=runs)
+    print("\n2. host cost per decode step, zero-cost model, sync (µs/step, median of 5 runs)")
+    print(f"{'algorithm':<9} {'bs':>4} " + " ".join(f"{p[:-3]:>10}" for p in PARTS))
+    for name, by_bs in table.items():
+        for bs, parts in by_bs.items():
+            print(f"{name:<9} {bs:>4} " + " ".join(f"{parts[p]:>10.0f}" for p in PARTS))
+    print("scheduler = total - drafter - acceptance - metadata/relay - model (the engine's own)")
+    if json_path is not None:
+        Path(json_path).write_text(json.dumps(table, indent=2) + "\n")
+        print(f"wrote {json_path}")
 
 
 @contextmanager
@@ -246,15 +240,19 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--requests", type=int, default=16)
-    parser.add_argument("--section", choices=("all", "trees"), default="all")
+    parser.add_argument("--section", choices=("all", "trees", "overhead"), default="all")
+    parser.add_argument("--json", metavar="FILE", help="with --section overhead: write the table")
     args = parser.parse_args()
     torch.set_num_threads(1)
+    if args.section == "overhead":
+        overhead(args.json)
+        return
     models = EmbeddedModels.load()
     if args.section == "trees":
         trees(models, workload(args.requests), args.repeats)
         return
     speed(models, workload(args.requests), args.repeats)
-    overhead(models)
+    overhead()
     overlap(models, args.repeats)
     step_split(models, workload(args.requests), args.repeats)
     trees(models, workload(args.requests), args.repeats)

@@ -49,7 +49,10 @@ from specstrat.runtime import (
 )
 from specstrat.runtime._models.model import TinyLM
 
-__all__ = ["PARTS", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
+__all__ = ["PARTS", "SIZES", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
+
+#: The batch sizes ``bench/e2e.py --section overhead`` measures.
+SIZES = (1, 16, 64, 256)
 
 #: The parts of a decode step, in the JSON's key order; ``total_us`` is their sum.
 PARTS = ("scheduler_us", "drafter_us", "acceptance_us", "metadata_us", "model_us", "total_us")

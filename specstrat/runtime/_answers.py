@@ -47,9 +47,10 @@ __all__ = [
 
 _T = TypeVar("_T")
 
-#: Up to this many draft nodes in a step, answers are checked on the host lists (a few Python
-#: comparisons); above it, by batched tensor operations whose cost does not grow with the batch.
-_HOST_CHECK_NODES = 64
+#: Up to this many tree nodes in a step (roots included), answers are checked on the host lists
+#: (a few Python comparisons); above it, by batched tensor operations whose cost barely grows
+#: with the batch.
+_HOST_CHECK_NODES = 32
 
 
 def _clone(tensor: torch.Tensor | None) -> torch.Tensor | None:
@@ -104,7 +105,7 @@ def frozen_drafts(
     """A drafter's proposal, copied, checked on the copy; the copy and its host metadata."""
     tree = copy_tree(check_drafts_shape(algorithm, answer, bs, max_nodes, vocab, device))
     host = HostTree.of(tree)
-    if tree.bs * tree.num_nodes <= _HOST_CHECK_NODES:  # a few Python comparisons are cheaper
+    if tree.bs * (tree.num_nodes + 1) <= _HOST_CHECK_NODES:  # a few Python comparisons win
         check_drafts_host(algorithm, host, vocab)
     else:
         host = replace(host, chain=tree.is_chain())
@@ -131,7 +132,7 @@ def frozen_acceptance(
     checked = check_acceptance_shape(algorithm, answer, drafts.bs, drafts.num_nodes, device)
     acceptance = copy_acceptance(checked)
     host = HostAcceptance.of(acceptance)
-    if drafts.bs * drafts.num_nodes <= _HOST_CHECK_NODES:
+    if drafts.bs * (drafts.num_nodes + 1) <= _HOST_CHECK_NODES:
         check_acceptance_host(algorithm, host, tree, vocab)
     elif not acceptance_looks_valid(acceptance, drafts, vocab):
         check_acceptance_host(algorithm, host, tree, vocab)  # names what is wrong

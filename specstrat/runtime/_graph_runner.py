@@ -147,7 +147,7 @@ class GraphRunner:
                 f"tokens have width {t}; this runner verifies T={self.tokens_per_req}"
             )
         bucket = self._bucket_for(bs)
-        prepared = self.worker.place(slots, tokens.tolist())
+        prepared = self.worker.place(slots, [t] * bs)
         n = bucket.load(slots, tokens, prepared)
         meta = build_verify_metadata_into(
             bucket.metadata,
@@ -181,7 +181,7 @@ class GraphRunner:
             )
         bucket = self._bucket_for(bs)
         tree = bucket.tree = bucket.tree or _TreeBuffers(bucket, t)
-        prepared = self.worker.place(slots, tokens.tolist())
+        prepared = self.worker.place(slots, [t] * bs)
         n = bucket.load(slots, tokens, prepared)
         tree.parents.fill_(-1)[:bs].copy_(parents)
         tree.lengths.zero_()[:bs].copy_(lengths)
@@ -249,7 +249,7 @@ class GraphRunner:
                 f"{self.ragged_buckets}); run it eagerly or add a bucket > {bs}"
             )
         bucket = self._buckets[size]
-        prepared = self.worker.place(slots, tokens)
+        prepared = self.worker.place(slots, [len(row) for row in tokens])
         dev = self.worker.device
         flat = torch.tensor([tok for row in tokens for tok in row], device=dev)
         bucket.load(slots, flat, prepared)

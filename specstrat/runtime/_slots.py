@@ -30,9 +30,9 @@ __all__ = ["Origin", "SlotRow", "SlotTable"]
 Origin = Literal["prefill", "prebuilt"]
 
 
-@dataclass(frozen=False, slots=True)
+@dataclass(frozen=False, slots=True, eq=False)
 class SlotRow:
-    """One request slot's state (see the module docstring)."""
+    """One request slot's state (see the module docstring); rows compare by identity."""
 
     request: Request
     slot: int

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, NamedTuple, ParamSpec, TypeVar
 
 import torch
 
@@ -53,11 +53,10 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 
-@dataclass(frozen=True, slots=True)
-class VerifyCount:
+class VerifyCount(NamedTuple):
     """One request's verify step, for :meth:`RunStats.count_verified`: draft positions
     proposed (the tree's depth), how many the rule accepted, and the target tokens its verify
-    row held."""
+    row held (a tuple: one is made per request per step)."""
 
     proposed: int
     accepted: int
@@ -200,7 +199,9 @@ class StepRunner:
         drafted = time.perf_counter()
         last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
         with _engine_invariant("verify"):
-            logits, hidden, ran = self.verifier.verify(slots, last, drafts)
+            logits, hidden, ran = self.verifier.verify(
+                slots, last, drafts, chain=host.chain, lengths=host.tree.lengths
+            )
         verified = time.perf_counter()
         acceptance, host.answer = self._accept(drafts, host, logits, step)
         accepted = time.perf_counter()
@@ -220,12 +221,8 @@ class StepRunner:
         tree, t = host.tree, self.verifier.tokens_per_req
         uniform = ran == t * len(tree.lengths)
         depths = tree.lengths if host.chain else _depths(tree)  # a chain's depth is its length
-        return [
-            VerifyCount(depth, accepted, t if uniform else length + 1)
-            for depth, accepted, length in zip(
-                depths, host.answer.counts, tree.lengths, strict=True
-            )
-        ]
+        widths = [t] * len(depths) if uniform else [n + 1 for n in tree.lengths]
+        return list(map(VerifyCount._make, zip(depths, host.answer.counts, widths, strict=True)))
 
     def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
         rows = self.table.rows(slots)
@@ -320,7 +317,7 @@ class StepRunner:
         verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
         if not tracing:
             return {
-                slot: Produced(t, verify=v)
+                slot: Produced(t, (), (), (), v)
                 for slot, t, v in zip(step.slots, tokens, verify, strict=True)
             }
         return {

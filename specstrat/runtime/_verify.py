@@ -39,16 +39,24 @@ class Verifier:
         self.graph_runner = graph_runner
         self.ragged = ragged
 
-    def verify(self, slots: list[int], last: torch.Tensor, drafts: DraftTree) -> VerifyResult:
+    def verify(
+        self,
+        slots: list[int],
+        last: torch.Tensor,
+        drafts: DraftTree,
+        *,
+        chain: bool | None = None,
+        lengths: list[int] | None = None,
+    ) -> VerifyResult:
         """Logits ``[bs, T, V]`` and hidden ``[bs, T, H]`` at the root and each node, and how
         many tokens the target ran. Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req
         rows = torch.cat([last[:, None], drafts.tokens], dim=1)
         if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
             rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)
-        if not drafts.is_chain():
+        if not (drafts.is_chain() if chain is None else chain):
             return self._tree(slots, rows, drafts)
-        counts = (drafts.lengths + 1).tolist()
+        counts = [n + 1 for n in (drafts.lengths.tolist() if lengths is None else lengths)]
         if self.ragged and min(counts, default=t) < t:
             return self._ragged(slots, rows, counts)
         if self.graph_runner is not None and self.graph_runner.can_run(bs):

@@ -156,7 +156,7 @@ class ModelWorker:
         lengths = self.requests.lengths
         old = [lengths[s] for s in slots]
         drop = [o - n for o, n in zip(old, new_lens, strict=True)]
-        if any(d < 0 or n < 0 for d, n in zip(drop, new_lens, strict=True)):
+        if drop and (min(drop) < 0 or min(new_lens) < 0):
             bad = next(
                 (s, n, o) for s, n, o in zip(slots, new_lens, old, strict=True) if not 0 <= n <= o
             )
@@ -176,10 +176,10 @@ class ModelWorker:
 
     # -- forwards -----------------------------------------------------------------------------
 
-    def place(self, slots: Sequence[int], tokens: Sequence[Sequence[int]]) -> PreparedTokens:
-        """Allocate KV indices for ``tokens[i]`` after request ``slots[i]`` and record them
-        (batched: one indexed write of the page table for the whole batch)."""
-        counts = [len(t) for t in tokens]
+    def place(self, slots: Sequence[int], counts: Sequence[int]) -> PreparedTokens:
+        """Allocate KV indices for ``counts[i]`` new tokens after request ``slots[i]`` and
+        record them (batched: one indexed write of the page table for the whole batch)."""
+        counts = list(counts)
         lengths = self.requests.lengths
         prefix = [lengths[s] for s in slots]
         ends = [p + c for p, c in zip(prefix, counts, strict=True)]
@@ -257,7 +257,7 @@ class ModelWorker:
         counts = [len(t) for t in tokens]
         if mode is ForwardMode.DECODE and set(counts) != {1}:
             raise InvalidConfig(f"mode=DECODE needs one token per request, got {counts}")
-        prepared = self.place(slots, tokens)
+        prepared = self.place(slots, counts)
         meta = self.metadata(mode, prepared)
         dev = self.device
         positions = prepared.positions
@@ -338,7 +338,7 @@ class ModelWorker:
             )
         if self.length(slot):
             raise InvalidConfig(f"slot {slot} already holds {self.length(slot)} tokens")
-        prepared = self.place([slot], [tokens])
+        prepared = self.place([slot], [len(tokens)])
         locs = prepared.locations
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)
         self.kv.v[:, locs] = v.to(self.kv.v.dtype)
