@@ -16,12 +16,13 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat._protocol_check import check_strategy as check_strategy
 from specstrat._protocol_check import read_member
 from specstrat.batch import PrebuiltBatch
-from specstrat.contracts import hook_error
+from specstrat.contracts import call_start_hook, hook_error
 from specstrat.drafting import ChainTree, DrafterNeeds
-from specstrat.errors import InvalidConfig, InvalidStrategy, SpecstratError, StrategyError
+from specstrat.errors import InvalidConfig, InvalidStrategy, StrategyError
 from specstrat.protocols import (
     AcceptanceRule,
     DisaggDraftBuilder,
@@ -186,14 +187,9 @@ class SpecAlgorithm(Generic[DraftT_co]):
             raise InvalidStrategy(str(exc)) from exc.__cause__
 
     def _call(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
-        """A strategy's method, guarded as the engine guards per-step hooks: anything but a
+        """A strategy's method, guarded as the engine guards start-up hooks: anything but a
         SpecstratError it raises becomes a StrategyError naming ``NAME.hook``."""
-        try:
-            return fn(*args, **kwargs)
-        except SpecstratError:
-            raise
-        except Exception as exc:
-            raise hook_error(self.name, hook, f"raised {type(exc).__name__}: {exc}") from exc
+        return call_start_hook(self.name, hook, fn, *args, **kwargs)
 
     # -- engine-facing methods, by delegation -------------------------------------------------
 
@@ -241,7 +237,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
         self, num_draft_tokens: int, is_draft_worker: bool = False
     ) -> int:
         """Tokens per request TARGET_VERIFY runs; checked to be an int in ``1..D+1``."""
-        if isinstance(num_draft_tokens, bool) or not isinstance(num_draft_tokens, int):
+        if not is_int(num_draft_tokens):
             raise InvalidConfig(f"num_draft_tokens={num_draft_tokens!r} must be an int >= 1")
         if num_draft_tokens < 1:
             raise InvalidConfig(f"num_draft_tokens={num_draft_tokens} must be >= 1")
@@ -260,7 +256,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
         )
         # A wrong answer is the policy's, not a value the caller passed: a StrategyError.
         hook = "target_verify.get_num_tokens_per_req_for_target_verify"
-        if isinstance(tokens, bool) or not isinstance(tokens, int):
+        if not is_int(tokens):
             raise hook_error(
                 self.name, hook, f"returned tokens per request={tokens!r} "
                 f"({type(tokens).__name__}) for num_draft_tokens={num_draft_tokens}; the policy "

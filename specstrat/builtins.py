@@ -1,4 +1,4 @@
-"""The built-in algorithms, composed from built-in strategies (DESIGN.md §3's table).
+"""The built-in algorithms, composed from built-in strategies.
 
 | name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV | ragged | drafter       |
 |------------|------------------------|--------------------------|----------------|------|--------|----------|--------|---------------|
@@ -25,6 +25,7 @@ built-in with it, NGRAM is not (prompt lookup with ragged verify is a compositio
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 from specstrat.algorithm import Capabilities, SpecAlgorithm
@@ -90,15 +91,8 @@ EAGLE: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
     drafter=EagleHeadDrafterFactory(),
     acceptance=_SAMPLING,
 )
-EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = SpecAlgorithm(
-    name="EAGLE3",
-    capabilities=_EAGLE_CAPS,
-    target_verify=_TARGET_ONLY,
-    future_map=_SLOTS,
-    disagg=EagleDisaggDraftBuilder(),
-    drafter=EagleHeadDrafterFactory(),
-    acceptance=_SAMPLING,
-)
+#: EAGLE3 is EAGLE under SGLang's other name (the engine's hooks do not tell them apart).
+EAGLE3: Final[SpecAlgorithm[EagleDraftInput]] = replace(EAGLE, name="EAGLE3")
 STANDALONE: Final[SpecAlgorithm[None]] = SpecAlgorithm(
     name="STANDALONE",
     capabilities=Capabilities(has_draft_kv=True, need_topk=True),

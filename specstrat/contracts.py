@@ -14,18 +14,23 @@ halves for callers that hold tensors only.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import ParamSpec, TypeVar
 
 import torch
 
 from specstrat.drafting import Acceptance, DraftTree
-from specstrat.errors import StrategyError
+from specstrat.errors import ModelShapeError, SpecstratError, StrategyError
 from specstrat.relay import RelayPayload
 
 __all__ = [
+    "HookCall",
     "HostAcceptance",
     "HostTree",
     "acceptance_looks_valid",
+    "call_hook",
+    "call_start_hook",
     "check_acceptance",
     "check_acceptance_host",
     "check_acceptance_shape",
@@ -39,6 +44,9 @@ __all__ = [
     "hook_error",
 ]
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
 
 def describe(value: object) -> str:
     """A tensor's dtype and shape, or any other value's type name (for error messages)."""
@@ -50,6 +58,32 @@ def describe(value: object) -> str:
 def hook_error(algorithm: str, hook: str, problem: str) -> StrategyError:
     """A StrategyError for ``algorithm.hook`` (e.g. ``EAGLE.drafter.propose``)."""
     return StrategyError(f"{algorithm}.{hook}: {problem}")
+
+
+class HookCall:
+    """``call(algorithm, hook, fn, *args, **kwargs)`` runs ``fn``; an ``Exception`` from it
+    other than ``passes`` is re-raised as a StrategyError naming ``algorithm.hook``, the
+    original chained (KeyboardInterrupt and other ``BaseException``s pass unchanged)."""
+
+    def __init__(self, passes: tuple[type[Exception], ...]) -> None:
+        self.passes = passes
+
+    def __call__(
+        self, algorithm: str, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
+    ) -> _R:
+        try:
+            return fn(*args, **kwargs)
+        except self.passes:
+            raise
+        except Exception as exc:
+            raise hook_error(algorithm, hook, f"raised {type(exc).__name__}: {exc}") from exc
+
+
+#: A step's hooks (propose, accept, commit, the relay, ...).
+call_hook = HookCall((StrategyError, ModelShapeError))
+
+#: Construction and start-up (policies, factories): a configuration refusal passes.
+call_start_hook = HookCall((SpecstratError,))
 
 
 def check_payload(algorithm: str, hook: str, payload: object, bs: int) -> None:

@@ -17,6 +17,7 @@ from typing import Generic, TypeVar
 import torch
 
 from specstrat._deprecation import RenamedField, renamed_fields, renamed_keywords
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.relay import RelayField, RelayPayload
@@ -82,7 +83,7 @@ class SamplingParams:
             raise InvalidConfig(f"top_p={p!r} must be in (0, 1]")
         for name in ("top_k", "seed"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < 2**63:
+            if not is_int(value) or not 0 <= value < 2**63:
                 raise InvalidConfig(f"{name}={value!r} must be an int in 0..2**63-1")
 
     @property
@@ -121,7 +122,7 @@ class TreeShape:
     def __post_init__(self) -> None:
         for name, least in (("topk", 1), ("num_steps", 0), ("tokens_per_req", 1)):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+            if not is_int(value) or value < least:
                 raise InvalidConfig(f"TreeShape.{name}={value!r} must be an int >= {least}")
         t = self.tokens_per_req
         if self.num_steps > t - 1:

@@ -16,6 +16,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
 __all__ = [
@@ -57,10 +58,10 @@ class ModelShape:
     def __post_init__(self) -> None:
         for name in ("vocab_size", "hidden_size", "layers", "heads", "head_dim", "max_positions"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise InvalidConfig(f"ModelShape.{name}={value!r} must be an int >= 1")
         kv = self.kv_heads
-        if kv is not None and (isinstance(kv, bool) or not isinstance(kv, int) or kv < 1):
+        if kv is not None and (not is_int(kv) or kv < 1):
             raise InvalidConfig(f"ModelShape.kv_heads={kv!r} must be an int >= 1, or None")
         if kv is not None and self.heads % kv:
             raise InvalidConfig(

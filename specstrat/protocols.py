@@ -128,7 +128,8 @@ class FutureMap(Protocol):
 
 @runtime_checkable
 class FutureMapFactory(Protocol):
-    """Creates the overlap relay; called once, by ``init_overlap``, when overlap mode starts.
+    """Creates the relay; called once per engine, when it is built (the relay is on in sync and
+    overlap mode alike, as SGLang 0.5.23's always-on FutureMap).
 
     Guarantees: the returned map satisfies :class:`FutureMap` and accepts every slot in
     ``0..max_running_requests`` (or refuses with :class:`~specstrat.errors.RelayError` when a

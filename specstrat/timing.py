@@ -15,6 +15,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
 __all__ = [
@@ -95,7 +96,7 @@ def interleaved(
     if len(set(names)) != len(names) or not names:
         raise InvalidConfig(f"contenders={names}: pass at least one, with distinct names")
     for name, value, low in (("rounds", rounds, 1), ("warmup", warmup, 0)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        if not is_int(value) or value < low:
             raise InvalidConfig(f"{name}={value!r} must be an int >= {low}")
     seconds: dict[str, list[float]] = {n: [] for n in names}
     outputs: dict[str, list[dict[str, list[int]]]] = {n: [] for n in names}

@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
+from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.bench.hf_baseline import GenerateRecord, generate_run
 from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, Record, build_rows
@@ -113,7 +114,7 @@ class BenchConfig:
 
 
 def _check_int(name: str, value: object, low: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+    if not is_int(value) or value < low:
         raise InvalidConfig(f"{name}={value!r} must be an int >= {low}")
 
 

@@ -25,6 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.hf.early_exit import truncated_model
 from specstrat.models import AttentionBackend, ModelShape
@@ -207,7 +208,7 @@ class HFCausalLM:
         head = model.get_output_embeddings()
         width = int(head.weight.shape[0])
         if vocab_size is not None and (
-            isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < 1
+            not is_int(vocab_size) or vocab_size < 1
         ):
             raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
         positions = getattr(model.config, "max_position_embeddings", None)

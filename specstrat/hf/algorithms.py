@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.builtins import NGRAM, STANDALONE
 from specstrat.errors import InvalidConfig
@@ -16,7 +17,7 @@ def early_exit_algorithm(exit_layer: int) -> SpecAlgorithm[None]:
     """Self-speculation by early exit at ``exit_layer``: STANDALONE's relay, verify policy and
     acceptance (rejection sampling; greedy for temperature 0), drafting with the target's own
     first ``exit_layer`` layers (:class:`~specstrat.strategies.EarlyExitDrafterFactory`)."""
-    if isinstance(exit_layer, bool) or not isinstance(exit_layer, int):
+    if not is_int(exit_layer):
         raise InvalidConfig(f"exit_layer={exit_layer!r} must be an int")
     return replace(
         STANDALONE, name=f"EARLY_EXIT_{exit_layer}", drafter=EarlyExitDrafterFactory(exit_layer)

@@ -13,6 +13,7 @@ from typing import Any
 
 from torch import nn
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig, ModelLoadError
 
 __all__ = ["truncated_model"]
@@ -58,7 +59,7 @@ def _named_path(root: nn.Module, target: nn.Module) -> list[tuple[str, nn.Module
 def truncated_model(model: Any, layers: int, exit_layer: int, name: str = "model") -> Any:
     """A shallow copy of the transformers ``model`` (``layers`` decoder layers) running only its
     first ``exit_layer`` layers, then whatever its forward does after them."""
-    if isinstance(exit_layer, bool) or not isinstance(exit_layer, int):
+    if not is_int(exit_layer):
         raise InvalidConfig(f"exit_layer={exit_layer!r} must be an int")
     if not 1 <= exit_layer < layers:
         raise InvalidConfig(f"exit_layer={exit_layer} must be in 1..{layers - 1} ({name})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
 _INDEX_DTYPES = (torch.int32, torch.int64)
@@ -11,7 +12,7 @@ _INDEX_DTYPES = (torch.int32, torch.int64)
 
 def host_int(name: str, value: object, *, minimum: int) -> int:
     """``value`` as an int ``>= minimum`` (bools refused), else ``InvalidConfig``."""
-    if isinstance(value, bool) or not isinstance(value, int):
+    if not is_int(value):
         raise InvalidConfig(f"{name}={value!r} must be an int >= {minimum}")
     if value < minimum:
         raise InvalidConfig(f"{name}={value} must be >= {minimum}")

@@ -17,6 +17,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.runtime._forward import ForwardBatch, TreeAttention
 from specstrat.runtime._memory import KVPool
@@ -89,7 +90,7 @@ class PagedAttention:
         key = (window, group)
         if key not in self._packed:
             if window not in self._masks:
-                if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+                if not is_int(window) or window < 1:
                     raise InvalidConfig(f"sliding_window={window!r} must be an int >= 1 or None")
                 start = self._query_positions()[:, :, None] - window
                 near = self._key_positions()[:, None, :] > start

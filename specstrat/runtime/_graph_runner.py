@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import (
@@ -110,7 +111,7 @@ class GraphRunner:
                 "worker without a verify graph runner, or use a policy that allows it"
             )
         if not buckets or any(
-            isinstance(b, bool) or not isinstance(b, int) or b < 1 for b in buckets
+            not is_int(b) or b < 1 for b in buckets
         ):
             raise InvalidConfig(f"buckets={tuple(buckets)} must be ints >= 1")
         self.worker = worker

@@ -1,30 +1,8 @@
-"""Calling a strategy hook: any exception it raises becomes a StrategyError naming the hook."""
+"""Calling a strategy hook: :class:`~specstrat.contracts.HookCall`, the one wrapper (defined
+with the contracts so the algorithm type uses it too), under the runtime's import path."""
 
-from __future__ import annotations
+from specstrat.contracts import HookCall as HookCall
+from specstrat.contracts import call_hook as call_hook
+from specstrat.contracts import call_start_hook as call_start_hook
 
-from collections.abc import Callable
-from typing import ParamSpec, TypeVar
-
-from specstrat.contracts import hook_error
-from specstrat.errors import ModelShapeError, StrategyError
-
-__all__ = ["call_hook"]
-
-_P = ParamSpec("_P")
-_R = TypeVar("_R")
-
-
-def call_hook(
-    algorithm: str, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs
-) -> _R:
-    """``fn(*args, **kwargs)``; an ``Exception`` from it is re-raised as a StrategyError that
-    names ``algorithm.hook`` with the original chained (KeyboardInterrupt and other
-    ``BaseException``s pass through unchanged). A ModelShapeError passes through too: a draft
-    model whose outputs disagree with its shape is the model's fault, not the drafter's that
-    ran it."""
-    try:
-        return fn(*args, **kwargs)
-    except (StrategyError, ModelShapeError):
-        raise
-    except Exception as exc:
-        raise hook_error(algorithm, hook, f"raised {type(exc).__name__}: {exc}") from exc
+__all__ = ["HookCall", "call_hook", "call_start_hook"]

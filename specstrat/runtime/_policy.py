@@ -7,9 +7,9 @@ from __future__ import annotations
 from typing import Any
 
 from specstrat.algorithm import SpecAlgorithm, check_strategy
-from specstrat.contracts import hook_error
+from specstrat.contracts import call_start_hook, hook_error
 from specstrat.drafting import DrafterContext, TreeShape
-from specstrat.errors import InvalidConfig, InvalidStrategy, SpecstratError
+from specstrat.errors import InvalidConfig, InvalidStrategy
 from specstrat.protocols import Drafter
 from specstrat.runtime._requests import EngineConfig
 
@@ -56,14 +56,7 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int) -> TreeShape:
     """The draft tree for the target's verify width, from the algorithm's tree policy;
     refused for a drafter that drafts chains only when the tree is not one."""
     policy = type(algo.tree).__name__
-    try:
-        shape = algo.tree.tree_shape(tokens_per_req)
-    except SpecstratError:
-        raise
-    except Exception as exc:
-        raise hook_error(
-            algo.name, "tree.tree_shape", f"raised {type(exc).__name__}: {exc}"
-        ) from exc
+    shape = call_start_hook(algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req)
     if not isinstance(shape, TreeShape) or shape.tokens_per_req != tokens_per_req:
         raise InvalidConfig(
             f"{algo.name}: tree={policy}.tree_shape({tokens_per_req}) returned "
@@ -81,14 +74,10 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int) -> TreeShape:
 def create_drafter(algo: SpecAlgorithm[Any], context: DrafterContext) -> Drafter[Any]:
     """The algorithm's drafter for one engine, checked against :class:`Drafter` (every member
     it inherits) before the first request; a factory that raises is named."""
-    try:
-        drafter = algo.drafter.create_drafter(context)
-    except SpecstratError:  # a factory refusing the models or limits: a configuration error
-        raise
-    except Exception as exc:
-        raise hook_error(
-            algo.name, "drafter.create_drafter", f"raised {type(exc).__name__}: {exc}"
-        ) from exc
+    # A factory refusing the models or limits stays the configuration error it raised.
+    drafter = call_start_hook(
+        algo.name, "drafter.create_drafter", algo.drafter.create_drafter, context
+    )
     if drafter is None:
         raise InvalidStrategy(
             f"{algo.name}.drafter.create_drafter() returned None; drafter="

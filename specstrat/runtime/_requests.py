@@ -6,6 +6,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field, fields
 
+from specstrat._ints import is_int
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.runtime._models.text import encode_indentation
@@ -13,10 +14,6 @@ from specstrat.runtime._models.text import encode_indentation
 __all__ = ["EngineConfig", "Request", "RunStats"]
 
 _VOCAB_HINT = "token ids are ints >= 0 (the embedded models' vocabulary is bytes, 0..255)"
-
-
-def _is_int(value: object) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,9 +43,9 @@ class Request:
                 "token ids (e.g. [1, 2, 3]); encode text with Request.from_text or a tokenizer"
             )
         object.__setattr__(self, "prompt", tuple(prompt))
-        if any(not _is_int(t) or t < 0 for t in self.prompt):
+        if any(not is_int(t) or t < 0 for t in self.prompt):
             raise InvalidConfig(f"request {self.rid!r}: prompt has a bad token; {_VOCAB_HINT}")
-        if not _is_int(self.max_new_tokens) or self.max_new_tokens <= 0:
+        if not is_int(self.max_new_tokens) or self.max_new_tokens <= 0:
             raise InvalidConfig(
                 f"request {self.rid!r}: max_new_tokens={self.max_new_tokens!r} must be an int >= 1"
             )
@@ -58,7 +55,7 @@ class Request:
                 "specstrat.SamplingParams(temperature=..., top_p=..., top_k=..., seed=...)"
             )
         stops = self.stop_token_ids
-        if not isinstance(stops, frozenset) or any(not _is_int(t) or t < 0 for t in stops):
+        if not isinstance(stops, frozenset) or any(not is_int(t) or t < 0 for t in stops):
             raise InvalidConfig(
                 f"request {self.rid!r}: stop_token_ids={stops!r} must be a frozenset of ints "
                 ">= 0 (e.g. frozenset({10}) to stop at a newline byte)"
@@ -106,12 +103,12 @@ class EngineConfig:
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
-            if f.type == "int" and (not _is_int(value) or value < 1):
+            if f.type == "int" and (not is_int(value) or value < 1):
                 raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be an int >= 1")
             if f.type == "bool" and not isinstance(value, bool):
                 raise InvalidConfig(f"EngineConfig.{f.name}={value!r} must be True or False")
         total = self.max_total_tokens
-        if total is not None and (not _is_int(total) or total < 1):
+        if total is not None and (not is_int(total) or total < 1):
             raise InvalidConfig(
                 f"EngineConfig.max_total_tokens={total!r} must be an int >= 1, or None for "
                 "max_running_requests * context_len"
@@ -120,7 +117,7 @@ class EngineConfig:
         if (
             not isinstance(buckets, tuple)
             or not buckets
-            or any(not _is_int(b) or b < 1 for b in buckets)
+            or any(not is_int(b) or b < 1 for b in buckets)
         ):
             raise InvalidConfig(
                 f"EngineConfig.graph_buckets={buckets!r} must be a non-empty tuple of ints >= 1"

@@ -45,6 +45,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.drafting import (
     DraftAdmission,
     DrafterContext,
@@ -83,7 +84,7 @@ def block_layout(t_draft: int, t_target: int) -> BlockLayout:
     """The layout mapping ``t_draft`` draft-worker positions to the ``t_target - 1`` drafts the
     target verifies (see the module docstring); other combinations raise InvalidConfig."""
     for name, value in (("T_draft", t_draft), ("T_target", t_target)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        if not is_int(value) or value < 1:
             raise InvalidConfig(f"{name}={value!r} must be an int >= 1")
     if t_draft == t_target:
         return BlockLayout(anchor_in_block=True, drafts=t_target - 1)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 import torch
 
 from specstrat._deprecation import moved_names
+from specstrat._ints import is_int
 from specstrat.drafting import (
     DraftAdmission,
     DrafterContext,
@@ -158,7 +159,7 @@ class NgramDrafterFactory:
 
     def __post_init__(self) -> None:
         for value in (self.min_ngram, self.max_ngram):
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise InvalidConfig(f"n-gram size {value!r} must be an int")
         if not 1 <= self.min_ngram <= self.max_ngram:
             raise InvalidConfig(

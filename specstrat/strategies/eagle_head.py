@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.drafting import (
     DraftAdmission,
     DrafterContext,
@@ -133,7 +134,7 @@ class EagleHeadDrafterFactory:
     topk: int = 4
 
     def __post_init__(self) -> None:
-        if isinstance(self.topk, bool) or not isinstance(self.topk, int) or self.topk < 1:
+        if not is_int(self.topk) or self.topk < 1:
             raise InvalidConfig(f"topk={self.topk!r} must be an int >= 1")
 
     @property

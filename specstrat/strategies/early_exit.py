@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.drafting import DrafterContext, DrafterNeeds
 from specstrat.errors import InvalidConfig
 from specstrat.models import EarlyExitModel, LoadedModels
@@ -31,7 +32,7 @@ class EarlyExitDrafterFactory:
 
     def __post_init__(self) -> None:
         layer = self.exit_layer
-        if isinstance(layer, bool) or not isinstance(layer, int) or layer < 1:
+        if not is_int(layer) or layer < 1:
             raise InvalidConfig(f"EarlyExitDrafterFactory.exit_layer={layer!r} must be an int >= 1")
 
     @property

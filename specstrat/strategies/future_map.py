@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig, RelayError
 from specstrat.kernels.relay_gather import gather_relay
 from specstrat.relay import RelayField, RelayPayload
@@ -28,7 +29,7 @@ __all__ = [
 
 
 def _positive_int(name: str, value: object) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+    if not is_int(value) or value < 1:
         raise InvalidConfig(f"{name}={value!r} must be an int >= 1")
     return value
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specstrat._ints import is_int
 from specstrat.drafting import ChainTree as ChainTree
 from specstrat.drafting import TreeShape
 from specstrat.errors import InvalidConfig
@@ -34,7 +35,7 @@ class TopkTree:
     def __post_init__(self) -> None:
         for name in ("topk", "num_steps"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            if not is_int(value) or value < 1:
                 raise InvalidConfig(f"TopkTree.{name}={value!r} must be an int >= 1")
 
     def tree_shape(self, tokens_per_req: int) -> TreeShape:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
 __all__ = ["FixedWidthVerifyPolicy"]
@@ -33,7 +34,7 @@ class FixedWidthVerifyPolicy:
             )
         for name in ("target_offset", "draft_worker_offset"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int):
+            if not is_int(value):
                 raise InvalidConfig(f"{name}={value!r} must be an int in -1..1")
             if not _MIN_OFFSET <= value <= _MAX_OFFSET:
                 raise InvalidConfig(

@@ -15,6 +15,7 @@ from typing import cast
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
 from specstrat.batch import PrebuiltBatch
 from specstrat.errors import (
@@ -94,7 +95,7 @@ def check_target_verify_policy(policy: object, *, max_draft_tokens: int = 16) ->
                 again = policy.get_num_tokens_per_req_for_target_verify(
                     num_draft_tokens, is_draft_worker
                 )
-            if isinstance(tokens, bool) or not isinstance(tokens, int):
+            if not is_int(tokens):
                 raise _fail(hook, text, f"{call} returned {tokens!r} ({type(tokens).__name__})")
             if not 1 <= tokens <= num_draft_tokens + 1 or again != tokens:
                 raise _fail(hook, text, f"{call} returned {tokens!r} then {again!r}")

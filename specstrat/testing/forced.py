@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.drafting import Acceptance, VerifyInputs
 from specstrat.errors import InvalidConfig
 from specstrat.kernels.sampling import DRAW_SAMPLE, uniform
@@ -46,7 +47,7 @@ class ForcedAcceptance:
         if isinstance(r, bool) or not isinstance(r, int | float) or not 0 <= r <= 1:
             raise InvalidConfig(f"ForcedAcceptance rate={r!r} must be a number in [0, 1]")
         s = self.seed
-        if isinstance(s, bool) or not isinstance(s, int) or not 0 <= s < 2**32:
+        if not is_int(s) or not 0 <= s < 2**32:
             raise InvalidConfig(f"ForcedAcceptance seed={s!r} must be an int in 0..2**32-1")
 
     @property

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch
 
+from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import SamplingParams
 from specstrat.errors import ConformanceError, InvalidConfig
@@ -222,7 +223,7 @@ def check_lossless_in_distribution(
     """
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 
-    if isinstance(num_samples, bool) or not isinstance(num_samples, int) or num_samples < 100:
+    if not is_int(num_samples) or num_samples < 100:
         raise InvalidConfig(f"num_samples={num_samples!r} must be an int >= 100")
     if (
         isinstance(significance, bool)
@@ -230,7 +231,7 @@ def check_lossless_in_distribution(
         or not 0 < significance < 1
     ):
         raise InvalidConfig(f"significance={significance!r} must be a number in (0, 1)")
-    if isinstance(seed, bool) or not isinstance(seed, int) or not -(2**63) <= seed < 2**63:
+    if not is_int(seed) or not -(2**63) <= seed < 2**63:
         raise InvalidConfig(f"seed={seed!r} must be an int in -2**63..2**63-1")
     base = SamplingParams(temperature=temperature, top_p=top_p, top_k=top_k, seed=0)
     loaded: LoadedModels = models or EmbeddedModels.load()
@@ -239,7 +240,7 @@ def check_lossless_in_distribution(
         raise InvalidConfig(
             f"prompt={prompt!r} must be a non-empty tuple of token ids in 0..{vocab - 1}"
         )
-    if isinstance(joint_bytes, bool) or not isinstance(joint_bytes, int) or joint_bytes < 8 * vocab:
+    if not is_int(joint_bytes) or joint_bytes < 8 * vocab:
         raise InvalidConfig(
             f"joint_bytes={joint_bytes!r} must be an int >= {8 * vocab} (one float64 row of "
             f"vocab_size={vocab})"

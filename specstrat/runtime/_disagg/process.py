@@ -26,6 +26,7 @@ import torch.multiprocessing as mp
 # Documented as torch.distributed.TCPStore; the package does not re-export it for type checkers.
 from torch.distributed import TCPStore  # type: ignore[attr-defined]
 
+from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import DisaggError, InvalidConfig
 from specstrat.models import LoadedModels
@@ -139,7 +140,7 @@ def _check_arguments(
 ) -> None:
     if not isinstance(algo, SpecAlgorithm):
         raise InvalidConfig(f"algo={algo!r}; pass a SpecAlgorithm")
-    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+    if not is_int(batch_size) or batch_size < 1:
         raise InvalidConfig(f"batch_size={batch_size!r} must be an int >= 1")
     if batch_size > config.max_running_requests:
         raise InvalidConfig(

@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.models import AttentionBackend, ModelShape
 
@@ -229,7 +230,7 @@ class BlockDraftLM(nn.Module):
     def placeholder(self, offset: int) -> int:
         """The input id standing for the token ``offset >= 1`` positions after the anchor;
         offsets past ``max_block`` reuse the last learned placeholder."""
-        if isinstance(offset, bool) or not isinstance(offset, int) or offset < 1:
+        if not is_int(offset) or offset < 1:
             raise InvalidConfig(
                 f"offset={offset!r} must be an int >= 1 (1: the token after the anchor)"
             )
