@@ -288,19 +288,23 @@ class StepRunner:
         tracing: bool,
         counts: list[VerifyCount] | None,
     ) -> dict[int, Produced]:
-        paths = host.answer.paths
+        paths, counts_accepted = host.answer.paths, host.answer.counts
+        bonus_list, tree = host.answer.bonus, host.tree
         with _engine_invariant("keeping the accepted path after a checked acceptance"):
             if host.chain:  # keep the root and the accepted prefix: one batched rewind
-                kept = [n + 1 + c for n, c in zip(host.lengths, host.answer.counts, strict=True)]
+                kept = [n + 1 + c for n, c in zip(host.lengths, counts_accepted, strict=True)]
                 self.worker.rewind_many(step.slots, kept)
             else:  # move each accepted path into place, free the other nodes
                 for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
                     self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
-        bonus_list, tree = host.answer.bonus, host.tree
-        accepted = [[row[j] for j in path] for row, path in zip(tree.tokens, paths, strict=True)]
+        if host.chain:  # a chain's path is its first nodes: slices, and the bonus after them
+            accepted = [row[:c] for row, c in zip(tree.tokens, counts_accepted, strict=True)]
+            at_bonus = counts_accepted
+        else:
+            accepted = [[row[j] for j in p] for row, p in zip(tree.tokens, paths, strict=True)]
+            at_bonus = [path[-1] + 1 if path else 0 for path in paths]
         self.table.commit(host.rows, accepted, bonus_list)  # what the drafter's commit reads
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
-        at_bonus = [path[-1] + 1 if path else 0 for path in paths]
         rows = torch.arange(len(step.slots))
         outcome = StepOutcome(
             step=step,
