@@ -9,17 +9,19 @@ real, the rest is filler that no acceptance rule may accept.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
 import torch
 
-from specstrat._deprecation import RenamedField, renamed_fields, renamed_keywords
+from specstrat._deprecation import RenamedField, renamed_fields, warn_renamed
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
+from specstrat.params import GREEDY as GREEDY
+from specstrat.params import MIN_TEMPERATURE as MIN_TEMPERATURE
+from specstrat.params import SamplingParams as SamplingParams
 from specstrat.relay import RelayField, RelayPayload
 
 __all__ = [
@@ -53,47 +55,22 @@ def _int_tensor(name: str, value: object, shape: tuple[int, ...] | None, rank: i
         raise InvalidConfig(f"{name}.shape={tuple(value.shape)}; expected {shape}")
 
 
-#: The smallest temperature above 0 (greedy) a request may ask for.
-MIN_TEMPERATURE = 1e-5
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SamplingParams:
-    """How a request samples: ``temperature`` 0 is greedy; ``top_k`` 0 is off.
-
-    Acceptance rules receive one per request; :class:`~specstrat.strategies.GreedyAcceptance`
-    decodes greedily whatever they say, so it is lossless for ``temperature=0`` only.
-    """
-
-    temperature: float = 0.0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-
-    def __post_init__(self) -> None:
-        t = self.temperature
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
-            raise InvalidConfig(f"temperature={t!r} must be a finite number >= 0 (0 = greedy)")
-        if 0 < t < MIN_TEMPERATURE:  # logits / t would overflow to inf
-            raise InvalidConfig(
-                f"temperature={t!r} is below {MIN_TEMPERATURE}; use 0 for greedy decoding"
+def verify_width(owner: str, tokens_per_req: int | None, num_draft_tokens: int | None) -> int:
+    """``tokens_per_req`` (T) as given to ``owner``, or as its 0.3.0 keyword
+    ``num_draft_tokens`` with a deprecation warning; both or neither is a TypeError."""
+    if num_draft_tokens is not None:
+        if tokens_per_req is not None:
+            raise TypeError(
+                f"{owner}() got num_draft_tokens= (its 0.3.0 name) and tokens_per_req= at once; "
+                "pass tokens_per_req only"
             )
-        p = self.top_p
-        if isinstance(p, bool) or not isinstance(p, int | float) or not 0 < p <= 1:
-            raise InvalidConfig(f"top_p={p!r} must be in (0, 1]")
-        for name in ("top_k", "seed"):
-            value = getattr(self, name)
-            if not is_int(value) or not 0 <= value < 2**63:
-                raise InvalidConfig(f"{name}={value!r} must be an int in 0..2**63-1")
-
-    @property
-    def greedy(self) -> bool:
-        """Whether this request decodes greedily."""
-        return self.temperature == 0
-
-
-#: Greedy decoding, the engine's default for every request.
-GREEDY = SamplingParams()
+        warn_renamed(f"{owner}(num_draft_tokens=...)", f"{owner}(tokens_per_req=...)")
+        tokens_per_req = num_draft_tokens
+    if tokens_per_req is None:
+        raise TypeError(f"{owner}() missing its argument tokens_per_req (T, root included)")
+    if not is_int(tokens_per_req) or tokens_per_req < 1:
+        raise InvalidConfig(f"{owner}: tokens_per_req={tokens_per_req!r} must be an int >= 1")
+    return tokens_per_req
 
 
 def _tree_capacity(topk: int, num_steps: int) -> int:
@@ -139,11 +116,12 @@ class TreeShape:
             )
 
     @classmethod
-    def chain(cls, tokens_per_req: int = 0, **old: int) -> TreeShape:
-        """A chain of ``tokens_per_req - 1`` nodes: topk 1, that many steps."""
-        t = renamed_keywords("TreeShape.chain", {"num_draft_tokens": "tokens_per_req"}, old).get(
-            "tokens_per_req", tokens_per_req
-        )
+    def chain(
+        cls, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
+    ) -> TreeShape:
+        """A chain of ``tokens_per_req - 1`` nodes: topk 1, that many steps
+        (``num_draft_tokens=``: the 0.3.0 keyword)."""
+        t = verify_width("TreeShape.chain", tokens_per_req, num_draft_tokens)
         return cls(topk=1, num_steps=t - 1, tokens_per_req=t)
 
     @property
@@ -162,9 +140,13 @@ class ChainTree:
     """The tree policy of a chain: topk 1, ``T - 1`` steps (every drafter can draft it); the
     default of :class:`~specstrat.algorithm.SpecAlgorithm`."""
 
-    def tree_shape(self, tokens_per_req: int) -> TreeShape:
-        """``TreeShape.chain(tokens_per_req)``."""
-        return TreeShape.chain(tokens_per_req)
+    def tree_shape(
+        self, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
+    ) -> TreeShape:
+        """``TreeShape.chain(tokens_per_req)`` (``num_draft_tokens=``: the 0.3.0 keyword)."""
+        return TreeShape.chain(
+            verify_width("ChainTree.tree_shape", tokens_per_req, num_draft_tokens)
+        )
 
 
 @dataclass(frozen=True, slots=True)

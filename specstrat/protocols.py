@@ -248,10 +248,11 @@ class DrafterFactory(Protocol[DraftT_contra]):
         ...
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
-        """Prefill side: the fields to send for requests whose first tokens and last hidden
-        states (``[bs, H]``) were just computed."""
+        """Prefill side: the fields to send for requests whose bonus tokens (each one's first
+        generated token) and last hidden states (``[bs, H]``) were just computed; called
+        positionally, so an implementation may name its parameters as it likes."""
         ...
 
 

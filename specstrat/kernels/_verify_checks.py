@@ -223,7 +223,7 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
         )
     if rtt.dtype != torch.int64:
         return  # an int32 token slot // page_size always fits int32
-    # Reads the first token slot of each page a row uses, as the kernel does.
+    # Reads the first KV index of each page a row uses, as the kernel does.
     pages = torch.arange(int(num_pages.max()), device=rtt.device)
     used = pages[None, :] < num_pages[:, None]
     slots = rtt[rpi.long()[:, None], (pages * size)[None, :]]

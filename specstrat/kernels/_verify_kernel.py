@@ -193,7 +193,7 @@ def verify_metadata_ref(
     out.cu_seqlens_k.copy_(prefix[1])
     if out.page_table is None or req_pool_indices is None or req_to_token is None:
         return
-    # Reads the first token slot of each used page from the request's row of req_to_token.
+    # Reads the first KV index of each used page from the request's row of req_to_token.
     width = req_to_token.shape[1]
     pages = torch.arange(out.page_table.shape[1], device=dev)
     token_pos = pages * page_size

@@ -160,10 +160,6 @@ class RunStats:
     verify_forward_tokens: int = 0  # target tokens of those verify rows (T, or drafts + 1)
     accepted_by_position: list[int] = field(default_factory=list)
     proposed_by_position: list[int] = field(default_factory=list)
-    accepted_histogram: dict[int, list[int]] = field(default_factory=dict)
-    dropped_steps: int = 0
-    first_token_at: dict[str, float] = field(default_factory=dict)
-    last_token_at: dict[str, float] = field(default_factory=dict)
     draft_seconds: float = 0.0
     verify_seconds: float = 0.0
     accept_seconds: float = 0.0
@@ -171,6 +167,11 @@ class RunStats:
     seconds: float = 0.0
     draft_worker_verify_forwards: int = 0
     draft_worker_tokens_per_req: int = 0
+    # New in 0.4.0, after the 0.3.0 fields so positional construction keeps its meaning.
+    accepted_histogram: dict[int, list[int]] = field(default_factory=dict)
+    dropped_steps: int = 0
+    first_token_at: dict[str, float] = field(default_factory=dict)
+    last_token_at: dict[str, float] = field(default_factory=dict)
 
     @property
     def acceptance_length(self) -> float:

@@ -139,8 +139,8 @@ class StepRunner:
             slots=tuple(slots), bonus_tokens=first.clone(), seq_lens=lens, hidden=hidden[ends],
             draft_input=None, sampling=params,
         )  # fmt: skip
+        self.table.start(slots, prompts, tokens)  # the drafter's admit reads the prompts
         payload = self._admit_drafter(admission)
-        self.table.start(slots, prompts, tokens)
         self.relay_io.write(slots, self._lengths(slots), first, payload, "drafter.admit")
         return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
 

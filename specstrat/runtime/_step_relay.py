@@ -144,7 +144,7 @@ class StepRelay:
                 self._blame(
                     [slot], "bonus_tokens", f"returned bonus token {got} for slot {slot}, but "
                     f"{token} was stashed there: a stale or aliased relay entry",
-                    f"slot {slot} resolved last token {got} but the batch's first token is "
+                    f"slot {slot} resolved bonus token {got} but the batch's bonus token is "
                     f"{token}",
                 )  # fmt: skip
         return payload

@@ -3,4 +3,4 @@
 from specstrat._deprecation import moved_module
 from specstrat.demo import *  # noqa: F403
 
-moved_module(__name__, "specstrat.demo")
+__getattr__ = moved_module(__name__, "specstrat.demo", "specstrat.demo")

@@ -1,5 +1,6 @@
-"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
-from specstrat._deprecation import moved_module
+"""Deprecated 0.3.0 path: internal since 0.4.0; the public names are in :mod:`specstrat.runtime`."""
+
+from specstrat._deprecation import INTERNAL, moved_module
 from specstrat.runtime._worker import *  # noqa: F403
 
-moved_module(__name__, "specstrat.runtime")
+__getattr__ = moved_module(__name__, INTERNAL, "specstrat.runtime._worker")

@@ -225,7 +225,7 @@ class BlockDrafterFactory:
         return BlockDrafter(runner, block, context.target_tokens, layout, self.confidence_threshold)
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """Nothing travels: the decode side rebuilds the draft KV from the prompt."""
         return _NOTHING

@@ -53,7 +53,7 @@ def _empty_tree(bs: int, device: torch.device) -> DraftTree:
 
 
 class NoDrafter:
-    """Proposes nothing: every step verifies only the last token (plain decoding)."""
+    """Proposes nothing: every step verifies only the bonus token (plain decoding)."""
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
         """Nothing to set up."""
@@ -85,7 +85,7 @@ class NoDrafterFactory:
         return NoDrafter()
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """Nothing travels."""
         return _NOTHING
@@ -177,7 +177,7 @@ class NgramDrafterFactory:
         return NgramDrafter(self.min_ngram, self.max_ngram, context.target_tokens)
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """Nothing travels: the prompt does anyway."""
         return _NOTHING
@@ -323,7 +323,7 @@ class DraftModelDrafterFactory:
         return draft_lm_drafter(context, draft)
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """Nothing travels: the decode side rebuilds the draft KV from the prompt."""
         return _NOTHING

@@ -97,16 +97,16 @@ class EagleHeadDrafter:
         self,
         shape: TreeShape,
         first: torch.Tensor,
-        first_tokens: torch.Tensor,
+        bonus_tokens: torch.Tensor,
         hidden_states: torch.Tensor,
         lengths: torch.Tensor,
     ) -> DraftTree:
         """EAGLE-2's top-k tree: the relayed top-k (``first`` log-probabilities of
-        ``first_tokens``) first, then the head expands each kept node from its parent's
+        ``bonus_tokens``) first, then the head expands each kept node from its parent's
         predicted hidden state."""
         k, bs = shape.topk, first.shape[0]
         expansion = TreeExpansion(shape)
-        expansion.start(first, first_tokens)
+        expansion.start(first, bonus_tokens)
         hidden = hidden_states[:, None].expand(bs, k, -1)
         with torch.inference_mode():
             for _ in range(shape.num_steps - 1):
@@ -170,7 +170,7 @@ class EagleHeadDrafterFactory:
         return EagleHeadDrafter(self._head(context.models), self.topk, vocab)
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """The first draft token's top-k and the head's hidden state, as EAGLE sends them."""
-        return _first_token(self._head(models), hidden, first_tokens, self.topk)
+        return _first_token(self._head(models), hidden, bonus_tokens, self.topk)

@@ -57,7 +57,7 @@ class EarlyExitDrafterFactory:
         return draft_lm_drafter(context, target.early_exit(self.exit_layer))
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """Nothing travels: the decode side rebuilds the draft KV from the prompt."""
         return RelayPayload()

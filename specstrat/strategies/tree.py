@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from specstrat._ints import is_int
 from specstrat.drafting import ChainTree as ChainTree
-from specstrat.drafting import TreeShape
+from specstrat.drafting import TreeShape, verify_width
 from specstrat.errors import InvalidConfig
 
 __all__ = ["ChainTree", "TopkTree"]
@@ -38,6 +38,10 @@ class TopkTree:
             if not is_int(value) or value < 1:
                 raise InvalidConfig(f"TopkTree.{name}={value!r} must be an int >= 1")
 
-    def tree_shape(self, tokens_per_req: int) -> TreeShape:
-        """The shape for ``tokens_per_req`` (T) verified tokens per request."""
-        return TreeShape(topk=self.topk, num_steps=self.num_steps, tokens_per_req=tokens_per_req)
+    def tree_shape(
+        self, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
+    ) -> TreeShape:
+        """The shape for ``tokens_per_req`` (T) verified tokens per request
+        (``num_draft_tokens=``: the 0.3.0 keyword)."""
+        t = verify_width("TopkTree.tree_shape", tokens_per_req, num_draft_tokens)
+        return TreeShape(topk=self.topk, num_steps=self.num_steps, tokens_per_req=t)

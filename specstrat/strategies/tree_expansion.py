@@ -5,7 +5,7 @@ node of the frontier (the ``topk`` nodes kept at the previous depth) by its ``to
 children, scores each child by cumulative log-probability (its parent's score plus its own
 log-probability) and keeps the ``topk`` best as the next frontier. Every expanded node is a
 candidate: ``topk + (num_steps - 1) * topk**2`` in all. The tree proposed is the
-``num_draft_tokens - 1`` best candidates by score (ties: lower index first), in candidate order,
+``tokens_per_req - 1`` (T - 1) best candidates by score (ties: lower index first), in candidate order,
 so parents come before children; a child never scores above its parent, so the kept set holds
 every kept node's ancestors.
 """
@@ -75,7 +75,7 @@ class TreeExpansion:
         self.count += tokens.shape[1]
 
     def tree(self, lengths: torch.Tensor) -> DraftTree:
-        """The ``num_draft_tokens - 1`` best candidates as a :class:`DraftTree`."""
+        """The ``T - 1`` best candidates (``shape.max_nodes``) as a :class:`DraftTree`."""
         n = self.shape.max_nodes
         tokens = torch.cat(self.tokens, dim=1)
         scores = torch.cat(self.scores, dim=1)

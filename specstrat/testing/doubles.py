@@ -126,12 +126,12 @@ class FaultyDrafterFactory:
         return FaultyDrafter(cue("create_drafter", lambda: self.inner.create_drafter(context)), cue)
 
     def prefill_payload(
-        self, models: LoadedModels, first_tokens: torch.Tensor, hidden: torch.Tensor
+        self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor
     ) -> RelayPayload:
         """The wrapped payload, or the fault."""
         cue = _Cue(self.method, self.fault, self.after)
         return cue(
-            "prefill_payload", lambda: self.inner.prefill_payload(models, first_tokens, hidden)
+            "prefill_payload", lambda: self.inner.prefill_payload(models, bonus_tokens, hidden)
         )
 
 

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 import specstrat
-from specstrat import DraftAdmission, DraftStep, RelayPayload, TreeShape
+from specstrat import DraftAdmission, DraftStep, InvalidConfig, RelayPayload, TreeShape
 from specstrat._deprecation import RemovedIn050
 from specstrat.runtime import TransferBatch
 
@@ -39,13 +39,13 @@ def test_every_0_3_0_public_name_still_imports(module: str, name: str) -> None:
     [
         ("specstrat", "EagleHeadDrafterFactory", "specstrat.strategies.EagleHeadDrafterFactory"),
         ("specstrat", "TopkTree", "specstrat.strategies.TopkTree"),
-        ("specstrat.runtime", "ModelWorker", "specstrat.runtime._worker.ModelWorker"),
+        ("specstrat.runtime", "ModelWorker", "internal now, with no public replacement"),
         ("specstrat.strategies.drafters", "DraftKVSlots", "DraftRows"),
     ],
 )
 def test_moved_names_warn_naming_the_new_place(module: str, name: str, replacement: str) -> None:
     """A moved name still resolves, with a RemovedIn050 warning naming where it went."""
-    with pytest.warns(RemovedIn050, match=rf"{module}\.{name} is deprecated.*use .*{replacement}"):
+    with pytest.warns(RemovedIn050, match=rf"{module}\.{name} is deprecated.*{replacement}"):
         getattr(importlib.import_module(module), name)
 
 
@@ -125,3 +125,63 @@ def test_engine_internals_warn_and_point_to_the_public_api() -> None:
     engine = Engine("NGRAM", EmbeddedModels.load())
     with pytest.warns(RemovedIn050, match=r"Engine\.target is deprecated.*Engine API"):
         assert engine.target.device == engine.device
+
+
+def test_warnings_point_at_the_users_line() -> None:
+    """A renamed attribute, keyword, replace() and a moved name all warn at the caller's line,
+    not inside specstrat or dataclasses (so default filters show them)."""
+    step = _step(bonus_tokens=torch.tensor([7]), payload=RelayPayload())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        step.last_tokens  # noqa: B018
+        replace(step, last_tokens=torch.tensor([9]))  # type: ignore[call-arg]
+        specstrat.TopkTree  # noqa: B018
+    assert [Path(w.filename).name for w in caught] == ["test_deprecated_names.py"] * 3
+
+
+def test_an_old_and_a_new_keyword_at_once_is_a_type_error() -> None:
+    """Passing a renamed field both ways is refused, as Python refuses a repeated argument;
+    TreeShape.chain needs its width."""
+    with pytest.raises(TypeError, match=r"DraftStep\(\) got last_tokens= .* and bonus_tokens="):
+        _step(bonus_tokens=torch.tensor([1]), last_tokens=torch.tensor([2]), payload=RelayPayload())
+    with pytest.raises(TypeError, match=r"got num_draft_tokens= .* and tokens_per_req= at once"):
+        TreeShape.chain(4, num_draft_tokens=5)
+    with pytest.raises(TypeError, match=r"TreeShape.chain\(\) missing its argument tokens_per_req"):
+        TreeShape.chain()
+    with pytest.raises(InvalidConfig, match=r"tokens_per_req='4' must be an int >= 1"):
+        TreeShape.chain("4")  # type: ignore[arg-type]
+
+
+def test_tree_policies_take_the_old_keyword() -> None:
+    """ChainTree and TopkTree answer tree_shape(num_draft_tokens=) with a warning."""
+    from specstrat.strategies import ChainTree, TopkTree
+
+    with pytest.warns(RemovedIn050, match=r"TopkTree.tree_shape\(num_draft_tokens=\.\.\.\)"):
+        assert TopkTree(topk=2, num_steps=2).tree_shape(num_draft_tokens=5).tokens_per_req == 5
+    with pytest.warns(RemovedIn050, match=r"ChainTree.tree_shape\(num_draft_tokens=\.\.\.\)"):
+        assert ChainTree().tree_shape(num_draft_tokens=3) == TreeShape.chain(3)
+
+
+def test_setting_an_old_engine_attribute_reaches_the_new_one() -> None:
+    """engine.margin = ... (0.3.0) warns and sets the attribute the engine reads."""
+    from specstrat.runtime import EmbeddedModels, Engine
+
+    engine = Engine("NGRAM", EmbeddedModels.load())
+    with pytest.warns(RemovedIn050, match=r"Engine\.margin is deprecated"):
+        engine.margin = 20
+    with pytest.warns(RemovedIn050):
+        assert engine.margin == 20
+
+
+def test_a_shim_serves_the_old_modules_other_names() -> None:
+    """A 0.3.0 module path still has the names its module had outside __all__."""
+    import sys
+
+    sys.modules.pop("specstrat.runtime.models.model", None)
+    with pytest.warns(
+        RemovedIn050, match=r"specstrat\.runtime\.models\.model is deprecated.*internal"
+    ):
+        old = importlib.import_module("specstrat.runtime.models.model")
+    from specstrat.runtime._models import model
+
+    assert old.VOCAB == model.VOCAB

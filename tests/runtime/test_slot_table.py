@@ -58,6 +58,8 @@ class _Watching:
     seen: list[tuple[str, int, int]]
 
     def admit(self, admission: DraftAdmission[Any]) -> RelayPayload:
+        for slot, n in zip(admission.slots, admission.seq_lens.tolist(), strict=True):
+            self.seen.append(("admit", len(self.tokens(slot)), n))
         return self.inner.admit(admission)
 
     def release(self, slots: Sequence[int]) -> None:
@@ -94,11 +96,12 @@ class _WatchingFactory:
 
 @pytest.mark.parametrize("overlap", [False, True])
 def test_drafts_never_enter_the_committed_tokens(overlap: bool) -> None:
-    """While a step proposes, the committed tokens are the sequence; at commit they have grown
-    by the root and the accepted drafts only, never by the rejected ones."""
+    """At admission the committed tokens are the prompt; while a step proposes, the sequence;
+    at commit they have grown by the root and the accepted drafts only, never by the rejected
+    ones."""
     watching = _WatchingFactory()
     algo = replace(NGRAM, name="WATCHED", drafter=watching)
     engine = Engine(algo, EmbeddedModels.load(), EngineConfig(overlap=overlap))
     engine.run(workload(3))
-    assert watching.seen
+    assert {what for what, _, _ in watching.seen} == {"admit", "propose", "commit"}
     assert all(got == want for _, got, want in watching.seen)

@@ -1,8 +1,11 @@
-"""Deprecated 0.3.0 path: private since 0.4.0; its public names are in :mod:`specstrat.runtime`."""
-from specstrat._deprecation import moved_module
+"""``python -m specstrat.runtime.models.train``: retrains the embedded models (the documented
+command, kept); importing this 0.3.0 path is deprecated (the trainer is internal since 0.4.0)."""
+
+from specstrat._deprecation import INTERNAL, moved_module
 from specstrat.runtime._models.train import *  # noqa: F403
+from specstrat.runtime._models.train import main
 
-moved_module(__name__, "specstrat.runtime")
-
-if __name__ == "__main__":
-    main()  # noqa: F405
+if __name__ != "__main__":
+    __getattr__ = moved_module(__name__, INTERNAL, "specstrat.runtime._models.train")
+else:
+    main()
