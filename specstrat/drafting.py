@@ -38,6 +38,7 @@ __all__ = [
     "StepOutcome",
     "TreeShape",
     "VerifyInputs",
+    "verify_width",
 ]
 
 _DraftT_co = TypeVar("_DraftT_co", covariant=True)
