@@ -50,7 +50,7 @@ _T = TypeVar("_T")
 #: Up to this many tree nodes in a step (roots included), answers are checked on the host lists
 #: (a few Python comparisons); above it, by batched tensor operations whose cost barely grows
 #: with the batch.
-_HOST_CHECK_NODES = 32
+_HOST_CHECK_NODES = 256
 
 
 def _clone(tensor: torch.Tensor | None) -> torch.Tensor | None:

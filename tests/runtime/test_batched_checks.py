@@ -83,7 +83,7 @@ def test_a_wrong_answer_in_a_large_batch_names_the_request() -> None:
     it, as for a small batch."""
     from specstrat.runtime._answers import frozen_acceptance
 
-    bs, n = 40, 3
+    bs, n = 100, 3
     tree = DraftTree.chain(torch.ones(bs, n, dtype=torch.int64))
     index = torch.tensor([0, 1, -1]).expand(bs, n).clone()
     index[17] = torch.tensor([0, 2, -1])  # skips node 1: not a path
