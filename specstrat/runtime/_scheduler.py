@@ -21,7 +21,7 @@ from typing import TextIO
 from specstrat.runtime._admission import TransferBatch
 from specstrat.runtime._requests import Request, RunStats
 from specstrat.runtime._slots import SlotRow, SlotTable
-from specstrat.runtime._step import Produced, StepRunner
+from specstrat.runtime._step import Produced, StepRunner, VerifyCount
 
 __all__ = ["Scheduler"]
 
@@ -127,17 +127,16 @@ class Scheduler:
         live, stats, done = self.table.live_row, self.stats, list[int]()
         step, now = self._step_index, time.perf_counter()
         self._step_index += 1
-        proposed, accepted, made, width, generated = list[int](), list[int](), 0, 0, 0
+        counts, made, generated = list[VerifyCount](), 0, 0
         for slot, result in produced.items():
             row = live(slot)
             if row is None or row.finished:  # an overlapped extra step of a finished request
                 stats.dropped_steps += 1
                 continue
             tokens, request = result.tokens, row.request
-            if (v := result.verify) is not None:  # counted only for steps a request keeps
-                proposed.append(v.proposed)
-                accepted.append(v.accepted)
-                made, width = made + len(tokens), width + v.width
+            if result.verify is not None:  # counted only for steps a request keeps
+                counts.append(result.verify)
+                made += len(tokens)
             stops = request.stop_token_ids
             if len(tokens) < request.max_new_tokens - len(row.output) and (
                 not stops or stops.isdisjoint(tokens)
@@ -155,8 +154,9 @@ class Scheduler:
             if self._trace is not None:
                 self._write_trace(step, row, result, kept)
         stats.generated_tokens += generated
-        if proposed:
-            stats.count_verified(proposed, accepted, made, width)
+        if counts:
+            proposed, accepted, widths = zip(*counts, strict=True)
+            stats.count_verified(list(proposed), list(accepted), made, sum(widths))
         return done
 
     def _write_trace(self, step: int, row: SlotRow, result: Produced, kept: list[int]) -> None:

@@ -27,6 +27,9 @@ __all__ = ["ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
 
 _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
+#: Up to this many requests, a rewind reads each one's dropped KV indices as a slice.
+_FEW = 4
+
 
 @dataclass(frozen=True, slots=True)
 class PreparedTokens:
@@ -162,7 +165,12 @@ class ModelWorker:
             )
             raise InvalidConfig(f"rewind to new_len={bad[1]} outside 0..{bad[2]} for slot {bad[0]}")
         total = sum(drop)
-        if total:
+        if total and len(slots) <= _FEW:  # a few slices read faster than one batched gather
+            table = self.requests.req_to_token
+            for slot, n, o in zip(slots, new_lens, old, strict=True):
+                if o > n:
+                    self.kv.free(table[slot, n:o].tolist())
+        elif total:
             dev = self.device
             counts = torch.tensor(drop, device=dev)
             rows = torch.repeat_interleave(torch.tensor(list(slots), device=dev), counts)
