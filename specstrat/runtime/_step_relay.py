@@ -49,12 +49,20 @@ class StepRelay:
     def __init__(self, algorithm: str, relay: FutureMap, device: torch.device) -> None:
         self.algorithm, self.relay, self.device = algorithm, relay, device
         self.writers = RelayWriters()
+        self._slots: tuple[int, ...] = ()  # the last slots indexed, and their index tensor
+        self._index_tensor = torch.zeros(0, dtype=torch.int64, device=device)
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algorithm, hook, fn, *args, **kwargs)
 
     def _index(self, slots: Sequence[int]) -> torch.Tensor:
-        return torch.tensor(list(slots), dtype=torch.int64, device=self.device)
+        """The slots as an index tensor; a step resolves and writes the same slots, so the last
+        one is kept (a copy each time: a relay may not write into what the engine reuses)."""
+        key = tuple(slots)
+        if key != self._slots:
+            self._slots = key
+            self._index_tensor = torch.tensor(key, dtype=torch.int64, device=self.device)
+        return self._index_tensor.clone()
 
     # -- writes -------------------------------------------------------------------------------
 
