@@ -290,10 +290,11 @@ class StepRunner:
     ) -> dict[int, Produced]:
         paths, counts_accepted = host.answer.paths, host.answer.counts
         bonus_list, tree = host.answer.bonus, host.tree
+        # Each sequence grows by its root (the old bonus token) and the accepted drafts.
+        lengths = [n + 1 + c for n, c in zip(host.lengths, counts_accepted, strict=True)]
         with _engine_invariant("keeping the accepted path after a checked acceptance"):
             if host.chain:  # keep the root and the accepted prefix: one batched rewind
-                kept = [n + 1 + c for n, c in zip(host.lengths, counts_accepted, strict=True)]
-                self.worker.rewind_many(step.slots, kept)
+                self.worker.rewind_many(step.slots, lengths)
             else:  # move each accepted path into place, free the other nodes
                 for slot, length, path in zip(step.slots, host.lengths, paths, strict=True):
                     self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
@@ -315,7 +316,6 @@ class StepRunner:
         answer = self._hook("drafter.commit", self.drafter.commit, outcome)
         payload = frozen_payload(self.algo.name, "drafter.commit", answer, len(step.slots))
         bonus = torch.tensor(bonus_list, dtype=torch.int64, device=self.worker.device)
-        lengths = self._lengths(step.slots)
         self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
         tokens = [[*a, b] for a, b in zip(accepted, bonus_list, strict=True)]
         verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
