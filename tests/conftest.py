@@ -22,3 +22,15 @@ settings.register_profile(
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large],
 )
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci" if os.environ.get("CI") else "dev"))
+
+from pathlib import Path  # noqa: E402
+
+import pytest  # noqa: E402
+
+#: Spec-Bench's questions, read where the workspace keeps them (never copied into the project).
+SPEC_BENCH = Path(__file__).resolve().parents[1].parent / "shared/data/spec_bench/question.jsonl"
+
+#: For tests that read Spec-Bench: a checkout without the shared data beside it skips them.
+needs_spec_bench = pytest.mark.skipif(
+    not SPEC_BENCH.is_file(), reason=f"Spec-Bench questions not found at {SPEC_BENCH}"
+)

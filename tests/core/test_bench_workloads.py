@@ -16,9 +16,9 @@ from specstrat.bench.workloads import (
     parse_workload,
 )
 from specstrat.drafting import GREEDY
+from tests.conftest import SPEC_BENCH, needs_spec_bench
 
 #: Spec-Bench's question file, read in place from the shared data (never copied here).
-SPEC_BENCH = Path(__file__).resolve().parents[2] / "../shared/data/spec_bench/question.jsonl"
 
 
 def test_workload_specs_parse() -> None:
@@ -46,6 +46,7 @@ def test_bad_workload_specs_are_refused(spec: str, match: str) -> None:
         parse_workload(spec)
 
 
+@needs_spec_bench
 def test_spec_bench_rows_take_first_turns_per_category() -> None:
     """By default the six Spec-Bench tasks, ``requests`` each; MT-Bench round robin over its
     eight file categories; each prompt is the question's first turn."""
@@ -58,15 +59,19 @@ def test_spec_bench_rows_take_first_turns_per_category() -> None:
     assert len(MT_BENCH_CATEGORIES) == 8
 
 
+@needs_spec_bench
 def test_single_file_categories_can_be_chosen() -> None:
     """A file category such as ``writing`` is a row of its own."""
     prompts = load_prompts(WorkloadSpec("spec-bench", SPEC_BENCH, ("writing", "qa")), 2)
     assert [p.category for p in prompts] == ["writing", "writing", "qa", "qa"]
 
 
+@needs_spec_bench
 def test_unknown_category_and_missing_file_are_named(tmp_path: Path) -> None:
     """An unknown category lists the known ones; a missing or malformed file says what to pass."""
-    with pytest.raises(InvalidConfig, match=r"category 'poetry' is not in .*; pick from .*mt_bench"):
+    with pytest.raises(
+        InvalidConfig, match=r"category 'poetry' is not in .*; pick from .*mt_bench"
+    ):
         load_prompts(WorkloadSpec("spec-bench", SPEC_BENCH, ("poetry",)), 1)
     missing = tmp_path / "nope.jsonl"
     with pytest.raises(InvalidConfig, match=r"nope.jsonl: No such file.*Spec-Bench"):
