@@ -19,7 +19,7 @@ import torch
 from specstrat.algorithm import HOOKS, SpecAlgorithm
 from specstrat.bench.command import add_bench_parser, bench_command
 from specstrat.drafting import SamplingParams
-from specstrat.errors import PluginLoadError, SpecstratError
+from specstrat.errors import PluginLoadError, SpecstratError, UnknownAlgorithm
 from specstrat.registry import default_registry
 from specstrat.strategies.tree import TopkTree
 from specstrat.testing.conformance import run_conformance
@@ -75,6 +75,10 @@ def _load(spec: str, command: str = "check") -> tuple[Any, Path | None]:
     return getattr(module, attr), Path(source) if source else None
 
 
+#: ``--cache-dir`` os.devnull: mypy writes no ``.mypy_cache`` into the user's directory.
+_MYPY_FLAGS = ("--strict", "--no-error-summary", "--cache-dir", os.devnull)
+
+
 def _mypy(path: Path) -> tuple[bool, str]:
     """mypy --strict on the user's module, seeing this specstrat as an installed package."""
     root = Path(__file__).resolve().parent.parent
@@ -89,7 +93,7 @@ def _mypy(path: Path) -> tuple[bool, str]:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (str(root), env.get("PYTHONPATH")) if p)
     # A fresh process: mypy reads the interpreter's search path once per process and caches it.
     done = subprocess.run(
-        [sys.executable, "-m", "mypy", "--strict", "--no-error-summary", str(path)],
+        [sys.executable, "-m", "mypy", *_MYPY_FLAGS, str(path)],
         env=env,
         capture_output=True,
         text=True,
@@ -98,11 +102,27 @@ def _mypy(path: Path) -> tuple[bool, str]:
     return done.returncode == 0, (done.stdout + done.stderr).strip()
 
 
+def _target(spec: str) -> tuple[Any, Path | None]:
+    """``MODULE:ATTR``, or a registered name (plugins loaded) with the file of the first module
+    other than the top-level package that holds it."""
+    if ":" in spec:
+        return _load(spec)
+    try:
+        algo = default_registry().get(spec)
+    except UnknownAlgorithm as exc:
+        message = f"specstrat check: {exc}; or pass MODULE:ATTR (e.g. mypkg.algos:ALGO)"
+        raise SystemExit(message) from exc
+    modules = [m for m in list(sys.modules.values()) if m.__name__ != "specstrat"]
+    holding = (m for m in modules if any(v is algo for v in vars(m).values()))
+    source = next((f for m in holding if (f := getattr(m, "__file__", None))), None)
+    return algo, Path(source) if source else None
+
+
 def _check_sglang(target: str) -> int:
     """SGLang parity of MODULE:ATTR: one PASS/FAIL line per check, status 1 on any FAIL."""
     from specstrat.integrations.sglang import check_sglang  # imports SGLang: only here
 
-    algo, _ = _load(target)
+    algo, _ = _target(target)
     if not isinstance(algo, SpecAlgorithm):
         raise SystemExit(
             f"specstrat check --sglang: {target!r} is a {type(algo).__name__}, not a SpecAlgorithm"
@@ -116,7 +136,7 @@ def _check_sglang(target: str) -> int:
 def _check(args: argparse.Namespace) -> int:
     if args.sglang:
         return _check_sglang(args.target)
-    algo, source = _load(args.target)
+    algo, source = _target(args.target)
     failed = False
     for result in run_conformance(algo):
         failed |= not result.passed
@@ -281,7 +301,7 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="registered algorithms with their strategies and capabilities")
     check = sub.add_parser("check", help="conformance kit and mypy on MODULE:ATTR")
-    check.add_argument("target", help="the algorithm to check, as MODULE:ATTR")
+    check.add_argument("target", help="the algorithm: a registered name (EAGLE) or MODULE:ATTR")
     check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
     check.add_argument(
         "--sglang",

@@ -165,6 +165,24 @@ def test_check_fails_a_broken_algorithm(
     assert "[arg-type]" in out
 
 
+def test_check_takes_a_registered_name(capsys: pytest.CaptureFixture[str]) -> None:
+    """`specstrat check EAGLE` checks the registered algorithm, and mypy its module."""
+    assert main(["check", "eagle"]) == 0
+    out = capsys.readouterr().out
+    assert "PASS conformance: target_verify" in out
+    assert re.search(r"PASS mypy --strict .*specstrat/builtins\.py", out)
+
+
+def test_check_leaves_no_mypy_cache_in_the_users_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """mypy runs without a cache: the user's directory gets no .mypy_cache."""
+    (tmp_path / "user_algo.py").write_text(USER_ALGO)
+    monkeypatch.chdir(tmp_path)
+    assert main(["check", "user_algo:ALGO"]) == 0, capsys.readouterr().out
+    assert not (tmp_path / ".mypy_cache").exists()
+
+
 def test_check_skips_mypy_on_request(capsys: pytest.CaptureFixture[str]) -> None:
     """--no-mypy runs only the conformance kit."""
     assert main(["check", "--no-mypy", "specstrat.builtins:EAGLE"]) == 0
@@ -174,7 +192,7 @@ def test_check_skips_mypy_on_request(capsys: pytest.CaptureFixture[str]) -> None
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("no_colon", r"'no_colon' is not MODULE:ATTR"),
+        ("no_colon", r"no algorithm named 'no_colon'.*; or pass MODULE:ATTR"),
         ("no_such_module_q:X", r"importing 'no_such_module_q' failed: ModuleNotFoundError"),
         ("specstrat.builtins:MEDUSA", r"module 'specstrat.builtins' has no attribute 'MEDUSA'"),
     ],
@@ -395,7 +413,7 @@ def test_check_sglang_without_sglang_says_how_to_install(
 @pytest.mark.parametrize(
     ("target", "message"),
     [
-        ("no_colon", r"'no_colon' is not MODULE:ATTR"),
+        ("no_colon", r"no algorithm named 'no_colon'.*; or pass MODULE:ATTR"),
         ("no_such_module_q:X", r"importing 'no_such_module_q' failed: ModuleNotFoundError"),
         ("specstrat.builtins:MEDUSA", r"module 'specstrat.builtins' has no attribute 'MEDUSA'"),
         (
