@@ -9,6 +9,7 @@ import json
 import os
 import subprocess
 import sys
+import traceback
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -372,6 +373,10 @@ def _parser() -> argparse.ArgumentParser:
         metavar="FILE",
         help="write one JSON line per step and request (drafts, accepted path, tokens, stop)",
     )
+    for command in (check, demo):
+        command.add_argument(
+            "--traceback", action="store_true", help="on a hook's failure, print its traceback"
+        )
     add_bench_parser(sub, _positive, _add_sampling_and_tree)
     return parser
 
@@ -383,6 +388,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return commands[args.command](args)
     except SpecstratError as exc:
+        if getattr(args, "traceback", False):  # the whole chain: the user's frames included
+            traceback.print_exception(exc, file=sys.stderr)
         print(f"specstrat {args.command}: {type(exc).__name__}: {exc}", file=sys.stderr)
         return 2
 

@@ -14,8 +14,11 @@ halves for callers that hold tensors only.
 
 from __future__ import annotations
 
+import os
+import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 import torch
@@ -42,6 +45,7 @@ __all__ = [
     "describe",
     "drafts_look_valid",
     "hook_error",
+    "user_location",
 ]
 
 _P = ParamSpec("_P")
@@ -60,6 +64,26 @@ def hook_error(algorithm: str, hook: str, problem: str) -> StrategyError:
     return StrategyError(f"{algorithm}.{hook}: {problem}")
 
 
+#: Frames that are not the user's: specstrat's own, the standard library's, installed packages'.
+_NOT_USERS = tuple(
+    {str(Path(__file__).resolve().parent) + os.sep, *(
+        str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "purelib", "platlib")
+    )}
+)  # fmt: skip
+
+
+def user_location(exc: BaseException) -> str:
+    """`` (at FILE:LINE)``: the innermost frame of ``exc``'s traceback in the user's code (not
+    specstrat's, the standard library's or an installed package's), or ``""`` if none is."""
+    found, tb = "", exc.__traceback__
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(_NOT_USERS) and not name.startswith("<"):
+            found = f" (at {name}:{tb.tb_lineno})"
+        tb = tb.tb_next
+    return found
+
+
 class HookCall:
     """``call(algorithm, hook, fn, *args, **kwargs)`` runs ``fn``; an ``Exception`` from it
     other than ``passes`` is re-raised as a StrategyError naming ``algorithm.hook``, the
@@ -76,7 +100,8 @@ class HookCall:
         except self.passes:
             raise
         except Exception as exc:
-            raise hook_error(algorithm, hook, f"raised {type(exc).__name__}: {exc}") from exc
+            problem = f"raised {type(exc).__name__}: {exc}{user_location(exc)}"
+            raise hook_error(algorithm, hook, problem) from exc
 
 
 #: A step's hooks (propose, accept, commit, the relay, ...).
@@ -210,7 +235,11 @@ def acceptance_looks_valid(acceptance: Acceptance, tree: DraftTree, vocab: int) 
     """:func:`check_acceptance_host`'s conditions as batched tensor operations (one read):
     each row a root-to-node path of real nodes, -1 after it, and a bonus token in the
     vocabulary. When False, the host check names what is wrong."""
-    index, counts, bonus = acceptance.accept_index, acceptance.accept_lengths, acceptance.bonus_tokens
+    index, counts, bonus = (
+        acceptance.accept_index,
+        acceptance.accept_lengths,
+        acceptance.bonus_tokens,
+    )
     bs, n = index.shape
     lengths, parents = tree.lengths.to(index.device), tree.parents.to(index.device)
     on_path = torch.arange(n, device=index.device) < counts[:, None]

@@ -18,6 +18,7 @@ import torch
 from specstrat._ints import is_int
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
 from specstrat.batch import PrebuiltBatch
+from specstrat.contracts import user_location
 from specstrat.errors import (
     ConformanceError,
     DisaggError,
@@ -56,6 +57,7 @@ def _obligation(hook: str, text: str) -> Iterator[None]:
     except Exception as exc:
         raise ConformanceError(
             f"{hook} broke the obligation '{text}': {type(exc).__name__}: {exc}"
+            f"{user_location(exc)}"
         ) from exc
 
 

@@ -429,3 +429,42 @@ def test_check_sglang_bad_targets_exit_before_importing_sglang(
     monkeypatch.setitem(sys.modules, "sglang", None)
     with pytest.raises(SystemExit, match=message):
         main(["check", "--sglang", target])
+
+
+BUGGY_ALGO = """
+import dataclasses
+import specstrat
+from specstrat.strategies import NgramDrafterFactory
+
+class Buggy(NgramDrafterFactory):
+    def create_drafter(self, context):
+        inner = super().create_drafter(context)
+        class D:
+            admit, release, commit = inner.admit, inner.release, inner.commit
+            def propose(self, step):
+                return [][1]
+        return D()
+
+BUGGY = dataclasses.replace(specstrat.NGRAM, name="BUGGY", drafter=Buggy())
+"""
+
+
+@pytest.mark.parametrize("traceback", [False, True])
+def test_a_hook_failure_names_the_users_line_and_traceback_shows_its_frame(
+    traceback: bool,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A user's hook that raises ends the one-line message with its file:line; --traceback
+    also prints the chained traceback through the user's frame."""
+    (tmp_path / "buggy_algo.py").write_text(BUGGY_ALGO)
+    monkeypatch.chdir(tmp_path)
+    args = ["demo", "--algo", "buggy_algo:BUGGY", "--requests", "1", "--no-overlap"]
+    assert main([*args, "--traceback"] if traceback else args) == 2
+    err = capsys.readouterr().err
+    assert re.search(
+        r"StrategyError: BUGGY\.drafter\.propose: raised IndexError: list index out of range "
+        r"\(at .*buggy_algo\.py:12\)$", err.strip()
+    )  # fmt: skip
+    assert ('File "' in err and "in propose" in err) == traceback
