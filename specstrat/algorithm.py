@@ -16,11 +16,12 @@ from typing import Any, Generic, ParamSpec, TypeVar
 
 import torch
 
+from specstrat._hooks import call_start_hook
 from specstrat._ints import is_int
 from specstrat._protocol_check import check_strategy as check_strategy
 from specstrat._protocol_check import read_member
 from specstrat.batch import PrebuiltBatch
-from specstrat.contracts import call_start_hook, hook_error
+from specstrat.contracts import hook_error
 from specstrat.drafting import ChainTree, DrafterNeeds
 from specstrat.errors import InvalidConfig, InvalidStrategy, StrategyError
 from specstrat.protocols import (

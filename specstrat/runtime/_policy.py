@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from specstrat._hooks import call_start_hook
 from specstrat.algorithm import SpecAlgorithm, check_strategy
-from specstrat.contracts import call_start_hook, hook_error
+from specstrat.contracts import hook_error
 from specstrat.drafting import DrafterContext, TreeShape
 from specstrat.errors import InvalidConfig, InvalidStrategy
 from specstrat.protocols import Drafter

@@ -15,10 +15,10 @@ from typing import cast
 
 import torch
 
+from specstrat._hooks import user_location
 from specstrat._ints import is_int
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
 from specstrat.batch import PrebuiltBatch
-from specstrat.contracts import user_location
 from specstrat.errors import (
     ConformanceError,
     DisaggError,
