@@ -16,7 +16,7 @@ from specstrat.drafting import DraftTree
 from specstrat.kernels import build_tree_verify_metadata
 from specstrat.runtime._forward import ForwardMode
 from specstrat.runtime._graph_runner import GraphRunner
-from specstrat.runtime._worker import ModelWorker, TreeTokens
+from specstrat.runtime._worker import ModelWorker, TreeTokens, run_offsets
 
 __all__ = ["VerifyResult", "Verifier"]
 
@@ -98,9 +98,7 @@ class Verifier:
             flat_logits, flat_hidden = self.worker.forward(ForwardMode.TARGET_VERIFY, slots, tokens)
         per_row = torch.tensor(counts)
         row_index = torch.repeat_interleave(torch.arange(bs), per_row)
-        col_index = torch.arange(len(row_index)) - torch.repeat_interleave(
-            per_row.cumsum(0) - per_row, per_row
-        )
+        col_index = run_offsets(per_row)
         logits = flat_logits.new_zeros(bs, t, flat_logits.shape[-1])
         logits[row_index, col_index] = flat_logits
         hidden = flat_hidden.new_zeros(bs, t, flat_hidden.shape[-1])

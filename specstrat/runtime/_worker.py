@@ -23,7 +23,7 @@ from specstrat.runtime._forward import ForwardBatch, ForwardMode, TreeAttention
 from specstrat.runtime._memory import KVPool, RequestPool
 from specstrat.runtime._model_check import check_model_outputs
 
-__all__ = ["ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes"]
+__all__ = ["ModelWorker", "PreparedTokens", "TreeTokens", "kv_bytes", "run_offsets"]
 
 _UNIFORM = (ForwardMode.DECODE, ForwardMode.TARGET_VERIFY)
 
@@ -51,6 +51,13 @@ class TreeTokens:
 
     positions: torch.Tensor
     mask: torch.Tensor
+
+
+def run_offsets(counts: torch.Tensor) -> torch.Tensor:
+    """For runs of ``counts[i]`` items laid end to end, each item's index within its run
+    (``[2, 3] -> [0, 1, 0, 1, 2]``)."""
+    starts = torch.repeat_interleave(counts.cumsum(0) - counts, counts)
+    return torch.arange(int(starts.numel()), device=counts.device) - starts
 
 
 def kv_bytes(model: CausalLM, max_total_tokens: int, dtype: torch.dtype) -> int:
@@ -175,9 +182,7 @@ class ModelWorker:
             counts = torch.tensor(drop, device=dev)
             rows = torch.repeat_interleave(torch.tensor(list(slots), device=dev), counts)
             starts = torch.repeat_interleave(torch.tensor(list(new_lens), device=dev), counts)
-            offsets = torch.arange(total, device=dev) - torch.repeat_interleave(
-                counts.cumsum(0) - counts, counts
-            )
+            offsets = run_offsets(counts)
             self.kv.free(self.requests.req_to_token[rows, starts + offsets].tolist())
         for slot, n in zip(slots, new_lens, strict=True):
             lengths[slot] = n
@@ -210,9 +215,7 @@ class ModelWorker:
             rows = rows.repeat_interleave(width)
         else:
             per = torch.tensor(counts, dtype=torch.int64, device=dev)
-            offsets = torch.arange(total, device=dev) - torch.repeat_interleave(
-                per.cumsum(0) - per, per
-            )
+            offsets = run_offsets(per)
             positions = torch.repeat_interleave(first, per) + offsets
             rows = torch.repeat_interleave(rows, per)
         self.requests.req_to_token[rows, positions] = locations.to(torch.int32)
