@@ -18,7 +18,7 @@ from typing import ParamSpec, TypeVar
 from specstrat.contracts import hook_error
 from specstrat.errors import ModelShapeError, SpecstratError, StrategyError
 
-__all__ = ["HookCall", "call_hook", "call_start_hook", "user_location"]
+__all__ = ["HookCall", "call_hook", "call_start_hook", "hook_label", "user_location"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -68,3 +68,10 @@ call_hook = HookCall((StrategyError, ModelShapeError))
 
 #: Construction and start-up (policies, factories): a configuration refusal passes.
 call_start_hook = HookCall((SpecstratError,))
+
+
+def hook_label(protocol: type, field: str, impl: object, algorithm: str | None) -> str:
+    """How a conformance message names a strategy: ``MY_ALGO.acceptance (FloatAcceptance)`` when
+    it is checked as part of the algorithm ``MY_ALGO``, ``AcceptanceRule FloatAcceptance`` alone."""
+    kind = type(impl).__name__
+    return f"{algorithm}.{field} ({kind})" if algorithm else f"{protocol.__name__} {kind}"

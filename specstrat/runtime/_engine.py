@@ -89,7 +89,7 @@ class Engine:
         )
         self._workers = [self._target]
         self._table = SlotTable(self._target.requests, self._target.kv.capacity)
-        self.tree = tree_shape(algo, self.tokens_per_req)
+        self.tree = tree_shape(algo, self.tokens_per_req, cfg.num_draft_tokens)
         # KV a request may need beyond prompt and output: one overlapped step of T, and the
         # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
         tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)

@@ -53,11 +53,29 @@ def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
     return tokens
 
 
-def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int) -> TreeShape:
+def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: int) -> TreeShape:
     """The draft tree for the target's verify width, from the algorithm's tree policy;
-    refused for a drafter that drafts chains only when the tree is not one."""
+    refused for a drafter that drafts chains only when the tree is not one. A policy refusing
+    the width is told where the width came from (``num_draft_tokens`` and the verify policy)."""
     policy = type(algo.tree).__name__
-    shape = call_start_hook(algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req)
+    try:
+        shape = call_start_hook(
+            algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req
+        )
+    except InvalidConfig as exc:
+        if not algo.is_speculative():
+            raise InvalidConfig(
+                f"{algo.name}.tree ({algo.tree!r}) asks for a draft tree, but {algo.name} does "
+                "not speculate: it verifies T=1 token per request and drafts nothing; use "
+                "tree=ChainTree() with it, or compose the tree with a speculative algorithm"
+            ) from exc
+        verify = type(algo.target_verify).__name__
+        raise InvalidConfig(
+            f"{algo.name}.tree ({algo.tree!r}) cannot shape T={tokens_per_req} tokens per "
+            f"request, the width {algo.name}.target_verify ({verify}) verifies for "
+            f"num_draft_tokens={num_draft_tokens}: {exc}; raise num_draft_tokens or pick a "
+            f"tree that fits T={tokens_per_req}"
+        ) from exc
     if not isinstance(shape, TreeShape) or shape.tokens_per_req != tokens_per_req:
         raise InvalidConfig(
             f"{algo.name}: tree={policy}.tree_shape({tokens_per_req}) returned "
@@ -75,10 +93,15 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int) -> TreeShape:
 def create_drafter(algo: SpecAlgorithm[Any], context: DrafterContext) -> Drafter[Any]:
     """The algorithm's drafter for one engine, checked against :class:`Drafter` (every member
     it inherits) before the first request; a factory that raises is named."""
-    # A factory refusing the models or limits stays the configuration error it raised.
-    drafter = call_start_hook(
-        algo.name, "drafter.create_drafter", algo.drafter.create_drafter, context
-    )
+    # A factory refusing the models or limits stays a configuration error, told whose it is.
+    try:
+        drafter = call_start_hook(
+            algo.name, "drafter.create_drafter", algo.drafter.create_drafter, context
+        )
+    except InvalidConfig as exc:
+        raise InvalidConfig(
+            f"{algo.name}.drafter ({type(algo.drafter).__name__}) refused this engine: {exc}"
+        ) from exc
     if drafter is None:
         raise InvalidStrategy(
             f"{algo.name}.drafter.create_drafter() returned None; drafter="

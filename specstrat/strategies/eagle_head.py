@@ -158,8 +158,10 @@ class EagleHeadDrafterFactory:
         """A head drafter over the loaded head; a tree's ``topk`` must fit the relayed top-k."""
         if context.tree is not None and context.tree.topk > self.topk:
             raise InvalidConfig(
-                f"tree topk={context.tree.topk} exceeds the {self.topk} candidates the head "
-                f"relays; use EagleHeadDrafterFactory(topk={context.tree.topk}) or a smaller tree"
+                f"the tree's topk={context.tree.topk} exceeds the {self.topk} candidates per "
+                f"node EagleHeadDrafterFactory(topk={self.topk}) relays; use a tree with topk <= "
+                f"{self.topk} (demo: --topk {self.topk}), or compose the algorithm with "
+                f"drafter=EagleHeadDrafterFactory(topk={context.tree.topk})"
             )
         vocab = context.models.target.shape.vocab_size
         if self.topk > vocab:

@@ -15,7 +15,7 @@ from typing import cast
 
 import torch
 
-from specstrat._hooks import user_location
+from specstrat._hooks import hook_label, user_location
 from specstrat._ints import is_int
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy
 from specstrat.batch import PrebuiltBatch
@@ -72,16 +72,21 @@ def _structure(hook: str, protocol: type, impl: object) -> None:
         raise _fail(hook, f"implements {protocol.__name__}", str(exc)) from exc
 
 
-def check_target_verify_policy(policy: object, *, max_draft_tokens: int = 16) -> None:
-    """``policy`` is a pure TargetVerifyPolicy whose T lies in ``1..D+1`` for D up to the max."""
-    hook = f"TargetVerifyPolicy {type(policy).__name__}"
+def check_target_verify_policy(
+    policy: object, *, max_draft_tokens: int = 16, algorithm: str | None = None
+) -> None:
+    """``policy`` is a pure TargetVerifyPolicy whose T lies in ``1..D+1`` for D up to the max.
+    ``algorithm``: the name of the algorithm the policy belongs to, for messages."""
+    hook = hook_label(TargetVerifyPolicy, "target_verify", policy, algorithm)
     _structure(hook, TargetVerifyPolicy, policy)
     policy = cast(TargetVerifyPolicy, policy)
     text = "supports_target_verify_for_draft() returns a bool, the same every call"
     with _obligation(hook, text):
         first = policy.supports_target_verify_for_draft()
         second = policy.supports_target_verify_for_draft()
-    if not isinstance(first, bool) or first is not second:
+    if not isinstance(first, bool):
+        raise _fail(hook, text, f"returned {first!r} ({type(first).__name__}), not a bool")
+    if first is not second:
         raise _fail(hook, text, f"returned {first!r} then {second!r}")
     for num_draft_tokens in range(1, max_draft_tokens + 1):
         for is_draft_worker in (False, True):
@@ -99,7 +104,14 @@ def check_target_verify_policy(policy: object, *, max_draft_tokens: int = 16) ->
                 )
             if not is_int(tokens):
                 raise _fail(hook, text, f"{call} returned {tokens!r} ({type(tokens).__name__})")
-            if not 1 <= tokens <= num_draft_tokens + 1 or again != tokens:
+            if not 1 <= tokens <= num_draft_tokens + 1:
+                raise _fail(
+                    hook,
+                    text,
+                    f"{call} returned {tokens!r}, outside 1..{num_draft_tokens + 1} (T counts "
+                    "the root and at most num_draft_tokens drafted tokens)",
+                )
+            if again != tokens:
                 raise _fail(hook, text, f"{call} returned {tokens!r} then {again!r}")
 
 
@@ -128,9 +140,12 @@ def _expect_rows(
             raise _fail(hook, text, f"{name}: resolved {value!r}, expected {expected!r}")
 
 
-def check_future_map_factory(factory: object, *, device: torch.device | str = "cpu") -> None:
-    """``factory`` makes FutureMaps that return the latest write per slot and refuse mismatches."""
-    hook = f"FutureMapFactory {type(factory).__name__}"
+def check_future_map_factory(
+    factory: object, *, device: torch.device | str = "cpu", algorithm: str | None = None
+) -> None:
+    """``factory`` makes FutureMaps that return the latest write per slot and refuse mismatches.
+    ``algorithm``: the name of the algorithm the factory belongs to, for messages."""
+    hook = hook_label(FutureMapFactory, "future_map", factory, algorithm)
     dev = torch.device(device)
     _structure(hook, FutureMapFactory, factory)
     factory = cast(FutureMapFactory, factory)
@@ -213,14 +228,16 @@ def check_disagg_draft_builder(
     *,
     capabilities: Capabilities | None = None,
     future_maps: FutureMapFactory | None = None,
+    algorithm: str | None = None,
 ) -> None:
     """``builder`` handles any batch size, keeps its inputs intact, relays when given a map, and
     raises DisaggError naming the requests when hidden states the algorithm carries are missing.
 
     ``capabilities`` says which fields travel (default: EAGLE's, the widest);
-    ``future_maps`` makes the relay for the overlap check (default: slot-indexed).
+    ``future_maps`` makes the relay for the overlap check (default: slot-indexed);
+    ``algorithm``: the name of the algorithm the builder belongs to, for messages.
     """
-    hook = f"DisaggDraftBuilder {type(builder).__name__}"
+    hook = hook_label(DisaggDraftBuilder, "disagg", builder, algorithm)
     caps = capabilities or Capabilities(
         has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True
     )
@@ -269,7 +286,7 @@ def check_disagg_draft_builder(
 
 
 def _check_engine_methods(algo: SpecAlgorithm[object]) -> None:
-    hook = f"SpecAlgorithm {algo.name}"
+    hook = f"{algo.name} (SpecAlgorithm)"
     if algo.is_none() == algo.is_speculative():
         raise _fail(hook, "is_none() is the negation of is_speculative()", "both agree")
     if algo.is_none():
@@ -280,9 +297,12 @@ def _check_engine_methods(algo: SpecAlgorithm[object]) -> None:
         raise _fail(hook, "a non-speculative algorithm has no TARGET_VERIFY width", "returned one")
     for d in range(1, 9):
         for worker in (False, True):
+            try:  # a bad answer from the policy is named by the engine method itself
+                per_req = algo.get_num_tokens_per_req_for_target_verify(d, worker)
+            except SpecstratError as exc:
+                raise _fail(hook, "answers T for num_draft_tokens 1..8", str(exc)) from exc
             text = "get_num_tokens_per_bs_for_target_verify aliases the per_req method"
             with _obligation(hook, text):
-                per_req = algo.get_num_tokens_per_req_for_target_verify(d, worker)
                 per_bs = algo.get_num_tokens_per_bs_for_target_verify(d, worker)
             if per_req != per_bs:
                 raise _fail(hook, text, f"D={d}: {per_req} != {per_bs}")
@@ -305,15 +325,18 @@ def run_conformance(algo: object) -> list[CheckResult]:
                 "algorithm", False, f"{algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
             )
         ]
+    owner = algo.name
     checks: dict[str, Callable[[], object]] = {
-        "target_verify": lambda: check_target_verify_policy(algo.target_verify),
-        "future_map": lambda: check_future_map_factory(algo.future_map),
-        "disagg": lambda: check_disagg_draft_builder(algo.disagg, capabilities=algo.capabilities),
-        "drafter": lambda: check_drafter(
-            algo.drafter, capabilities=algo.capabilities, tree=algo.tree
+        "target_verify": lambda: check_target_verify_policy(algo.target_verify, algorithm=owner),
+        "future_map": lambda: check_future_map_factory(algo.future_map, algorithm=owner),
+        "disagg": lambda: check_disagg_draft_builder(
+            algo.disagg, capabilities=algo.capabilities, algorithm=owner
         ),
-        "tree": lambda: check_tree_policy(algo.tree),
-        "acceptance": lambda: check_acceptance_rule(algo.acceptance),
+        "drafter": lambda: check_drafter(
+            algo.drafter, capabilities=algo.capabilities, tree=algo.tree, algorithm=owner
+        ),
+        "tree": lambda: check_tree_policy(algo.tree, algorithm=owner),
+        "acceptance": lambda: check_acceptance_rule(algo.acceptance, algorithm=owner),
         "engine methods": lambda: _check_engine_methods(algo),
     }
     results: list[CheckResult] = []

@@ -15,6 +15,7 @@ from typing import Any, TypeVar, cast
 
 import torch
 
+from specstrat._hooks import hook_label
 from specstrat.algorithm import Capabilities, SpecAlgorithm, check_strategy, required_capabilities
 from specstrat.contracts import check_acceptance
 from specstrat.drafting import GREEDY, DrafterNeeds, DraftTree, TreeShape, VerifyInputs
@@ -33,6 +34,7 @@ __all__ = ["check_acceptance_rule", "check_drafter", "check_tree_policy"]
 
 def _fail(hook: str, text: str, detail: str) -> ConformanceError:
     return ConformanceError(f"{hook} broke the obligation '{text}': {detail}")
+
 
 
 _T = TypeVar("_T")
@@ -73,11 +75,14 @@ def _trees(vocab: int, gen: torch.Generator) -> list[tuple[str, DraftTree, torch
     return cases
 
 
-def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> None:
+def check_acceptance_rule(
+    rule: object, *, vocab: int = 12, seed: int = 0, algorithm: str | None = None
+) -> None:
     """``rule`` answers every case with a path of the tree within its real nodes and a bonus in
     the vocabulary, the same answer for the same greedy inputs, and — when it claims to be
-    lossless — exactly the greedy answer at temperature 0."""
-    hook = f"AcceptanceRule {type(rule).__name__}"
+    lossless — exactly the greedy answer at temperature 0. ``algorithm``: the name of the
+    algorithm the rule belongs to, for messages."""
+    hook = hook_label(AcceptanceRule, "acceptance", rule, algorithm)
     lossless = _declared(hook, "acceptance", AcceptanceRule, rule, "lossless", bool)
     rule = cast(AcceptanceRule, rule)
     gen = torch.Generator().manual_seed(seed)
@@ -91,7 +96,8 @@ def check_acceptance_rule(rule: object, *, vocab: int = 12, seed: int = 0) -> No
         text = f"returns a root-to-node path of the draft tree ({name})"
         try:
             answer = rule.accept(inputs)
-            check_acceptance(hook, answer, drafts, vocab, drafts.tokens.device)
+            owner = algorithm or type(rule).__name__
+            check_acceptance(owner, answer, drafts, vocab, drafts.tokens.device)
             again = rule.accept(inputs)
         except SpecstratError as exc:
             raise _fail(hook, text, str(exc)) from exc
@@ -123,11 +129,12 @@ class _Refused:
     message: str
 
 
-def check_tree_policy(policy: object) -> list[int]:
+def check_tree_policy(policy: object, *, algorithm: str | None = None) -> list[int]:
     """``policy`` answers ``tree_shape(T)`` for budgets ``T = 1..16`` purely, each with a
     :class:`~specstrat.drafting.TreeShape` of that budget or a named ``InvalidConfig``, and
-    accepts at least one; returns the budgets it accepts."""
-    hook = f"TreePolicy {type(policy).__name__}"
+    accepts at least one; returns the budgets it accepts. ``algorithm``: the name of the
+    algorithm the policy belongs to, for messages."""
+    hook = hook_label(TreePolicy, "tree", policy, algorithm)
     try:
         check_strategy("tree", TreePolicy, policy)
     except SpecstratError as exc:
@@ -162,15 +169,17 @@ def check_drafter(
     models: LoadedModels | None = None,
     capabilities: Capabilities | None = None,
     tree: TreePolicy | None = None,
+    algorithm: str | None = None,
 ) -> None:
     """``factory`` declares its needs, sends exactly them from the prefill side, and its drafter
     runs in a real engine (sync and overlap, D = 1 and 3; under a ``tree`` policy that refuses
-    those, the two smallest budgets it accepts) without breaking any contract, leaking a slot, or changing a
-    token of target-only greedy output."""
+    those, the two smallest budgets it accepts) without breaking any contract, leaking a slot,
+    or changing a token of target-only greedy output. ``algorithm``: the name of the algorithm
+    the factory belongs to, which the engine's messages then name."""
     from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
     from specstrat.runtime._workload import workload
 
-    hook = f"DrafterFactory {type(factory).__name__}"
+    hook = hook_label(DrafterFactory, "drafter", factory, algorithm)
     needs = _declared(hook, "drafter", DrafterFactory, factory, "needs", DrafterNeeds)
     drafter = cast("DrafterFactory[Any]", factory)
     loaded: LoadedModels = models or EmbeddedModels.load()
@@ -185,7 +194,7 @@ def check_drafter(
     if payload.present() and payload.num_rows != 3:
         raise _fail(hook, text, f"{payload.num_rows} rows for 3 requests")
     algo: SpecAlgorithm[Any] = SpecAlgorithm(
-        name="CONFORMANCE",
+        name=algorithm or type(factory).__name__,
         capabilities=capabilities or _capabilities(needs),
         target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=needs.draft_worker_verify),
         future_map=SlotFutureMapFactory(),
@@ -194,14 +203,15 @@ def check_drafter(
         acceptance=GreedyAcceptance(),
         tree=tree or ChainTree(),
     )
-    accepted = [1, 3] if tree is None else check_tree_policy(tree)
+    accepted = [1, 3] if tree is None else check_tree_policy(tree, algorithm=algorithm)
     budgets = [d for d in (1, 3) if d in accepted] or accepted[:2]
     requests = [replace(r, max_new_tokens=24) for r in workload(3, seed=1)]
     for d in budgets:
         config = EngineConfig(num_draft_tokens=d, context_len=256, max_running_requests=4)
         target_only = Engine("NONE", loaded, config).run(requests)
         for overlap in (False, True):
-            text = f"runs losslessly with greedy acceptance (D={d}, overlap={overlap})"
+            mode = "overlap" if overlap else "sync"
+            text = f"runs in an engine and matches target-only greedy output (D={d}, {mode})"
             try:
                 engine = Engine(algo, loaded, replace(config, overlap=overlap))
                 before = (engine.free_slots, engine.free_kv_tokens)

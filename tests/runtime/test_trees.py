@@ -160,7 +160,12 @@ def test_the_head_must_relay_enough_candidates(models: EmbeddedModels) -> None:
     algo = replace(
         specstrat.EAGLE, drafter=EagleHeadDrafterFactory(topk=2), tree=TopkTree(topk=3, num_steps=2)
     )
-    with pytest.raises(InvalidConfig, match=r"tree topk=3 exceeds the 2 candidates the head"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"EAGLE\.drafter \(EagleHeadDrafterFactory\) refused this engine: the tree's "
+        r"topk=3 exceeds the 2 candidates per node EagleHeadDrafterFactory\(topk=2\) relays; "
+        r"use a tree with topk <= 2 .*drafter=EagleHeadDrafterFactory\(topk=3\)",
+    ):
         Engine(algo, models, EngineConfig())
 
 
@@ -354,8 +359,25 @@ def test_topk_beyond_the_vocabulary_is_refused_at_start(models: EmbeddedModels) 
 
 def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> None:
     """num_steps past num_draft_tokens - 1 can verify nothing more: refused, naming both."""
-    with pytest.raises(InvalidConfig, match=r"num_steps=5 is deeper than tokens_per_req"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"EAGLE\.tree \(TopkTree\(topk=2, num_steps=5\)\) cannot shape T=4 tokens per "
+        r"request, the width EAGLE\.target_verify \(FixedWidthVerifyPolicy\) verifies for "
+        r"num_draft_tokens=4: num_steps=5 is deeper than tokens_per_req=4 .*raise "
+        r"num_draft_tokens or pick a tree that fits T=4",
+    ):
         Engine(tree(specstrat.EAGLE, 2, 5), models, EngineConfig(num_draft_tokens=4))
+
+
+def test_a_tree_on_an_algorithm_that_drafts_nothing_says_so(models: EmbeddedModels) -> None:
+    """NONE with a tree is refused for what it is (no speculation), not for a budget of 1."""
+    with pytest.raises(
+        InvalidConfig,
+        match=r"NONE\.tree \(TopkTree\(topk=2, num_steps=3\)\) asks for a draft tree, but "
+        r"NONE does not speculate: it verifies T=1 token per request and drafts nothing; use "
+        r"tree=ChainTree\(\) with it",
+    ):
+        Engine(tree(specstrat.NONE, 2, 3), models, EngineConfig(num_draft_tokens=4))
 
 
 def test_a_tree_deeper_than_the_policy_is_refused(models: EmbeddedModels) -> None:
