@@ -4,6 +4,7 @@ public modules and no deprecated one."""
 import re
 from pathlib import Path
 
+from specstrat.runtime import Request
 from specstrat.testing import check_acceptance_rule
 from tests.core.test_public_api import PUBLIC_MODULES, _is_shim
 from tests.typing.guide_acceptance import TopTwoFirstDraftAcceptance
@@ -62,3 +63,12 @@ def test_the_reference_covers_every_public_module() -> None:
         path = ROOT.joinpath(*name.split("."))
         source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
         assert not _is_shim(source), name
+
+
+def test_the_own_model_snippet_builds_an_engine() -> None:
+    """The models guide's engine line runs as written, on tests/runtime/user_model.py."""
+    page = (DOCS / "guides" / "models.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "BigramLM(" in b]
+    scope: dict[str, object] = {}
+    exec(code, scope)
+    assert scope["engine"].run([Request("r0", (1, 2, 3), 4)])["r0"]  # type: ignore[attr-defined]
