@@ -13,6 +13,7 @@ independent, for tests and embedding engines.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
@@ -45,6 +46,8 @@ class Registry:
     def __init__(self, builtins: Iterable[SpecAlgorithm[Any]] = ()) -> None:
         self._algorithms: dict[str, SpecAlgorithm[Any]] = {}
         self._plugins_loaded = False
+        self._loading = False
+        self._loaded_points: set[str] = set()
         for algo in builtins:
             self._add(algo, reserved_ok=True)
 
@@ -97,35 +100,76 @@ class Registry:
         """Register every plugin in ``found`` (default: the installed ``specstrat.algorithms``).
 
         All or nothing: every plugin is loaded and checked before any is registered, so a broken
-        one raises :class:`~specstrat.errors.PluginLoadError` and leaves the registry unchanged.
-        Any exception a plugin raises counts, ``SystemExit`` and other ``BaseException``s
-        included; only ``KeyboardInterrupt`` propagates as it is.
+        one raises :class:`~specstrat.errors.PluginLoadError` and leaves the registry unchanged,
+        including what the plugins' own modules registered while they were imported. A plugin
+        whose module registers its algorithm itself (``X = specstrat.register(...)``, the
+        README's pattern) counts once. A plugin whose module is being imported right now (it
+        called ``register``, which loads the plugins first) is left for a later lookup, as its
+        own ``register`` call adds it. Any exception a plugin raises counts, ``SystemExit`` and
+        other ``BaseException`` subclasses included; only ``KeyboardInterrupt`` propagates as it is.
+        Returns the names registered from entry points by this call.
         """
         candidates = list(entry_points(group=ENTRY_POINT_GROUP) if found is None else found)
+        before = dict(self._algorithms)
         loaded: list[SpecAlgorithm[Any]] = []
-        for ep in candidates:
-            try:
-                obj = ep.load()
-                if callable(obj) and not isinstance(obj, SpecAlgorithm):
-                    obj = obj()
-                algo = self._admit(obj, reserved_ok=False, pending=[a.name.upper() for a in loaded])
-            except KeyboardInterrupt:
-                raise
-            except BaseException as exc:  # a plugin's sys.exit() must not end the caller
-                raise PluginLoadError(
-                    f"plugin {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r} failed to "
-                    f"load: {_describe(exc)}; fix or uninstall it (no plugin was registered)"
-                ) from exc
-            loaded.append(algo)
+        done: list[str] = []
+        self._loading = True
+        try:
+            for ep in candidates:
+                if ep.value in self._loaded_points or _importing(ep.module):
+                    continue
+                algo = self._load_one(ep, loaded)
+                if algo is not None:
+                    loaded.append(algo)
+                done.append(ep.value)
+        except BaseException:
+            self._algorithms = before
+            raise
+        finally:
+            self._loading = False
         for algo in loaded:
             self._algorithms[algo.name.upper()] = algo
+        self._loaded_points.update(done)
         return tuple(algo.name.upper() for algo in loaded)
 
+    def _load_one(
+        self, ep: EntryPoint, loaded: list[SpecAlgorithm[Any]]
+    ) -> SpecAlgorithm[Any] | None:
+        """The algorithm ``ep`` names, checked; None when its module registered it itself."""
+        try:
+            obj = ep.load()
+            if callable(obj) and not isinstance(obj, SpecAlgorithm):
+                obj = obj()
+            if isinstance(obj, SpecAlgorithm) and self._algorithms.get(obj.name.upper()) is obj:
+                return None
+            return self._admit(obj, reserved_ok=False, pending=[a.name.upper() for a in loaded])
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:  # a plugin's sys.exit() must not end the caller
+            raise PluginLoadError(
+                f"plugin {ep.name!r} ({ep.value}) in group {ENTRY_POINT_GROUP!r} failed to "
+                f"load: {_describe(exc)}; fix or uninstall it (no plugin was registered)"
+            ) from exc
+
     def ensure_plugins(self) -> None:
-        """Load installed plugins once (again on the next call if loading failed)."""
-        if not self._plugins_loaded:
-            self.load_entry_points()
-            self._plugins_loaded = True
+        """Load installed plugins once (again on the next call if loading failed or was deferred).
+
+        A call made while plugins are loading (a plugin module calling ``register``) does
+        nothing, so a plugin module may register itself.
+        """
+        if self._plugins_loaded or self._loading:
+            return
+        self.load_entry_points()
+        self._plugins_loaded = not any(
+            _importing(ep.module) for ep in entry_points(group=ENTRY_POINT_GROUP)
+        )
+
+
+def _importing(module: str) -> bool:
+    """Whether ``module`` is being imported right now (its body has not finished running)."""
+    found = sys.modules.get(module)
+    spec = getattr(found, "__spec__", None)
+    return bool(getattr(spec, "_initializing", False))
 
 
 def _describe(exc: BaseException) -> str:
