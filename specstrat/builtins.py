@@ -20,7 +20,8 @@ Every built-in accepts by rejection sampling (``RejectionSamplingAcceptance``: l
 distribution, and exactly greedy decoding for requests with temperature 0).
 
 The rows match SGLang 0.5.23's enum, ``supports_ragged_verify`` included: DSPARK is the one
-built-in with it, NGRAM is not (prompt lookup with ragged verify is a composition, in the README).
+built-in with it, NGRAM is not (prompt lookup with ragged verify is a composition:
+docs/concepts/builtins.md).
 """
 
 from __future__ import annotations

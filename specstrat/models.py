@@ -194,7 +194,7 @@ class LoadedModels(Protocol):
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelSet:
-    """Your own models for the engine: ``ModelSet(target=MyLM())`` (see the README).
+    """Your own models for the engine: ``ModelSet(target=MyLM())`` (see docs/guides/models.md).
 
     ``block``: a :class:`BlockDraftModel` for the block drafter (DFLASH, DSPARK). It is not part
     of :class:`LoadedModels`, so model sets written before it still satisfy that Protocol; the

@@ -29,7 +29,8 @@ EARLY_EXIT = early_exit_algorithm(8)
 
 
 #: Prompt lookup with ragged verify: a step verifies only what the drafter proposed for each
-#: request (SGLang 0.5.23's NGRAM row has no ragged verify; this is the README's composition).
+#: request (SGLang 0.5.23's NGRAM row has no ragged verify; the composition of
+#: docs/concepts/builtins.md).
 NGRAM_RAGGED = replace(
     NGRAM, name="NGRAM_RAGGED", capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True)
 )

@@ -15,7 +15,7 @@ MODULE:ATTR``) checks method-set and hook-answer parity.
 
 SGLang is imported on first use; without it every function raises :class:`IntegrationError`
 saying how to install it. SGLang still decides some paths by identity (``is_eagle()``, the
-algorithm's name): the README's "SGLang integration" section lists what the worker must do.
+algorithm's name): docs/guides/sglang.md lists what the worker must do.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The README's three-line property test, run as written."""
+"""The three-line property test of docs/guides/checking.md, run as written."""
 
 from hypothesis import given
 
@@ -8,5 +8,5 @@ from tests.typing.readme_example import ShortDraftVerifyPolicy
 
 @given(verify_batches(policy=ShortDraftVerifyPolicy()))
 def test_my_policy_metadata(batch):  # type: ignore[no-untyped-def]
-    """Metadata built for any batch under the README policy keeps every invariant."""
+    """Metadata built for any batch under the README example's policy keeps every invariant."""
     check_verify_metadata(batch.build(), batch)

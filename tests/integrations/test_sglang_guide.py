@@ -1,4 +1,4 @@
-"""The README's SGLang section runs as written against the real SGLang."""
+"""The SGLang guide (docs/guides/sglang.md) runs as written against the real SGLang."""
 
 import importlib
 import re
@@ -15,13 +15,11 @@ from specstrat.cli import main
 from tests.integrations.sglang_standins import StandInWorker
 from tests.typing.readme_example import MY_EAGLE
 
-README = (Path(__file__).resolve().parents[2] / "README.md").read_text()
-SECTION = README[README.index("## SGLang integration\n") :]
-SECTION = SECTION[: SECTION.index("\n## ", 1)]
+SECTION = (Path(__file__).resolve().parents[2] / "docs" / "guides" / "sglang.md").read_text()
 
 
 def blocks(language: str) -> list[str]:
-    """The section's fenced code blocks in ``language``, in order."""
+    """The guide's fenced code blocks in ``language``, in order."""
     return re.findall(rf"```{language}\n(.*?)```", SECTION, flags=re.DOTALL)
 
 
@@ -58,7 +56,7 @@ def test_the_plugin_snippet_loads_through_sglang(
 
 
 def test_the_check_output_is_what_the_command_prints(capsys: pytest.CaptureFixture[str]) -> None:
-    """The README's `check --sglang` transcript is the command's output, line for line."""
+    """The guide's `check --sglang` transcript is the command's output, line for line."""
     transcript = re.findall(r"```\n(\$ .*?)```", SECTION, flags=re.DOTALL)[0]
     command, *expected = transcript.splitlines()
     assert command.endswith("specstrat check --sglang tests.typing.readme_example:MY_EAGLE")

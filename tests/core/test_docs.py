@@ -1,0 +1,74 @@
+"""The documentation pages show the code the suite runs, and the API reference covers the
+public modules and no deprecated one."""
+
+import re
+from pathlib import Path
+
+from specstrat.runtime import Request
+from specstrat.testing import check_acceptance_rule
+from tests.core.test_public_api import PUBLIC_MODULES, _is_shim
+from tests.typing.guide_acceptance import TopTwoFirstDraftAcceptance
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCS = ROOT / "docs"
+#: What the API reference pages render (``::: module`` lines).
+REFERENCED = {
+    line.removeprefix("::: ").strip()
+    for page in (DOCS / "reference").glob("*.md")
+    for line in page.read_text().splitlines()
+    if line.startswith("::: ")
+}
+
+
+def test_the_property_test_is_the_one_that_runs() -> None:
+    """The checking guide's three-line property test is tests/kernels/test_readme_property.py's."""
+    page = (DOCS / "guides" / "checking.md").read_text()
+    source = (ROOT / "tests/kernels/test_readme_property.py").read_text()
+    lines = [
+        "@given(verify_batches(policy=ShortDraftVerifyPolicy()))",
+        "def test_my_policy_metadata(batch):",
+        "    check_verify_metadata(batch.build(), batch)",
+    ]
+    for line in lines:
+        assert line in page
+        assert line in source
+
+
+def test_the_ragged_lookup_is_the_tested_composition() -> None:
+    """The built-ins page's NGRAM_RAGGED is the composition tests/runtime/custom_algos.py runs."""
+    source = (ROOT / "tests/runtime/custom_algos.py").read_text()
+    start = source.index("NGRAM_RAGGED = replace(")
+    block = source[start : source.index("\n)\n", start) + 3]
+    assert f"```python\n{block}```" in (DOCS / "concepts" / "builtins.md").read_text()
+
+
+def test_the_acceptance_guide_example_passes_the_kit() -> None:
+    """The acceptance guide's rule passes check_acceptance_rule, declaring itself lossy."""
+    rule = TopTwoFirstDraftAcceptance()
+    assert rule.lossless is False
+    check_acceptance_rule(rule)
+
+
+def test_included_files_exist() -> None:
+    """Every file a page includes (``--8<-- "PATH"``) exists, so no page shows a stale copy."""
+    for page in DOCS.rglob("*.md"):
+        for path in re.findall(r'^--8<-- "([^"]+)"$', page.read_text(), flags=re.MULTILINE):
+            assert (ROOT / path).is_file(), f"{page}: {path}"
+
+
+def test_the_reference_covers_every_public_module() -> None:
+    """Each public module has a reference entry; no deprecated 0.3.0 shim has one."""
+    assert set(PUBLIC_MODULES) == REFERENCED
+    for name in REFERENCED:
+        path = ROOT.joinpath(*name.split("."))
+        source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
+        assert not _is_shim(source), name
+
+
+def test_the_own_model_snippet_builds_an_engine() -> None:
+    """The models guide's engine line runs as written, on tests/runtime/user_model.py."""
+    page = (DOCS / "guides" / "models.md").read_text()
+    (code,) = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "BigramLM(" in b]
+    scope: dict[str, object] = {}
+    exec(code, scope)
+    assert scope["engine"].run([Request("r0", (1, 2, 3), 4)])["r0"]  # type: ignore[attr-defined]
