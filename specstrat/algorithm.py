@@ -142,16 +142,20 @@ class SpecAlgorithm(Generic[DraftT_co]):
             )
         if not isinstance(self.capabilities, Capabilities):
             raise InvalidConfig(
-                f"capabilities={self.capabilities!r}; pass specstrat.Capabilities(...)"
+                f"{self.name}: capabilities={self.capabilities!r}; pass "
+                "specstrat.Capabilities(...)"
             )
         for hook, protocol in HOOKS.items():
-            check_strategy(hook, protocol, getattr(self, hook))
+            try:
+                check_strategy(hook, protocol, getattr(self, hook))
+            except InvalidStrategy as exc:
+                raise InvalidStrategy(f"{self.name}: {exc}") from None
         self._check_drafter_needs()
         lossless = read_member("acceptance", AcceptanceRule, self.acceptance, "lossless")
         if not isinstance(lossless, bool):
             raise InvalidStrategy(
-                f"acceptance={type(self.acceptance).__name__}.lossless is {lossless!r}; "
-                "AcceptanceRule needs a bool property `lossless`"
+                f"{self.name}: acceptance={type(self.acceptance).__name__}.lossless is "
+                f"{lossless!r}; AcceptanceRule needs a bool property `lossless`"
             )
 
     def _check_drafter_needs(self) -> None:
@@ -160,8 +164,8 @@ class SpecAlgorithm(Generic[DraftT_co]):
         needs = read_member("drafter", DrafterFactory, self.drafter, "needs")
         if not isinstance(needs, DrafterNeeds):
             raise InvalidStrategy(
-                f"drafter={kind}.needs is {needs!r}; DrafterFactory needs a `needs` property "
-                "returning specstrat.DrafterNeeds"
+                f"{self.name}: drafter={kind}.needs is {needs!r}; DrafterFactory needs a `needs` "
+                "property returning specstrat.DrafterNeeds"
             )
         for capability, need in required_capabilities(needs).items():
             if not getattr(self.capabilities, capability):

@@ -1,16 +1,26 @@
-"""Conformance messages name the user's algorithm and strategy, and say precisely what is wrong."""
+"""Conformance and composition messages name the user's algorithm and strategy, and say
+precisely what is wrong."""
 
 from dataclasses import dataclass, replace
 
 import pytest
 
-from specstrat import NGRAM, ConformanceError, DrafterContext, DraftStep, DraftTree, VerifyInputs
+from specstrat import (
+    NGRAM,
+    ConformanceError,
+    DrafterContext,
+    DraftStep,
+    DraftTree,
+    InvalidStrategy,
+    VerifyInputs,
+)
 from specstrat.drafting import Acceptance
 from specstrat.strategies import (
     FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NoDrafter,
     NoDrafterFactory,
+    SlotFutureMapFactory,
 )
 from specstrat.testing import check_acceptance_rule, check_target_verify_policy, run_conformance
 
@@ -103,3 +113,27 @@ def test_a_non_bool_support_answer_names_its_type() -> None:
     """supports_target_verify_for_draft answering 1 is 'not a bool', not '1 then 1'."""
     with pytest.raises(ConformanceError, match=r"returned 1 \(int\), not a bool"):
         check_target_verify_policy(IntSupport())
+
+
+class MaybeLossless(GreedyAcceptance):
+    @property
+    def lossless(self) -> bool:
+        return "yes"  # type: ignore[return-value]
+
+
+def test_a_wrong_strategy_in_a_composition_names_the_algorithm() -> None:
+    """A FutureMapFactory passed as target_verify is refused naming MINE and the field."""
+    with pytest.raises(
+        InvalidStrategy,
+        match=r"^MINE: target_verify=SlotFutureMapFactory has no method "
+        r"supports_target_verify_for_draft",
+    ):
+        replace(NGRAM, name="MINE", target_verify=SlotFutureMapFactory())
+
+
+def test_a_non_bool_lossless_names_the_algorithm() -> None:
+    """A rule whose lossless is a str is refused naming MINE and the rule."""
+    with pytest.raises(
+        InvalidStrategy, match=r"^MINE: acceptance=MaybeLossless\.lossless is 'yes'; "
+    ):
+        replace(NGRAM, name="MINE", acceptance=MaybeLossless())
