@@ -128,7 +128,7 @@ def test_a_wrong_strategy_in_a_composition_names_the_algorithm() -> None:
         match=r"^MINE: target_verify=SlotFutureMapFactory has no method "
         r"supports_target_verify_for_draft",
     ):
-        replace(NGRAM, name="MINE", target_verify=SlotFutureMapFactory())
+        replace(NGRAM, name="MINE", target_verify=SlotFutureMapFactory())  # type: ignore[arg-type]
 
 
 def test_a_non_bool_lossless_names_the_algorithm() -> None:
