@@ -149,7 +149,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
             try:
                 check_strategy(hook, protocol, getattr(self, hook))
             except InvalidStrategy as exc:
-                raise InvalidStrategy(f"{self.name}: {exc}") from None
+                raise InvalidStrategy(f"{self.name}: {exc}") from exc.__cause__
         self._check_drafter_needs()
         lossless = read_member("acceptance", AcceptanceRule, self.acceptance, "lossless")
         if not isinstance(lossless, bool):
