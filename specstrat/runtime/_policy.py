@@ -67,7 +67,8 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: 
             raise InvalidConfig(
                 f"{algo.name}.tree ({algo.tree!r}) asks for a draft tree, but {algo.name} does "
                 "not speculate: it verifies T=1 token per request and drafts nothing; use "
-                "tree=ChainTree() with it, or compose the tree with a speculative algorithm"
+                "tree=ChainTree() with it (demo: drop --topk and --steps), or compose the tree "
+                "with a speculative algorithm"
             ) from exc
         verify = type(algo.target_verify).__name__
         raise InvalidConfig(
@@ -83,9 +84,10 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: 
         )
     if not shape.is_chain and not algo.drafter.needs.trees:
         raise InvalidConfig(
-            f"{algo.name}: tree={policy} asks for topk={shape.topk} but drafter="
-            f"{type(algo.drafter).__name__} drafts chains only (needs.trees=False); use "
-            "tree=ChainTree() or a drafter that drafts trees"
+            f"{algo.name}.tree ({algo.tree!r}) asks for topk={shape.topk}, but "
+            f"{algo.name}.drafter ({type(algo.drafter).__name__}) drafts chains only "
+            "(needs.trees=False); use tree=ChainTree() (demo: drop --topk, or --topk 1) or a "
+            "drafter that drafts trees"
         )
     return shape
 

@@ -8,6 +8,7 @@ obligation it broke. Built-ins pass through the same runners (``tests/core/test_
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -310,11 +311,13 @@ def _check_engine_methods(algo: SpecAlgorithm[object]) -> None:
 
 @dataclass(frozen=True, slots=True)
 class CheckResult:
-    """One conformance check's outcome: its name, whether it passed, and why not."""
+    """One conformance check's outcome: its name, whether it passed, why not, and the error
+    that said so (its traceback reaches the user's frames; ``specstrat check --traceback``)."""
 
     name: str
     passed: bool
     message: str = ""
+    error: SpecstratError | None = dataclasses.field(default=None, compare=False, repr=False)
 
 
 def run_conformance(algo: object) -> list[CheckResult]:
@@ -344,7 +347,7 @@ def run_conformance(algo: object) -> list[CheckResult]:
         try:
             run()
         except SpecstratError as exc:
-            results.append(CheckResult(name, False, str(exc)))
+            results.append(CheckResult(name, False, str(exc), exc))
         else:
             results.append(CheckResult(name, True))
     return results

@@ -378,7 +378,7 @@ def test_demo_without_tree_flags_is_a_chain(capsys: pytest.CaptureFixture[str]) 
 def test_demo_refuses_a_tree_for_a_chain_drafter(capsys: pytest.CaptureFixture[str]) -> None:
     """--topk 2 with prompt lookup exits 2, naming the drafter that drafts chains only."""
     assert main(["demo", "--algo", "NGRAM", "--topk", "2", "--requests", "1"]) == 2
-    assert "drafter=NgramDrafterFactory drafts chains only" in capsys.readouterr().err
+    assert "NGRAM.drafter (NgramDrafterFactory) drafts chains only" in capsys.readouterr().err
 
 
 def test_demo_refuses_a_budget_the_tree_cannot_fill(capsys: pytest.CaptureFixture[str]) -> None:

@@ -77,6 +77,13 @@ def test_list_shows_the_plugin(plugin: Path) -> None:
     assert "partially initialized" not in done.stderr
 
 
+def test_check_takes_the_plugins_name(plugin: Path) -> None:
+    """``specstrat check MY_LOOKUP`` finds the plugin by its registered name and passes it."""
+    done = run(plugin, "-m", "specstrat", "check", "--no-mypy", "my_lookup")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "FAIL" not in done.stdout
+
+
 def test_get_and_later_register_work(plugin: Path) -> None:
     """``get`` finds the plugin, and a later ``register`` is not broken by it."""
     code = (

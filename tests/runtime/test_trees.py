@@ -151,7 +151,11 @@ def test_tree_shape_values_are_checked() -> None:
 
 def test_a_chain_only_drafter_refuses_a_tree(models: EmbeddedModels) -> None:
     """Prompt lookup drafts chains only: a topk-2 tree is refused at engine start."""
-    with pytest.raises(InvalidConfig, match=r"drafter=NgramDrafterFactory drafts chains only"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"NGRAM\.tree \(TopkTree\(topk=2, num_steps=3\)\) asks for topk=2, but "
+        r"NGRAM\.drafter \(NgramDrafterFactory\) drafts chains only .*demo: drop --topk",
+    ):
         Engine(tree(specstrat.NGRAM, 2, 3), models, EngineConfig())
 
 
@@ -375,7 +379,7 @@ def test_a_tree_on_an_algorithm_that_drafts_nothing_says_so(models: EmbeddedMode
         InvalidConfig,
         match=r"NONE\.tree \(TopkTree\(topk=2, num_steps=3\)\) asks for a draft tree, but "
         r"NONE does not speculate: it verifies T=1 token per request and drafts nothing; use "
-        r"tree=ChainTree\(\) with it",
+        r"tree=ChainTree\(\) with it \(demo: drop --topk and --steps\)",
     ):
         Engine(tree(specstrat.NONE, 2, 3), models, EngineConfig(num_draft_tokens=4))
 

@@ -18,7 +18,7 @@ class ShortDraftVerifyPolicy:
         return max(1, d - 1) if is_draft_worker else d
 
 
-# Everything else (relay, disagg builder, EAGLE-head drafter, greedy acceptance) is EAGLE's.
+# Everything else (relay, disagg builder, EAGLE-head drafter, rejection sampling) is EAGLE's.
 MY_EAGLE: SpecAlgorithm[EagleDraftInput] = specstrat.register(
     replace(EAGLE, name="MY_EAGLE", target_verify=ShortDraftVerifyPolicy())
 )
