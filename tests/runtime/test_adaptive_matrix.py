@@ -64,7 +64,7 @@ def test_every_algorithm_under_every_policy(
         replace(algo, speculation=POLICIES[policy]), models, replace(CONFIG, overlap=overlap)
     )
     assert engine.run(REQUESTS) == target_only
-    if policy in ("ema-moving", "schedule", "scripted"):
+    if policy in ("schedule", "scripted"):
         assert len(engine.stats.width_histogram) > 1, engine.stats.width_histogram
         assert 1 in engine.stats.width_histogram  # the run passed through k = 0
 
