@@ -57,10 +57,9 @@ def test_the_default_is_todays_fixed_width(models: EmbeddedModels) -> None:
     [
         (EAGLE, POLICIES[4]),
         (specstrat.DSPARK, POLICIES[3]),
-        (specstrat.STANDALONE, POLICIES[1]),
         (replace(EAGLE, tree=TopkTree(topk=2, num_steps=3)), POLICIES[4]),
     ],
-    ids=["eagle-scripted", "dspark-goodput", "standalone-ema", "eagle-tree-scripted"],
+    ids=["eagle-scripted", "dspark-goodput", "eagle-tree-scripted"],
 )
 def test_switching_widths_is_lossless(
     algo: SpecAlgorithm[Any],
@@ -198,3 +197,19 @@ def test_the_observation_carries_what_was_measured(models: EmbeddedModels) -> No
     assert last.confidence is not None
     assert len(last.request_acceptance) == last.batch_size
     assert any(c is not None for c in last.step_seconds)
+
+
+def test_ragged_rows_stay_within_the_chosen_width(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """Under ragged verify the policy's D bounds every request: at D = 2 no row proposes more
+    than one draft, rows that found less verify less, output unchanged."""
+    from tests.runtime.custom_algos import NGRAM_RAGGED
+
+    policy = ScriptedSpeculationPolicy((4, 2))  # D = 4 once, then D = 2 to the end
+    engine = Engine(replace(NGRAM_RAGGED, speculation=policy), models, CONFIG)
+    assert engine.run(REQUESTS) == target_only
+    stats = engine.stats
+    assert set(stats.widths[1:]) == {2}
+    assert max(stats.accepted_histogram) <= 3
+    assert stats.verify_forward_tokens < 2 * stats.verified_requests + 4 * len(REQUESTS)
