@@ -1,6 +1,7 @@
 """One scheduler step on the forward thread: prefill, PREBUILT admission, or one decode step.
 
-A decode step reads top to bottom — resolve -> draft -> verify -> accept -> commit — with one
+A decode step reads top to bottom — the step's D from the speculation policy (its lane: verify
+width, tree, buckets), then resolve -> draft -> verify -> accept -> commit — with one
 collaborator per stage: the relay (the algorithm's FutureMap), the drafter, the verifier, the
 acceptance rule, then the worker (KV rewind) and the relay again. Sequence lengths come from the
 worker's request pool, their one owner: the step publishes what the pool holds after the rewind,
