@@ -1,7 +1,8 @@
 """Per-step draft widths: the algorithm's speculation policy, checked, and what it observes.
 
 At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of
-D (checked: distinct ints >= 1 whose largest the context can hold) and :func:`build_lanes`
+D (checked: distinct ints >= 1; :func:`top_width` checks the largest fits the context) and
+:func:`build_lanes`
 builds one :class:`WidthLane` per candidate: its verify width T (from the target-verify policy),
 its tree shape and a verifier with graph buckets of its own. Before each decode step
 :meth:`WidthControl.choose` builds a :class:`~specstrat.speculation.SpeculationObservation` and
@@ -33,7 +34,7 @@ from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 from specstrat.speculation import COST_WEIGHT, RECENT_STEPS, SpeculationObservation
 
-__all__ = ["WidthControl", "WidthLane", "build_lanes", "candidate_widths"]
+__all__ = ["WidthControl", "WidthLane", "build_lanes", "candidate_widths", "top_width"]
 
 _DECLARE = "speculation.candidate_widths"
 _CHOOSE = "speculation.choose_width"
@@ -69,15 +70,22 @@ def candidate_widths(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> tuple[int, 
             algo.name, _DECLARE, f"speculation={policy} declared {answer!r}; declare a "
             "non-empty sequence of distinct ints >= 1 (D, root included; 1 = plain decode)"
         )  # fmt: skip
-    top = max(widths)
-    try:
-        verify_width(algo, replace(cfg, num_draft_tokens=top))
-    except InvalidConfig as exc:
-        raise InvalidConfig(
-            f"{algo.name}: speculation={policy} declares D up to {top}, more than this engine "
-            f"allows: {exc}; declare smaller widths or raise context_len"
-        ) from exc
     return tuple(sorted(widths))
+
+
+def top_width(algo: SpecAlgorithm[Any], cfg: EngineConfig, widths: tuple[int, ...]) -> int:
+    """T of the largest candidate (checked pure; it must fit the context, or the policy that
+    declared it is named)."""
+    try:
+        return verify_width(algo, replace(cfg, num_draft_tokens=widths[-1]))
+    except InvalidConfig as exc:
+        if len(widths) == 1 and widths[0] == cfg.num_draft_tokens:
+            raise  # the configured D itself: the configuration's error, as before
+        policy = type(algo.speculation).__name__
+        raise InvalidConfig(
+            f"{algo.name}: speculation={policy} declares D up to {widths[-1]}, more than this "
+            f"engine allows: {exc}; declare smaller widths or raise context_len"
+        ) from exc
 
 
 def build_lanes(
@@ -88,11 +96,15 @@ def build_lanes(
     top: TreeShape,
 ) -> dict[int, WidthLane]:
     """A lane per candidate D, each with its own verify buckets (as SGLang keeps one runtime
-    state per step count); ``top``: the widest lane's tree."""
+    state per step count); ``top``: the widest lane's tree (its T already checked)."""
     lanes = {}
     ragged = cfg.ragged_verify and algo.capabilities.supports_ragged_verify
     for width in widths:
-        tokens = verify_width(algo, replace(cfg, num_draft_tokens=width))
+        tokens = (
+            top.tokens_per_req
+            if width == widths[-1]
+            else verify_width(algo, replace(cfg, num_draft_tokens=width))
+        )
         graphs = (
             GraphRunner(worker, algo, width, buckets=cfg.graph_buckets)
             if algo.is_speculative() and cfg.use_graph_runner

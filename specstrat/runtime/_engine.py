@@ -16,7 +16,6 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
 from typing import Any, TextIO
 
 import torch
@@ -31,12 +30,12 @@ from specstrat.errors import (
 )
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
-from specstrat.runtime._adapt import WidthControl, build_lanes, candidate_widths
+from specstrat.runtime._adapt import WidthControl, build_lanes, candidate_widths, top_width
 from specstrat.runtime._admission import TransferBatch, check_transfer
 from specstrat.runtime._engine_args import check_algorithm, check_models, check_run_arguments
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
-from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape, verify_width
+from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
 from specstrat.runtime._slots import SlotTable
@@ -84,7 +83,7 @@ class Engine:
         # One lane per candidate D of the speculation policy; sized for the largest.
         widths = candidate_widths(algo, cfg)
         self._top = widths[-1]
-        self.tokens_per_req = verify_width(algo, replace(cfg, num_draft_tokens=self._top))
+        self.tokens_per_req = top_width(algo, cfg, widths)
         self._target = ModelWorker(
             models.target,
             max_running_requests=cfg.max_running_requests,
