@@ -65,11 +65,14 @@ from specstrat.protocols import (
     DraftProposer,
     FutureMap,
     FutureMapFactory,
+    SpeculationPolicy,
     TargetVerifyPolicy,
     TreePolicy,
+    WidthChooser,
 )
 from specstrat.registry import ENTRY_POINT_GROUP, Registry, get, names, register
 from specstrat.relay import RelayPayload
+from specstrat.speculation import SpeculationObservation
 
 if TYPE_CHECKING:  # the deprecated top-level strategy names keep their static types
     from specstrat.strategies import BlockDrafterFactory as BlockDrafterFactory
@@ -154,10 +157,13 @@ __all__ = [
     "SamplingParams",
     "SpecAlgorithm",
     "SpecstratError",
+    "SpeculationObservation",
+    "SpeculationPolicy",
     "StepOutcome",
     "StrategyError",
     "TargetVerifyPolicy",
     "TreePolicy",
+    "WidthChooser",
     "TreeShape",
     "UnknownAlgorithm",
     "VerifyInputs",

@@ -31,9 +31,11 @@ from specstrat.protocols import (
     DraftT_co,
     FutureMap,
     FutureMapFactory,
+    SpeculationPolicy,
     TargetVerifyPolicy,
     TreePolicy,
 )
+from specstrat.speculation import FixedSpeculationPolicy
 
 __all__ = ["HOOKS", "Capabilities", "SpecAlgorithm", "check_strategy", "required_capabilities"]
 
@@ -45,6 +47,7 @@ HOOKS: dict[str, type] = {
     "drafter": DrafterFactory,
     "acceptance": AcceptanceRule,
     "tree": TreePolicy,
+    "speculation": SpeculationPolicy,
 }
 
 
@@ -122,7 +125,10 @@ class SpecAlgorithm(Generic[DraftT_co]):
     :class:`~specstrat.protocols.FutureMapFactory` and
     :class:`~specstrat.protocols.DisaggDraftBuilder` respectively; ``drafter`` and
     ``acceptance`` decide how it drafts and accepts; ``tree`` (a
-    :class:`~specstrat.protocols.TreePolicy`, default a chain) the draft tree it verifies.
+    :class:`~specstrat.protocols.TreePolicy`, default a chain) the draft tree it verifies;
+    ``speculation`` (a :class:`~specstrat.protocols.SpeculationPolicy`, default
+    :class:`~specstrat.speculation.FixedSpeculationPolicy`: every step at the configured D)
+    how many tokens each decode step drafts.
     """
 
     name: str
@@ -133,6 +139,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
     drafter: DrafterFactory[DraftT_co]
     acceptance: AcceptanceRule
     tree: TreePolicy = field(default_factory=ChainTree)
+    speculation: SpeculationPolicy = field(default_factory=FixedSpeculationPolicy)
 
     def __post_init__(self) -> None:
         if not isinstance(self.name, str) or not _NAME.match(self.name):

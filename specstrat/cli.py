@@ -1,5 +1,4 @@
-"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR``, ``demo`` and
-``bench``."""
+"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR``, ``demo``, ``bench``."""
 
 from __future__ import annotations
 
@@ -13,6 +12,7 @@ from typing import Any, TextIO
 
 import torch
 
+from specstrat._adaptive import add_adaptive_flag, demo_algorithm
 from specstrat._cli_check import check_command as _check
 from specstrat._cli_check import load_target as _load
 from specstrat.algorithm import HOOKS, SpecAlgorithm
@@ -80,6 +80,7 @@ def _demo(args: argparse.Namespace) -> int:
                 "node); got --draft-tokens 1"
             )
         algo = replace(base, tree=TopkTree(topk=topk, num_steps=steps or args.draft_tokens - 1))
+    algo = demo_algorithm(algo, args.adaptive, _load)
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.model != "embedded":
@@ -165,7 +166,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
 
 
 def _add_sampling_and_tree(parser: argparse.ArgumentParser) -> None:
-    """The demo's and bench's sampling and tree flags."""
+    """The demo's and bench's sampling, tree and ``--adaptive`` flags."""
     parser.add_argument(
         "--topk", type=_positive, help="tree: children per kept node (default: a chain, topk 1)"
     )
@@ -176,6 +177,7 @@ def _add_sampling_and_tree(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
     parser.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
     parser.add_argument("--seed", type=int, default=0, help="request i samples with seed + i")
+    add_adaptive_flag(parser)
 
 
 def _positive(text: str) -> int:

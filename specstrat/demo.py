@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
@@ -64,7 +64,9 @@ class DemoSummary:
     :mod:`specstrat.hf.reference`). ``verified_per_step``: target tokens verified per request
     per verify step (``T``, or drafts + 1 under ragged verify; 1.0 without speculation);
     ``max_running_requests`` and ``context_len``: the engine's limits. The tokens/s and the
-    speed ratio come from :mod:`specstrat.timing` (one round each, target-only first)."""
+    speed ratio come from :mod:`specstrat.timing` (one round each, target-only first).
+    ``width_histogram``: decode steps per D the algorithm's speculation policy chose, keyed by
+    D as a string (``{"4": 44}`` for a fixed D = 4)."""
 
     algorithm: str
     overlap: bool
@@ -94,6 +96,7 @@ class DemoSummary:
     verified_per_step: float = 1.0
     max_running_requests: int = 16
     context_len: int = 512
+    width_histogram: dict[str, int] = field(default_factory=dict)
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -128,6 +131,9 @@ class DemoSummary:
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
             ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
         ]
+        if len(self.width_histogram) > 1:  # a speculation policy chose D per step
+            steps = ", ".join(f"D={w}: {n}" for w, n in self.width_histogram.items())
+            rows.insert(-1, ("decode steps by D", steps))
         if self.draft_worker_verify_forwards:
             forwards = f"{self.draft_worker_verify_forwards} forwards"
             rows.insert(
@@ -313,6 +319,7 @@ def run_comparison(
         verified_per_step=spec_stats.verified_per_step,
         max_running_requests=config.max_running_requests,
         context_len=config.context_len,
+        width_histogram={str(w): n for w, n in spec_stats.width_histogram.items()},
     )
     return DemoRun(summary, spec_out, base_out)
 

@@ -31,6 +31,7 @@ from specstrat.drafting import (
 )
 from specstrat.models import LoadedModels
 from specstrat.relay import RelayPayload
+from specstrat.speculation import SpeculationObservation
 
 __all__ = [
     "AcceptanceRule",
@@ -43,8 +44,10 @@ __all__ = [
     "DrafterFactory",
     "FutureMap",
     "FutureMapFactory",
+    "SpeculationPolicy",
     "TargetVerifyPolicy",
     "TreePolicy",
+    "WidthChooser",
 ]
 
 DraftT_co = TypeVar("DraftT_co", covariant=True)
@@ -276,4 +279,48 @@ class AcceptanceRule(Protocol):
 
     def accept(self, inputs: VerifyInputs) -> Acceptance:
         """Accepted paths and bonus tokens."""
+        ...
+
+
+@runtime_checkable
+class WidthChooser(Protocol):
+    """A speculation policy's per-engine state: answers each decode step's D.
+
+    Called on the engine's forward thread before every decode step of a speculative algorithm
+    (sync, overlap and the decode side of disaggregation alike), with what the engine measured
+    so far (:class:`~specstrat.speculation.SpeculationObservation`).
+
+    Guarantees: returns an ``int`` among ``observation.candidates`` (the declared widths;
+    anything else, a ``bool`` included, is a :class:`~specstrat.errors.StrategyError` naming
+    the policy); the same state and observation give the same answer. ``1`` decodes plainly.
+    Where the algorithm verifies ragged, the answer bounds every request's width.
+    """
+
+    def choose_width(self, observation: SpeculationObservation) -> int:
+        """D for the step about to run."""
+        ...
+
+
+@runtime_checkable
+class SpeculationPolicy(Protocol):
+    """The ``speculation`` field of an algorithm: how many tokens each decode step drafts.
+
+    ``candidate_widths`` is called once at engine start with ``EngineConfig.num_draft_tokens``;
+    the engine sizes KV reservations, relay widths and graph buckets for the largest answer and
+    keeps a verify path (buckets, tree shape) per candidate. ``create_chooser`` is then called
+    once per engine with the checked candidates, ascending, and the configured D, for the
+    chooser that answers each step. Not consulted for a non-speculative algorithm (NONE decodes plainly).
+
+    Guarantees: ``candidate_widths`` returns a non-empty sequence of distinct ints ``>= 1``
+    (checked; a bad one, or one whose largest value the context cannot hold, is refused at
+    engine start naming the policy); the policy itself holds no per-engine state (algorithms
+    are shared and pickled), the chooser does.
+    """
+
+    def candidate_widths(self, num_draft_tokens: int) -> Sequence[int]:
+        """The values of D this policy may answer, for the configured D."""
+        ...
+
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> WidthChooser:
+        """A fresh chooser for one engine, over the checked, ascending candidates."""
         ...

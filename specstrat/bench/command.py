@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 
+from specstrat._adaptive import with_policy
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import SamplingParams
 from specstrat.errors import InvalidConfig
@@ -39,6 +40,16 @@ def _bench_algorithm(spec: str, load: Loader) -> SpecAlgorithm[Any] | str:
     return algo
 
 
+def _with_policies(
+    algos: tuple[SpecAlgorithm[Any] | str, ...], args: argparse.Namespace, load: Loader
+) -> tuple[SpecAlgorithm[Any] | str, ...]:
+    """``--adaptive``: each algorithm under each policy named (``NGRAM_EMA``, ...)."""
+    specs = getattr(args, "adaptive", None)
+    if not specs:
+        return algos
+    return tuple(with_policy(a, spec, load, "bench") for a in algos for spec in specs)
+
+
 def _bench_models(model: str) -> tuple[Any, str]:
     """The models ``--model`` names, and how the output names them."""
     if model == "embedded":
@@ -63,7 +74,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
 
     torch.set_num_threads(args.threads)
     config = BenchConfig(
-        algorithms=tuple(_bench_algorithm(a, load) for a in args.algo),
+        algorithms=_with_policies(tuple(_bench_algorithm(a, load) for a in args.algo), args, load),
         workload=args.workload,
         requests=args.requests,
         max_new_tokens=args.max_new_tokens,

@@ -4,7 +4,9 @@ Every run writes ``acceptance_by_position.png`` (conditional acceptance, solid, 
 unconditional, dashed, by draft position, per algorithm and draft width, at the first batch
 size over all categories) and ``speedup.png`` (speedup over target-only per category and
 algorithm, at the first batch size and the widest draft); a sweep adds
-``tau_speedup_vs_batch_size.png`` and/or ``tau_speedup_vs_draft_tokens.png``.
+``tau_speedup_vs_batch_size.png`` and/or ``tau_speedup_vs_draft_tokens.png``; a run with an
+engine contender adds ``draft_width_over_time.png`` (the D its speculation policy chose at each
+decode step of the first counted round, per algorithm, at the first batch size and widest D).
 """
 
 from __future__ import annotations
@@ -55,7 +57,29 @@ def write_plots(result: BenchResult, directory: str | Path) -> list[Path]:
     for key, label in (("batch_sizes", "batch_size"), ("draft_tokens", "draft_tokens")):
         if len(setup[key]) > 1:
             paths.append(_sweep(plt, rows, _summary(result), label, out))
+    timed = [r for r in rows if r.widths and r.batch_size == bs0]
+    if timed:
+        paths.append(_widths(plt, timed, out))
     return paths
+
+
+def _widths(plt: Any, rows: Sequence[BenchRow], out: Path) -> Path:
+    """D per decode step, one step line per algorithm (its first category's row)."""
+    widest = max(r.draft_tokens for r in rows)
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn: set[str] = set()
+    for r in rows:
+        if r.draft_tokens != widest or r.algorithm in drawn or r.category == OVERALL:
+            continue
+        drawn.add(r.algorithm)
+        ax.step(range(len(r.widths)), r.widths, where="post", label=f"{r.algorithm} ({r.category})")
+    ax.set_xlabel("decode step (first counted round)")
+    ax.set_ylabel("D chosen (1 = plain decode)")
+    ax.yaxis.get_major_locator().set_params(integer=True)
+    ax.set_title(f"draft width over time (batch size {rows[0].batch_size}, D={widest})")
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize="small")
+    return _save(plt, fig, out / "draft_width_over_time.png")
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:

@@ -6,6 +6,7 @@ each round)."""
 from __future__ import annotations
 
 import statistics
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,7 +27,9 @@ HF_GENERATE, HF_LOOKUP = "hf-generate", "hf-prompt-lookup"
 @dataclass(frozen=True, slots=True)
 class BenchRow:
     """The figures of one algorithm in one cell (or over all categories, ``category ==
-    "overall"``). Field names are the JSON keys (``docs/bench.md`` has the schema)."""
+    "overall"``). Field names are the JSON keys (``docs/bench.md`` has the schema).
+    ``width_histogram``: decode steps per D the speculation policy chose (``{"<D>": steps}``,
+    counted rounds); ``widths``: the D of each decode step of the first counted round."""
 
     algorithm: str
     category: str
@@ -51,6 +54,8 @@ class BenchRow:
     lossless_check: str
     ties: int
     acceptance_rule_lossless: bool
+    width_histogram: dict[str, int] = field(default_factory=dict)
+    widths: list[int] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (keys exactly the field names)."""
@@ -216,6 +221,8 @@ def _row(
         lossless_check=check[1],
         ties=check[2],
         acceptance_rule_lossless=cell.rule_lossless,
+        width_histogram={str(d): n for d, n in sorted(Counter(w for s in stats for w in s.widths).items())},
+        widths=list(stats[0].widths) if stats else [],
     )
 
 

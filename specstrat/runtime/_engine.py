@@ -30,16 +30,16 @@ from specstrat.errors import (
 )
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
+from specstrat.runtime._adapt import WidthControl, build_lanes, candidate_widths, top_width
 from specstrat.runtime._admission import TransferBatch, check_transfer
 from specstrat.runtime._engine_args import check_algorithm, check_models, check_run_arguments
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
-from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape, verify_width
+from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
 from specstrat.runtime._slots import SlotTable
 from specstrat.runtime._step import StepRunner
-from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 
 __all__ = ["Engine"]
@@ -80,7 +80,10 @@ class Engine:
                 f"algorithm {algo.name} has supports_overlap=False; run it with "
                 "EngineConfig(overlap=False)"
             )
-        self.tokens_per_req = verify_width(algo, cfg)
+        # One lane per candidate D of the speculation policy; sized for the largest.
+        widths = candidate_widths(algo, cfg)
+        self._top = widths[-1]
+        self.tokens_per_req = top_width(algo, cfg, widths)
         self._target = ModelWorker(
             models.target,
             max_running_requests=cfg.max_running_requests,
@@ -97,27 +100,13 @@ class Engine:
         self._margin_label = f"2*T{' + tree columns' if tree_columns else ''} ({self._margin})"
         self.stats = RunStats()  # before the drafter: its draft-worker verify forwards count here
         self._drafter = self._create_drafter()
-        self._graph_runner = (
-            GraphRunner(self._target, algo, cfg.num_draft_tokens, buckets=cfg.graph_buckets)
-            if algo.is_speculative() and cfg.use_graph_runner
-            else None
-        )
-        if self._graph_runner is not None:
-            built = self._graph_runner.tokens_per_req
-            check_same_width(
-                algo, False, "when its graph runner was built", built, self.tokens_per_req
-            )
-        verifier = Verifier(
-            self._target,
-            self.tokens_per_req,
-            graph_runner=self._graph_runner,
-            ragged=cfg.ragged_verify and algo.capabilities.supports_ragged_verify,
-        )
+        lanes = build_lanes(algo, cfg, self._target, widths, self.tree)
+        self._graph_runner = lanes[self._top].verifier.graph_runner
         self._relay: FutureMap = self._init_overlap(self._target.device)
+        control = WidthControl(algo, lanes, cfg.num_draft_tokens, self.stats.widths)
         self._steps = StepRunner(
-            algo, self._target, self._drafter, verifier, self._relay, self.stats, self.tree,
-            self._table,
-        )  # fmt: skip
+            algo, self._target, self._drafter, control, self._relay, self.stats, self._table
+        )
         self._scheduler = Scheduler(self._table, self._steps, self.stats, self._reserve)
         self._rids: set[str] = set()
         self._this_run: list[str] = []
@@ -148,9 +137,9 @@ class Engine:
         graph runner (which refuses a policy without ``supports_target_verify_for_draft``)."""
         algo, cfg, worker = self.algo, self.config, self._new_worker(model)
         graphs = GraphRunner(
-            worker, algo, cfg.num_draft_tokens, is_draft_worker=True, buckets=cfg.graph_buckets
+            worker, algo, self._top, is_draft_worker=True, buckets=cfg.graph_buckets
         )
-        checked = algo.get_num_tokens_per_req_for_target_verify(cfg.num_draft_tokens, True)
+        checked = algo.get_num_tokens_per_req_for_target_verify(self._top, True)
         check_same_width(
             algo, True, "when its graph runner was built", graphs.tokens_per_req, checked
         )
@@ -172,7 +161,7 @@ class Engine:
             models=self.models,
             new_kv_runner=self._new_runner,
             target_tokens=self._table.tokens,
-            num_draft_tokens=cfg.num_draft_tokens,
+            num_draft_tokens=self._top,
             max_running_requests=cfg.max_running_requests,
             context_len=cfg.context_len,
             device=self._target.device,

@@ -145,6 +145,8 @@ class RunStats:
     ``p`` positions (a tree's depth) and accepted ``a`` of them (a position not proposed is
     unobserved, never a rejection). ``first_token_at`` / ``last_token_at``: by request id, the
     ``time.perf_counter()`` at which the scheduler kept its first and its last token.
+    ``widths``: the D the speculation policy chose for each decode step, in order (1 for a
+    non-speculative algorithm); ``width_histogram`` counts them.
 
     Stage seconds are summed over decode steps: ``draft_seconds`` (drafter.propose),
     ``verify_seconds`` (the target's forward), ``accept_seconds`` (acceptance rule),
@@ -172,6 +174,13 @@ class RunStats:
     dropped_steps: int = 0
     first_token_at: dict[str, float] = field(default_factory=dict)
     last_token_at: dict[str, float] = field(default_factory=dict)
+    # New in 0.5.0 (adaptive speculation), after the 0.4.0 fields.
+    widths: list[int] = field(default_factory=list)
+
+    @property
+    def width_histogram(self) -> dict[int, int]:
+        """Decode steps per chosen D (``widths`` counted), ascending by D."""
+        return dict(sorted(Counter(self.widths).items()))
 
     @property
     def acceptance_length(self) -> float:

@@ -163,6 +163,7 @@ class Scheduler:
         record = {
             "step": step,
             "rid": row.request.rid,
+            "width": result.width,  # the step's D (0 for a prefill)
             "drafts": list(result.drafts),
             "parents": list(result.parents),
             "accepted": list(result.accepted),

@@ -1,6 +1,7 @@
 """One scheduler step on the forward thread: prefill, PREBUILT admission, or one decode step.
 
-A decode step reads top to bottom — resolve -> draft -> verify -> accept -> commit — with one
+A decode step reads top to bottom — the step's D from the speculation policy (its lane: verify
+width, tree, buckets), then resolve -> draft -> verify -> accept -> commit — with one
 collaborator per stage: the relay (the algorithm's FutureMap), the drafter, the verifier, the
 acceptance rule, then the worker (KV rewind) and the relay again. Sequence lengths come from the
 worker's request pool, their one owner: the step publishes what the pool holds after the rewind,
@@ -29,13 +30,13 @@ from specstrat.drafting import (
     DraftStep,
     DraftTree,
     StepOutcome,
-    TreeShape,
     VerifyInputs,
 )
 from specstrat.errors import InternalError, InvalidConfig
 from specstrat.kernels.sampling import DRAW_SAMPLE
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
+from specstrat.runtime._adapt import WidthControl, WidthLane
 from specstrat.runtime._admission import TransferBatch
 from specstrat.runtime._answers import copy_tree, frozen_acceptance, frozen_drafts, frozen_payload
 from specstrat.runtime._forward import ForwardMode
@@ -43,7 +44,6 @@ from specstrat.runtime._guard import call_hook
 from specstrat.runtime._requests import Request, RunStats
 from specstrat.runtime._slots import SlotRow, SlotTable
 from specstrat.runtime._step_relay import StepRelay
-from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 from specstrat.sampling import SamplingBatch, choose_tokens
 
@@ -67,14 +67,15 @@ class VerifyCount(NamedTuple):
 class Produced:
     """What one step produced for one request: its tokens, its verify statistics (``None``
     outside a speculative decode step; the scheduler counts them only if the request keeps the
-    step) and, when the run is traced, what was drafted (tokens, parents) and which nodes were
-    accepted."""
+    step) and, when the run is traced, what was drafted (tokens, parents), which nodes were
+    accepted and the step's D."""
 
     tokens: list[int]
     drafts: Sequence[int] = ()
     parents: Sequence[int] = ()
     accepted: Sequence[int] = ()
     verify: VerifyCount | None = None
+    width: int = 0  # the step's D (traced)
 
 
 class StepRunner:
@@ -85,16 +86,14 @@ class StepRunner:
         algo: SpecAlgorithm[Any],
         worker: ModelWorker,
         drafter: Drafter[Any],
-        verifier: Verifier,
+        control: WidthControl,
         relay: FutureMap,
         stats: RunStats,
-        tree: TreeShape,
         table: SlotTable,
     ) -> None:
         self.algo, self.worker, self.drafter = algo, worker, drafter
-        self.verifier, self.relay, self.stats = verifier, relay, stats
-        self.tree, self.table = tree, table
-        self.max_nodes = verifier.tokens_per_req - 1
+        self.control, self.relay, self.stats = control, relay, stats
+        self.table = table
         self.vocab = worker.shape.vocab_size
         self.relay_io = StepRelay(algo.name, relay, worker.device)
 
@@ -118,6 +117,7 @@ class StepRunner:
         self.relay_io.release(slots)
         self._hook("drafter.release", self.drafter.release, list(slots))
         self.table.forget(slots)  # before the pool frees a slot the scheduler may reuse
+        self.control.forget(slots)
         for slot in slots:
             self.worker.free_request(slot)
 
@@ -193,38 +193,45 @@ class StepRunner:
         returned or was given cannot change the step's tokens.
         """
         start = time.perf_counter()
-        step, host = self._resolve(slots)
+        lane = self.control.choose(slots)  # the step's D, before anything changes
+        step, host = self._resolve(slots, lane)
+        host.width = lane.width
         drafts, host.tree = self._draft(step)
         host.chain = host.tree.is_chain()
         drafted = time.perf_counter()
         last = torch.tensor(host.last, dtype=torch.int64, device=self.worker.device)
         with _engine_invariant("verify"):
-            logits, hidden, ran = self.verifier.verify(
+            logits, hidden, ran = lane.verifier.verify(
                 slots, last, drafts, chain=host.chain, lengths=host.tree.lengths
             )
         verified = time.perf_counter()
         acceptance, host.answer = self._accept(drafts, host, logits, step)
         accepted = time.perf_counter()
-        counts = self._verify_counts(host, ran) if self.algo.is_speculative() else None
+        counts = self._verify_counts(host, ran, lane) if self.algo.is_speculative() else None
         produced = self._commit(step, drafts, acceptance, hidden, host, tracing, counts)
-        stats = self.stats
+        stats, end = self.stats, time.perf_counter()
         stats.decode_steps += 1
         stats.draft_seconds += drafted - start
         stats.verify_seconds += verified - drafted
         stats.accept_seconds += accepted - verified
-        stats.decode_seconds += time.perf_counter() - start
+        stats.decode_seconds += end - start
+        proposed = [c.proposed for c in counts] if counts else [0] * len(slots)
+        self.control.record(
+            lane, slots, proposed, host.answer.counts, drafts.confidence, end - start
+        )
         return produced
 
-    def _verify_counts(self, host: _HostStep, ran: int) -> list[VerifyCount]:
-        """Each request's verify statistics. The verifier ran ``T`` tokens per request unless
-        it verified ragged rows, then each row's drafts plus the root (``ran`` tells which)."""
-        tree, t = host.tree, self.verifier.tokens_per_req
+    def _verify_counts(self, host: _HostStep, ran: int, lane: WidthLane) -> list[VerifyCount]:
+        """Each request's verify statistics. The verifier ran ``T`` tokens per request (the
+        step's D's) unless it verified ragged rows, then each row's drafts plus the root
+        (``ran`` tells which)."""
+        tree, t = host.tree, lane.tokens_per_req
         uniform = ran == t * len(tree.lengths)
         depths = tree.lengths if host.chain else _depths(tree)  # a chain's depth is its length
         widths = [t] * len(depths) if uniform else [n + 1 for n in tree.lengths]
         return list(map(VerifyCount._make, zip(depths, host.answer.counts, widths, strict=True)))
 
-    def _resolve(self, slots: list[int]) -> tuple[DraftStep, _HostStep]:
+    def _resolve(self, slots: list[int], lane: WidthLane) -> tuple[DraftStep, _HostStep]:
         rows = self.table.rows(slots)
         host = _HostStep(rows, [len(r.committed) for r in rows], [r.bonus for r in rows])
         relay = self.relay_io.resolve(slots, host.lengths, host.last)
@@ -234,9 +241,9 @@ class StepRunner:
             bonus_tokens=relay.bonus_tokens,
             seq_lens=torch.tensor(host.lengths, dtype=torch.int64),
             payload=relay,
-            max_nodes=self.max_nodes,
+            max_nodes=lane.max_nodes,
             sampling=tuple(r.request.sampling for r in rows),
-            tree=self.tree,
+            tree=lane.tree,
         )
         return step, host
 
@@ -244,7 +251,7 @@ class StepRunner:
         hook = "drafter.propose"
         answer = self._hook(hook, self.drafter.propose, step)
         drafts, tree = frozen_drafts(
-            self.algo.name, answer, bs=len(step.slots), max_nodes=self.max_nodes,
+            self.algo.name, answer, bs=len(step.slots), max_nodes=step.max_nodes,
             vocab=self.vocab, device=self.worker.device,
         )  # fmt: skip
         if tree.is_chain():
@@ -321,7 +328,7 @@ class StepRunner:
         verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
         if not tracing:
             return {
-                slot: Produced(t, (), (), (), v)
+                slot: Produced(t, (), (), (), v, host.width)
                 for slot, t, v in zip(step.slots, tokens, verify, strict=True)
             }
         return {
@@ -331,6 +338,7 @@ class StepRunner:
                 tree.parents[i][: tree.lengths[i]],
                 paths[i],
                 verify[i],
+                host.width,
             )
             for i, slot in enumerate(step.slots)
         }
@@ -371,5 +379,6 @@ class _HostStep:
     lengths: list[int]
     last: list[int]
     chain: bool = True
+    width: int = 0  # the step's D
     tree: HostTree = field(default_factory=lambda: HostTree([], [], []))
     answer: HostAcceptance = field(default_factory=lambda: HostAcceptance([], [], []))

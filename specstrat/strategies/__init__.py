@@ -37,6 +37,12 @@ from specstrat.strategies.future_map import (
     SlotFutureMapFactory,
     ring_capacity,
 )
+from specstrat.strategies.speculation import (
+    BatchScheduleSpeculationPolicy,
+    EmaLadderSpeculationPolicy,
+    FixedSpeculationPolicy,
+    GoodputSpeculationPolicy,
+)
 from specstrat.strategies.tree import ChainTree, TopkTree
 from specstrat.strategies.verify import FixedWidthVerifyPolicy
 
@@ -72,4 +78,8 @@ __all__ = [
     "SlotFutureMap",
     "SlotFutureMapFactory",
     "ring_capacity",
+    "BatchScheduleSpeculationPolicy",
+    "EmaLadderSpeculationPolicy",
+    "FixedSpeculationPolicy",
+    "GoodputSpeculationPolicy",
 ]

@@ -134,13 +134,13 @@ class BlockDrafter:
     def propose(self, step: DraftStep) -> DraftTree:
         """One block per request: catch up, one draft-worker TARGET_VERIFY, rewind."""
         bs, n, dev = len(step.slots), self.layout.drafts, step.bonus_tokens.device
-        if step.max_nodes != n:
+        if step.max_nodes > n:
             raise InvalidConfig(
                 f"the step verifies max_nodes={step.max_nodes} drafts but this block drafter "
                 f"was laid out for {n} (T_target={n + 1}); create it with the engine's "
-                "verify_tokens_per_req"
+                "verify_tokens_per_req (the largest candidate's)"
             )
-        if not n or not bs:
+        if not step.max_nodes or not bs:  # D = 1: no forward; the next step catches up
             return DraftTree.chain(torch.zeros(bs, 0, dtype=torch.int64, device=dev))
         own, lacking = self.rows.behind(step.slots)
         last = [int(t) for t in step.bonus_tokens.tolist()]
@@ -158,8 +158,12 @@ class BlockDrafter:
         logits = logits.view(bs, self.layout.rows, -1)[:, self.layout.rows - n :]
         for o, length in zip(own, step.seq_lens.tolist(), strict=True):
             self.runner.rewind(o, int(length) + 1)  # keep the anchor, drop the placeholders
+        # A narrower step (a speculation policy's smaller D) keeps the first placeholders: each
+        # attends only to the prefix and the placeholders before it, so its drafts are those of
+        # a block laid out for that width; the forward itself stays the widest candidate's.
+        logits = logits[:, : step.max_nodes]
         chooser = DraftChooser(step)
-        for j in range(n):
+        for j in range(step.max_nodes):
             chooser.pick(logits[:, j])
         drafted = chooser.tree(dev)
         confidence = logits.double().softmax(-1).amax(-1).to(dev)

@@ -1,7 +1,7 @@
 """The test kit specstrat ships: conformance runners, invariant checkers, hypothesis strategies.
 
 Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy: ``check_drafter``,
-``check_acceptance_rule``, ...) in your own tests;
+``check_acceptance_rule``, ``check_speculation_policy``, ...) in your own tests;
 measure the system apart from the drafter with ``ForcedAcceptance(rate=...)``;
 property-test metadata with ``verify_batches`` and ``check_verify_metadata`` (tree verification:
 ``tree_verify_batches`` and ``check_tree_verify_metadata``).
@@ -24,6 +24,11 @@ from specstrat.testing.drafting import check_acceptance_rule, check_drafter, che
 from specstrat.testing.forced import ForcedAcceptance
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
 from specstrat.testing.lossless import LosslessReport, check_lossless_in_distribution
+from specstrat.testing.speculation import (
+    FaultySpeculationPolicy,
+    ScriptedSpeculationPolicy,
+    check_speculation_policy,
+)
 from specstrat.testing.strategies import (
     num_draft_tokens,
     prebuilt_batches,
@@ -43,8 +48,10 @@ __all__ = [
     "FaultyAcceptance",
     "FaultyDrafterFactory",
     "FaultyFutureMapFactory",
+    "FaultySpeculationPolicy",
     "ForcedAcceptance",
     "LosslessReport",
+    "ScriptedSpeculationPolicy",
     "TreeVerifyBatch",
     "VerifyBatch",
     "check_acceptance_rule",
@@ -54,6 +61,7 @@ __all__ = [
     "check_tree_policy",
     "check_future_map_factory",
     "check_lossless_in_distribution",
+    "check_speculation_policy",
     "check_target_verify_policy",
     "check_tree_verify_metadata",
     "check_verify_metadata",

@@ -37,6 +37,7 @@ from specstrat.protocols import (
 from specstrat.relay import RelayPayload
 from specstrat.strategies.future_map import SlotFutureMapFactory
 from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
+from specstrat.testing.speculation import check_speculation_policy
 
 __all__ = [
     "CheckResult",
@@ -340,6 +341,7 @@ def run_conformance(algo: object) -> list[CheckResult]:
         ),
         "tree": lambda: check_tree_policy(algo.tree, algorithm=owner),
         "acceptance": lambda: check_acceptance_rule(algo.acceptance, algorithm=owner),
+        "speculation": lambda: check_speculation_policy(algo.speculation, algorithm=owner),
         "engine methods": lambda: _check_engine_methods(algo),
     }
     results: list[CheckResult] = []

@@ -181,6 +181,7 @@ def test_describe_lists_strategies_and_capabilities() -> None:
         "drafter": "EagleHeadDrafterFactory",
         "acceptance": "RejectionSamplingAcceptance",
         "tree": "ChainTree",
+        "speculation": "FixedSpeculationPolicy",
     }
     assert info["capabilities"]["carries_draft_hidden_states"] is True
 

@@ -24,6 +24,7 @@ ROW_KEYS = [
     "seconds", "tokens_per_s", "speedup", "speedup_range", "tau", "acceptance_by_position",
     "acceptance_conditional", "accepted_histogram", "verified_per_step", "ttft_ms", "tpot_ms",
     "step_split_ms", "lossless", "lossless_check", "ties", "acceptance_rule_lossless",
+    "width_histogram", "widths",
 ]  # fmt: skip
 TINY: dict[str, Any] = {"requests": 2, "max_new_tokens": 12, "repeats": 1, "warmup": 0}
 
@@ -143,6 +144,8 @@ def test_a_sweep_writes_its_plot(models: EmbeddedModels, tmp_path: Path) -> None
     assert [r.draft_tokens for r in swept.rows] == [0, 2, 3]
     names = [p.name for p in write_plots(swept, tmp_path)]
     assert "tau_speedup_vs_draft_tokens.png" in names
+    assert "draft_width_over_time.png" in names  # D per step, fixed here
+    assert swept.rows[2].width_histogram == {"3": len(swept.rows[2].widths)}
 
 
 @pytest.mark.parametrize(
@@ -158,6 +161,10 @@ def test_a_sweep_writes_its_plot(models: EmbeddedModels, tmp_path: Path) -> None
                      r"category 'poetry' is not in .*pick from", marks=needs_spec_bench),
         (["--algo", "NGRAM", "--baseline", "hf"], r"baseline_hf=True needs a Hugging Face model"),
         (["--algo", "NGRAM", "--algo", "NGRAM"], r"pass distinct algorithms"),
+        (["--algo", "NGRAM", "--adaptive", "sometimes"],
+         r"--adaptive 'sometimes' is not one of fixed, ema, schedule, goodput or MODULE:ATTR"),
+        (["--algo", "NGRAM", "--adaptive", "specstrat:__version__"],
+         r"--adaptive 'specstrat:__version__' is a str, not a SpeculationPolicy"),
     ],
 )  # fmt: skip
 def test_bad_input_exits_2_naming_the_value(

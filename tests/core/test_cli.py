@@ -348,7 +348,22 @@ def test_demo_trace_writes_one_json_line_per_step_and_request(tmp_path: Path) ->
     assert main(["demo", "--algo", "NGRAM", "--requests", "2", "--json", "--trace", str(path)]) == 0
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert records
-    assert set(records[0]) == {"step", "rid", "drafts", "parents", "accepted", "tokens", "stop"}
+    keys = {"step", "rid", "width", "drafts", "parents", "accepted", "tokens", "stop"}
+    assert set(records[0]) == keys
+    assert {r["width"] for r in records if r["step"] > 0} == {4}  # each decode step's D
+
+
+def test_demo_adaptive_reports_the_widths_it_chose(capsys: pytest.CaptureFixture[str]) -> None:
+    """``demo --adaptive goodput --json`` runs NGRAM_GOODPUT losslessly and reports its
+    histogram of D per step; two policies at once are refused by name."""
+    assert main(["demo", "--algo", "NGRAM", "--adaptive", "goodput", "--requests", "2", "--json"]) == 0
+    summary = json.loads(capsys.readouterr().out)
+    assert summary["algorithm"] == "NGRAM_GOODPUT"
+    assert summary["lossless"] is True
+    assert set(summary["width_histogram"]) <= {"1", "2", "3", "4"}
+    assert len(summary["width_histogram"]) > 1  # goodput profiles each D first
+    assert main(["demo", "--adaptive", "ema", "--adaptive", "fixed"]) == 2
+    assert "--adaptive given 2 times (ema, fixed); demo runs one policy" in capsys.readouterr().err
 
 
 def test_check_says_whether_the_acceptance_rule_is_lossless(

@@ -26,8 +26,18 @@ from specstrat import (
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.runtime._disagg import PrefillWorker
 from specstrat.runtime._workload import workload
-from specstrat.strategies import GreedyAcceptance, TopkTree
-from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory, FaultyFutureMapFactory
+from specstrat.strategies import (
+    FixedSpeculationPolicy,
+    GoodputSpeculationPolicy,
+    GreedyAcceptance,
+    TopkTree,
+)
+from specstrat.testing import (
+    FaultyAcceptance,
+    FaultyDrafterFactory,
+    FaultyFutureMapFactory,
+    FaultySpeculationPolicy,
+)
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
 REQUESTS = workload(6, seed=3)
@@ -51,6 +61,13 @@ def relaying(method: str, fault: Any, after: int = 0) -> Any:
     return replace(
         EAGLE, future_map=FaultyFutureMapFactory(EAGLE.future_map, method, fault, after=after)
     )
+
+
+def choosing(fault: Any, after: int = 0, base: Any = None) -> Any:
+    """EAGLE whose speculation policy's chooser fails on cue."""
+    inner = base if base is not None else FixedSpeculationPolicy()
+    policy = FaultySpeculationPolicy(inner, "choose_width", fault, after=after)
+    return replace(EAGLE, speculation=policy)
 
 
 def more_nodes(tree: DraftTree) -> DraftTree:
@@ -182,6 +199,13 @@ FAULTS: list[tuple[str, Callable[[], Any], str]] = [
      r"EAGLE\.drafter\.commit: returned a payload of 99 rows for \d+ requests"),
     ("admit-not-a-payload", lambda: drafting("admit", lambda got: None),
      r"EAGLE\.drafter\.admit: returned NoneType, not a RelayPayload"),
+    ("policy-raises-later", lambda: choosing(RuntimeError("pick"), after=2),
+     r"EAGLE\.speculation\.choose_width: raised RuntimeError: pick"),
+    ("policy-returns-garbage", lambda: choosing(lambda got: "wide"),
+     r"EAGLE\.speculation\.choose_width: speculation=FaultySpeculationPolicy answered D='wide' \(str\)"),
+    ("tree-policy-outside-candidates-later", lambda: replace(
+        choosing(lambda got: got + 1, after=3, base=GoodputSpeculationPolicy()), tree=TREE),
+     r"answered D=[2-5] \(int\) for a batch of \d+; answer an int among the declared candidates \[1, 2, 3, 4\]"),
 ]  # fmt: skip
 
 

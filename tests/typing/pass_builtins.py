@@ -1,6 +1,7 @@
 """mypy --strict accepts every built-in strategy as its Protocol and every built-in algorithm."""
 
 from collections.abc import Iterator, Sequence
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -28,11 +29,14 @@ from specstrat import (
     ModelSet,
     ModelShape,
     SpecAlgorithm,
+    SpeculationPolicy,
     TargetVerifyPolicy,
     TreePolicy,
     TreeShape,
+    WidthChooser,
 )
 from specstrat.strategies import (
+    BatchScheduleSpeculationPolicy,
     BlockDrafterFactory,
     ChainTree,
     DflashDisaggDraftBuilder,
@@ -46,7 +50,10 @@ from specstrat.strategies import (
     EagleHeadDrafter,
     EagleHeadDrafterFactory,
     EarlyExitDrafterFactory,
+    EmaLadderSpeculationPolicy,
+    FixedSpeculationPolicy,
     FixedWidthVerifyPolicy,
+    GoodputSpeculationPolicy,
     GreedyAcceptance,
     NgramDrafter,
     NgramDrafterFactory,
@@ -157,3 +164,13 @@ no_drafter: Drafter[None] = NoDrafter()
 no_drafter_for_eagle: Drafter[EagleDraftInput] = NoDrafter()
 ngram_drafter: Drafter[None] = NgramDrafter(2, 4, no_history)
 eagle_drafter: Drafter[EagleDraftInput] = EagleHeadDrafter(toy_head, topk=2, vocab_size=16)
+
+# Speculation policies and their choosers satisfy their Protocols (and compose, trees too).
+fixed_policy: SpeculationPolicy = FixedSpeculationPolicy()
+ema_policy: SpeculationPolicy = EmaLadderSpeculationPolicy()
+schedule_policy: SpeculationPolicy = BatchScheduleSpeculationPolicy()
+goodput_policy: SpeculationPolicy = GoodputSpeculationPolicy()
+ema_chooser: WidthChooser = ema_policy.create_chooser((1, 2, 4), 4)
+adaptive_tree: SpecAlgorithm[EagleDraftInput] = replace(
+    EAGLE, name="ADAPTIVE_TREE", tree=TopkTree(topk=2, num_steps=3), speculation=ema_policy
+)

@@ -1,0 +1,16 @@
+# expect: assignment HalfWidthPolicy
+from specstrat import SpeculationObservation, SpeculationPolicy
+
+
+class HalfWidthPolicy:
+    def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
+        return (1, num_draft_tokens)
+
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "HalfWidthPolicy":
+        return self
+
+    def choose_width(self, observation: SpeculationObservation) -> float:
+        return observation.candidates[-1] / 2
+
+
+POLICY: SpeculationPolicy = HalfWidthPolicy()
