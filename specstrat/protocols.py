@@ -315,7 +315,18 @@ class SpeculationPolicy(Protocol):
     (checked; a bad one, or one whose largest value the context cannot hold, is refused at
     engine start naming the policy); the policy itself holds no per-engine state (algorithms
     are shared and pickled), the chooser does.
+
+    ``per_request_acceptance`` declares what the chooser reads beyond the global statistics:
+    when true the engine counts acceptance by position for every request and hands it over
+    as :attr:`~specstrat.speculation.SpeculationObservation.request_acceptance`; when false
+    it counts nothing per request (that is work on every step's hot path) and the field is
+    ``None``.
     """
+
+    @property
+    def per_request_acceptance(self) -> bool:
+        """Whether the chooser reads ``SpeculationObservation.request_acceptance``."""
+        ...
 
     def candidate_widths(self, num_draft_tokens: int) -> Sequence[int]:
         """The values of D this policy may answer, for the configured D."""

@@ -39,7 +39,8 @@ class SpeculationObservation:
     position ``j`` was accepted among the request-steps that proposed it *and* accepted
     position ``j - 1`` (``None``: never observed). Positions a step did not propose are
     unobserved, never rejections. ``request_acceptance``: the same per request of the step
-    (in the step's order), counted since each request started.
+    (in the step's order), counted since each request started; ``None`` unless the policy
+    declares :attr:`~specstrat.protocols.SpeculationPolicy.per_request_acceptance`.
 
     ``recent_accepted``: the last steps' accepted drafts per request (oldest first; at most
     :data:`RECENT_STEPS`), with ``recent_widths`` the D each of those steps ran at.
@@ -55,7 +56,7 @@ class SpeculationObservation:
     current: int
     step: int
     acceptance: tuple[float | None, ...]
-    request_acceptance: tuple[tuple[float | None, ...], ...]
+    request_acceptance: tuple[tuple[float | None, ...], ...] | None
     recent_accepted: tuple[tuple[int, ...], ...]
     recent_widths: tuple[int, ...]
     confidence: tuple[float, ...] | None
@@ -102,6 +103,7 @@ class FixedSpeculationPolicy:
     (``EngineConfig.num_draft_tokens``), or at ``width`` when given."""
 
     width: int | None = None
+    per_request_acceptance = False  # answers one D whatever it observes
 
     def __post_init__(self) -> None:
         if self.width is not None and (not is_int(self.width) or self.width < 1):

@@ -13,9 +13,10 @@ proposed and verified) and the step's measured cost at its D.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
+from itertools import repeat
 from typing import Any
 
 import torch
@@ -132,6 +133,21 @@ def _lane_tree(algo: SpecAlgorithm[Any], tokens: int, width: int, top: TreeShape
         )
 
 
+def _declares_per_request(algo: SpecAlgorithm[Any]) -> bool:
+    """The policy's ``per_request_acceptance``, checked to be a bool."""
+    policy = algo.speculation
+    answer = call_start_hook(
+        algo.name, "speculation.per_request_acceptance", lambda: policy.per_request_acceptance
+    )
+    if not isinstance(answer, bool):
+        raise hook_error(
+            algo.name, "speculation.per_request_acceptance", f"speculation="
+            f"{type(policy).__name__} declared {answer!r} ({type(answer).__name__}); declare "
+            "True if its chooser reads SpeculationObservation.request_acceptance, else False"
+        )  # fmt: skip
+    return answer
+
+
 def _bucket(batch_size: int) -> int:
     """The power of two at or above ``batch_size``: step costs are kept per bucket."""
     return 1 << max(batch_size - 1, 0).bit_length()
@@ -145,9 +161,25 @@ class _Counts:
         self.reached, self.hit = [0] * depth, [0] * depth
 
     def add(self, proposed: int, accepted: int) -> None:
+        """One request-step: ``proposed`` positions, ``accepted`` of them."""
         for j in range(min(proposed, accepted + 1, len(self.reached))):
             self.reached[j] += 1
             self.hit[j] += j < accepted
+
+    def add_batch(self, proposed: Sequence[int], accepted: Sequence[int]) -> None:
+        """A step's request-steps at once: a histogram of how far each reached and how many
+        it accepted, then one pass over the positions (no per-request loop)."""
+        depth = len(self.reached)
+        reach = Counter(map(min, proposed, [a + 1 for a in accepted], repeat(depth)))
+        hits = Counter(map(min, accepted, repeat(depth)))
+        reaching, hitting = len(proposed), len(proposed)
+        for j in range(depth):
+            reaching -= reach.get(j, 0)
+            hitting -= hits.get(j, 0)
+            if reaching <= 0:
+                break
+            self.reached[j] += reaching
+            self.hit[j] += hitting
 
     def rates(self) -> tuple[float | None, ...]:
         return tuple(h / r if r else None for h, r in zip(self.hit, self.reached, strict=True))
@@ -167,6 +199,7 @@ class WidthControl:
         self.candidates = tuple(sorted(lanes))
         self.depth = max(lane.max_nodes for lane in lanes.values())
         self.chooser: WidthChooser | None = None
+        self.per_request = False  # counts per request only for a policy that reads them
         if algo.is_speculative():
             chooser = call_start_hook(
                 algo.name, "speculation.create_chooser", algo.speculation.create_chooser,
@@ -176,6 +209,7 @@ class WidthControl:
                 f"{algo.name}.speculation.create_chooser() result", WidthChooser, chooser
             )
             self.chooser = chooser
+            self.per_request = _declares_per_request(algo)
         self.widths = widths  # RunStats.widths: one entry per decode step
         self.counts = _Counts(self.depth)
         self.per_slot: dict[int, _Counts] = {}
@@ -189,14 +223,13 @@ class WidthControl:
         if self.chooser is None:
             return self.lanes[self.candidates[0]]
         bucket = _bucket(len(slots))
-        empty = _Counts(self.depth)  # a request not yet verified: every position unobserved
         observation = SpeculationObservation(
             batch_size=len(slots),
             candidates=self.candidates,
             current=self.current,
             step=len(self.widths),
             acceptance=self.counts.rates(),
-            request_acceptance=tuple(self.per_slot.get(s, empty).rates() for s in slots),
+            request_acceptance=self._request_rates(slots) if self.per_request else None,
             recent_accepted=tuple(a for _, a in self.recent),
             recent_widths=tuple(w for w, _ in self.recent),
             confidence=self.confidence,
@@ -211,6 +244,10 @@ class WidthControl:
                 f"the declared candidates {list(self.candidates)}"
             )  # fmt: skip
         return self.lanes[answer]
+
+    def _request_rates(self, slots: Sequence[int]) -> tuple[tuple[float | None, ...], ...]:
+        empty = _Counts(self.depth)  # a request not yet verified: every position unobserved
+        return tuple(self.per_slot.get(s, empty).rates() for s in slots)
 
     def record(
         self,
@@ -228,9 +265,10 @@ class WidthControl:
             return
         self.widths.append(lane.width)
         self.current = lane.width
-        for slot, p, a in zip(slots, proposed, accepted, strict=True):
-            self.counts.add(p, a)
-            self.per_slot.setdefault(slot, _Counts(self.depth)).add(p, a)
+        self.counts.add_batch(proposed, accepted)
+        if self.per_request:
+            for slot, p, a in zip(slots, proposed, accepted, strict=True):
+                self.per_slot.setdefault(slot, _Counts(self.depth)).add(p, a)
         self.recent.append((lane.width, tuple(accepted)))
         if confidence is not None and confidence.numel():
             self.confidence = tuple(confidence.double().mean(0).tolist())

@@ -146,6 +146,7 @@ class EmaLadderSpeculationPolicy:
     warmup: int = 10
     interval: int = 5
     up: float = 0.0
+    per_request_acceptance = False  # reads the global statistics only
 
     def __post_init__(self) -> None:
         if not self.ladders:
@@ -201,6 +202,7 @@ class BatchScheduleSpeculationPolicy:
 
     schedule: tuple[tuple[int, int], ...] = TRTLLM_DRAFT_LEN_SCHEDULE
     beyond: int = 1
+    per_request_acceptance = False  # reads the global statistics only
 
     def __post_init__(self) -> None:
         limits = [entry[0] for entry in self.schedule]
@@ -265,6 +267,7 @@ class GoodputSpeculationPolicy:
 
     widths: tuple[int, ...] | None = None
     prior: float = 0.5
+    per_request_acceptance = False  # reads the global statistics only
 
     def __post_init__(self) -> None:
         if self.widths is not None:

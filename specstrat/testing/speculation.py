@@ -37,9 +37,12 @@ def _fail(hook: str, text: str, detail: str) -> ConformanceError:
     return ConformanceError(f"{hook} broke the obligation '{text}': {detail}")
 
 
-def observations(candidates: tuple[int, ...]) -> list[SpeculationObservation]:
+def observations(
+    candidates: tuple[int, ...], per_request: bool = True
+) -> list[SpeculationObservation]:
     """A fixed sequence of observations over ``candidates``: batch sizes 1 to 64, acceptance
-    high, low and unobserved, step costs unmeasured, then measured (wider steps cost more)."""
+    high, low and unobserved, step costs unmeasured, then measured (wider steps cost more);
+    acceptance per request only where ``per_request`` (a policy's declaration)."""
     out = []
     depth = max(candidates) - 1
     for step, (bs, rate) in enumerate(
@@ -54,7 +57,7 @@ def observations(candidates: tuple[int, ...]) -> list[SpeculationObservation]:
                 current=candidates[step % len(candidates)],
                 step=step,
                 acceptance=(rate,) * depth,
-                request_acceptance=((rate,) * depth,) * bs,
+                request_acceptance=((rate,) * depth,) * bs if per_request else None,
                 recent_accepted=(accepted,) if step else (),
                 recent_widths=(candidates[-1],) if step else (),
                 confidence=None if step % 2 else (0.5,) * depth,
@@ -125,6 +128,13 @@ def check_speculation_policy(
     except SpecstratError as exc:
         raise _fail(hook, "implements SpeculationPolicy", str(exc)) from exc
     spec = cast("SpeculationPolicy", policy)
+    per_request = spec.per_request_acceptance
+    if not isinstance(per_request, bool):
+        raise _fail(
+            hook, "per_request_acceptance is a bool",
+            f"it is {per_request!r} ({type(per_request).__name__}); declare True only if the "
+            "chooser reads SpeculationObservation.request_acceptance",
+        )  # fmt: skip
     declared = {}
     for d in (1, 2, 4, 8):
         candidates = _declared(hook, spec, d)
@@ -138,7 +148,7 @@ def check_speculation_policy(
                 check_strategy(f"{hook}.create_chooser() result", WidthChooser, chooser)
             except Exception as exc:
                 raise _fail(hook, "create_chooser returns a WidthChooser", str(exc)) from exc
-            runs.append(_answers(hook, chooser, observations(candidates)))
+            runs.append(_answers(hook, chooser, observations(candidates, per_request)))
         if runs[0] != runs[1]:
             raise _fail(
                 hook, "two fresh choosers fed the same observations answer the same",
@@ -191,6 +201,7 @@ class ScriptedSpeculationPolicy:
     decodes plainly for 20 steps, then drafts 3 tokens a step."""
 
     script: tuple[int, ...]
+    per_request_acceptance = False  # reads the step number only
 
     def __post_init__(self) -> None:
         if not self.script or any(not is_int(w) or w < 1 for w in self.script):
@@ -227,6 +238,11 @@ class FaultySpeculationPolicy:
     method: str
     fault: Fault
     after: int = field(default=0, kw_only=True)
+
+    @property
+    def per_request_acceptance(self) -> bool:
+        """The wrapped policy's declaration."""
+        return self.inner.per_request_acceptance
 
     def candidate_widths(self, num_draft_tokens: int) -> Sequence[int]:
         """The wrapped declaration, or the fault."""

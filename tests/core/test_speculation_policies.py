@@ -20,7 +20,9 @@ from specstrat.testing import (
 )
 
 
-def seen(step: int, bs: int = 1, accepted: tuple[int, ...] = (), **kw: Any) -> SpeculationObservation:
+def seen(
+    step: int, bs: int = 1, accepted: tuple[int, ...] = (), **kw: Any
+) -> SpeculationObservation:
     """An observation at ``step`` whose previous step accepted ``accepted`` drafts per request."""
     fields: dict[str, Any] = {
         "batch_size": bs, "candidates": (1, 2, 4, 6, 8), "current": 4, "step": step,
@@ -96,6 +98,7 @@ class Flaky:
     """Answers differently each time it is created: not deterministic for the same state."""
 
     made = 0
+    per_request_acceptance = False
 
     def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
         return (1, 2)
@@ -108,9 +111,17 @@ class Flaky:
         return 1 + Flaky.made % 2
 
 
+class Vague(Flaky):
+    """Declares per_request_acceptance as a string."""
+
+    per_request_acceptance = "sometimes"  # type: ignore[assignment]
+
+
 @pytest.mark.parametrize(
     ("policy", "message"),
     [
+        (Vague(), r"'per_request_acceptance is a bool': it is 'sometimes' \(str\); declare True "
+         r"only if the chooser reads SpeculationObservation\.request_acceptance"),
         (FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", lambda w: w + 0.5),
          r"SpeculationPolicy FaultySpeculationPolicy broke the obligation 'choose_width answers "
          r"an int among the declared candidates': answered 1\.5 \(float\)"),
@@ -124,7 +135,7 @@ class Flaky:
         (Flaky(), r"two fresh choosers fed the same observations answer the same"),
         (object(), r"implements SpeculationPolicy"),
     ],
-    ids=["float", "bool", "declared-zero", "raises", "not-deterministic", "not-a-policy"],
+    ids=["per-request-not-bool", "float", "bool", "declared-zero", "raises", "not-deterministic", "not-a-policy"],
 )  # fmt: skip
 def test_the_conformance_runner_refuses_nonsense_by_name(policy: object, message: str) -> None:
     """A broken policy fails the runner with a ConformanceError naming it and the value."""

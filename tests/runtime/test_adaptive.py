@@ -5,10 +5,13 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import specstrat
 from specstrat import EAGLE, NGRAM, InvalidConfig, SpecAlgorithm, StrategyError
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime._adapt import _Counts
 from specstrat.runtime._workload import workload
 from specstrat.speculation import FixedSpeculationPolicy, SpeculationObservation
 from specstrat.strategies import (
@@ -176,6 +179,8 @@ def test_the_observation_carries_what_was_measured(models: EmbeddedModels) -> No
         return answer
 
     class Spy:
+        per_request_acceptance = True
+
         def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
             return (1, 3, 4)
 
@@ -195,8 +200,83 @@ def test_the_observation_carries_what_was_measured(models: EmbeddedModels) -> No
     assert last.recent_widths[-1] == seen[-2].candidates[(last.step - 1) % 3]
     assert all(a is None or 0 <= a <= 1 for a in last.acceptance)
     assert last.confidence is not None
+    assert last.request_acceptance is not None
     assert len(last.request_acceptance) == last.batch_size
+    assert all(a is None or 0 <= a <= 1 for rates in last.request_acceptance for a in rates)
+    assert any(a is not None for rates in last.request_acceptance for a in rates)
     assert any(c is not None for c in last.step_seconds)
+
+
+class Watch:
+    """Answers D = 4 every step and keeps what it observed; ``per_request_acceptance`` as
+    built."""
+
+    def __init__(self, per_request: bool) -> None:
+        self.per_request_acceptance = per_request
+        self.seen: list[SpeculationObservation] = []
+
+    def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
+        return (4,)
+
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "Watch":
+        return self
+
+    def choose_width(self, observation: SpeculationObservation) -> int:
+        self.seen.append(observation)
+        return 4
+
+
+def test_acceptance_per_request_is_counted_only_for_a_policy_that_reads_it(
+    models: EmbeddedModels,
+) -> None:
+    """A policy declaring per_request_acceptance False sees None there; one declaring True
+    sees each request's rates, which pool to the global ones."""
+    quiet, asks = Watch(False), Watch(True)
+    run(replace(NGRAM, speculation=quiet), models)
+    run(replace(NGRAM, speculation=asks), models)
+    assert all(o.request_acceptance is None for o in quiet.seen)
+    assert [o.acceptance for o in quiet.seen] == [o.acceptance for o in asks.seen]
+    first = asks.seen[0].request_acceptance
+    assert first == ((None, None, None),) * len(REQUESTS)  # nothing verified yet
+    rates = [r for o in asks.seen[1:] for r in o.request_acceptance or ()]
+    assert any(a is not None for r in rates for a in r)
+
+
+@pytest.mark.parametrize("declared", ["yes", 1, 0.0], ids=repr)
+def test_a_per_request_declaration_that_is_not_a_bool_is_refused(
+    declared: object, models: EmbeddedModels
+) -> None:
+    """per_request_acceptance must be a bool; anything else is refused at start by name."""
+    with pytest.raises(
+        StrategyError,
+        match=r"NGRAM\.speculation\.per_request_acceptance: speculation=Watch declared "
+        rf"{declared!r} \({type(declared).__name__}\); declare True if its chooser reads",
+    ):
+        Engine(replace(NGRAM, speculation=Watch(declared)), models, CONFIG)  # type: ignore[arg-type]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.integers(1, 8).flatmap(
+        lambda depth: st.tuples(
+            st.just(depth),
+            st.lists(
+                st.integers(0, 9).flatmap(lambda p: st.tuples(st.just(p), st.integers(0, p))),
+                max_size=40,
+            ),
+        )
+    )
+)
+def test_batched_counts_equal_counting_each_request(
+    case: tuple[int, list[tuple[int, int]]],
+) -> None:
+    """A step's conditional-acceptance counts added as a batch equal adding each request."""
+    depth, steps = case
+    one, batch = _Counts(depth), _Counts(depth)
+    for p, a in steps:
+        one.add(p, a)
+    batch.add_batch([p for p, _ in steps], [a for _, a in steps])
+    assert (batch.reached, batch.hit) == (one.reached, one.hit)
 
 
 def test_ragged_rows_stay_within_the_chosen_width(

@@ -9,6 +9,7 @@ from specstrat import NGRAM, SpeculationObservation, SpeculationPolicy
 @dataclass(frozen=True)
 class GatedPolicy:
     threshold: float = 0.3  # acceptance of draft position 1 below this: stop drafting
+    per_request_acceptance = False  # it reads the global acceptance only
 
     def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
         return tuple(sorted({1, num_draft_tokens}))

@@ -3,6 +3,8 @@ from specstrat import SpeculationObservation, SpeculationPolicy
 
 
 class HalfWidthPolicy:
+    per_request_acceptance = False
+
     def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
         return (1, num_draft_tokens)
 

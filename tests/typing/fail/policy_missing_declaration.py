@@ -3,6 +3,8 @@ from specstrat import SpeculationObservation, SpeculationPolicy
 
 
 class UndeclaredPolicy:
+    per_request_acceptance = False
+
     def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "UndeclaredPolicy":
         return self
 
