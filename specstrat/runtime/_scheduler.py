@@ -21,7 +21,7 @@ from typing import TextIO
 from specstrat.runtime._admission import TransferBatch
 from specstrat.runtime._requests import Request, RunStats
 from specstrat.runtime._slots import SlotRow, SlotTable
-from specstrat.runtime._step import Produced, StepRunner, VerifyCount
+from specstrat.runtime._step import Produced, StepOutput, StepRunner, VerifyCount
 
 __all__ = ["Scheduler"]
 
@@ -66,18 +66,17 @@ class Scheduler:
 
     # -- the forward thread -------------------------------------------------------------------
 
-    def execute(self, plan: _Plan) -> dict[int, Produced]:
+    def execute(self, plan: _Plan) -> list[StepOutput]:
         """One step: release, decode the running requests, prefill, admit PREBUILT batches."""
-        steps = self.steps
+        steps, outputs = self.steps, list[StepOutput]()
         if plan.release:
             steps.release(plan.release)
-        tracing = self._trace is not None
-        produced = steps.decode(plan.running, tracing=tracing) if plan.running else {}
+        if plan.running:
+            outputs.append(steps.decode(plan.running, tracing=self._trace is not None))
         if plan.admit:
-            produced.update(steps.prefill(plan.admit))
-        for batch, slots in plan.prebuilt:
-            produced.update(steps.admit_prebuilt(batch, slots))
-        return produced
+            outputs.append(steps.prefill(plan.admit))
+        outputs.extend(steps.admit_prebuilt(batch, slots) for batch, slots in plan.prebuilt)
+        return outputs
 
     # -- the scheduler thread -----------------------------------------------------------------
 
@@ -120,39 +119,48 @@ class Scheduler:
             row.finished = True
         return kept
 
-    def absorb(self, produced: dict[int, Produced]) -> list[int]:
+    def absorb(self, outputs: list[StepOutput]) -> list[int]:
         """Append step outputs (stop tokens and budgets applied), count the verify statistics
         of the steps requests keep (a dropped overlapped step counts only as dropped); the
         slots that finished."""
-        live, stats, done = self.table.live_row, self.stats, list[int]()
+        stats, done = self.stats, list[int]()
         step, now = self._step_index, time.perf_counter()
         self._step_index += 1
         counts, made, generated = list[VerifyCount](), 0, 0
-        for slot, result in produced.items():
-            row = live(slot)
-            if row is None or row.finished:  # an overlapped extra step of a finished request
-                stats.dropped_steps += 1
-                continue
-            tokens, request = result.tokens, row.request
-            if result.verify is not None:  # counted only for steps a request keeps
-                counts.append(result.verify)
-                made += len(tokens)
-            stops = request.stop_token_ids
-            if len(tokens) < request.max_new_tokens - len(row.output) and (
-                not stops or stops.isdisjoint(tokens)
-            ):
-                row.output.extend(tokens)  # the common case: nothing to cut
-                kept = tokens
-            else:
-                kept = self._take(row, tokens)
-                if row.finished:
-                    done.append(slot)
-            if kept:
-                generated += len(kept)
-                stats.first_token_at.setdefault(request.rid, now)
-                stats.last_token_at[request.rid] = now
-            if self._trace is not None:
-                self._write_trace(step, row, result, kept)
+        for out in outputs:
+            rows, kept_rids, dropped = self.table.live_rows(out.slots), list[str](), set[int]()
+            for i, (row, tokens) in enumerate(zip(rows, out.tokens, strict=True)):
+                if row is None or row.finished:  # an overlapped extra step of a finished one
+                    dropped.add(i)
+                    continue
+                request, output = row.request, row.output
+                stops = request.stop_token_ids
+                if len(tokens) < request.max_new_tokens - len(output) and (
+                    not stops or stops.isdisjoint(tokens)
+                ):
+                    output.extend(tokens)  # the common case: nothing to cut
+                    kept = tokens
+                else:
+                    kept = self._take(row, tokens)
+                    if row.finished:
+                        done.append(row.slot)
+                if kept:
+                    generated += len(kept)
+                    kept_rids.append(request.rid)
+                if self._trace is not None:  # a prefill's record: no drafts, D = 0
+                    traced = out.traced[i] if out.traced else Produced(tokens)
+                    self._write_trace(step, row, traced, kept)
+            if out.verify is not None:  # counted only for steps a request keeps
+                verify, tokens_of = out.verify, out.tokens
+                if dropped:
+                    verify = [v for i, v in enumerate(verify) if i not in dropped]
+                    tokens_of = [t for i, t in enumerate(tokens_of) if i not in dropped]
+                counts.extend(verify)
+                made += sum(map(len, tokens_of))
+            stats.dropped_steps += len(dropped)
+            for rid in kept_rids:
+                stats.first_token_at.setdefault(rid, now)
+            stats.last_token_at.update(dict.fromkeys(kept_rids, now))
         stats.generated_tokens += generated
         if counts:
             proposed, accepted, widths = zip(*counts, strict=True)
@@ -235,7 +243,7 @@ class Scheduler:
         """As :meth:`_run_sync`, with step N+1 planned and started before N is absorbed."""
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="specstrat-forward") as pool:
             release: list[int] = []
-            pending: Future[dict[int, Produced]] | None = None
+            pending: Future[list[StepOutput]] | None = None
             more = source(not self.busy())
             while pending is not None or self.busy() or more:
                 plan = self.plan(release)

@@ -96,6 +96,11 @@ class SlotTable:
         """The row now in ``slot`` (``None`` once released)."""
         return self._rows[slot]
 
+    def live_rows(self, slots: Sequence[int]) -> list[SlotRow | None]:
+        """:meth:`live_row` of each of ``slots``, in order."""
+        table = self._rows
+        return [table[s] for s in slots]
+
     def take_outputs(self, rids: Sequence[str]) -> dict[str, list[int]]:
         """The outputs of finished requests ``rids``, forgotten here."""
         return {rid: self.by_rid.pop(rid).output for rid in rids}

@@ -47,7 +47,7 @@ from specstrat.runtime._step_relay import StepRelay
 from specstrat.runtime._worker import ModelWorker
 from specstrat.sampling import SamplingBatch, choose_tokens
 
-__all__ = ["Produced", "StepRunner", "VerifyCount"]
+__all__ = ["Produced", "StepOutput", "StepRunner", "VerifyCount"]
 
 _P = ParamSpec("_P")
 _R = TypeVar("_R")
@@ -63,12 +63,26 @@ class VerifyCount(NamedTuple):
     width: int
 
 
+@dataclass(frozen=False, slots=True)
+class StepOutput:
+    """What one prefill, PREBUILT admission or decode step produced, per request in ``slots``'
+    order (parallel lists, built with list operations: nothing is made per request that the
+    scheduler does not need): the tokens, the verify statistics (``None`` outside a
+    speculative decode step; the scheduler counts them only for requests that keep the step),
+    the step's D (0 for a prefill or an admission) and, when the run is traced, what each
+    request drafted (:class:`Produced`)."""
+
+    slots: list[int]
+    tokens: list[list[int]]
+    verify: list[VerifyCount] | None = None
+    width: int = 0
+    traced: list[Produced] | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Produced:
-    """What one step produced for one request: its tokens, its verify statistics (``None``
-    outside a speculative decode step; the scheduler counts them only if the request keeps the
-    step) and, when the run is traced, what was drafted (tokens, parents), which nodes were
-    accepted and the step's D."""
+    """A traced step's record for one request: its tokens, its verify statistics, what was
+    drafted (tokens, parents), which nodes were accepted and the step's D."""
 
     tokens: list[int]
     drafts: Sequence[int] = ()
@@ -123,7 +137,7 @@ class StepRunner:
 
     # -- admission ----------------------------------------------------------------------------
 
-    def prefill(self, admit: Sequence[tuple[Request, int]]) -> dict[int, Produced]:
+    def prefill(self, admit: Sequence[tuple[Request, int]]) -> StepOutput:
         """EXTEND over the prompts, the first token of each, and the drafter's admission."""
         slots = [slot for _, slot in admit]
         prompts = [list(req.prompt) for req, _ in admit]
@@ -142,9 +156,9 @@ class StepRunner:
         self.table.start(slots, prompts, tokens)  # the drafter's admit reads the prompts
         payload = self._admit_drafter(admission)
         self.relay_io.write(slots, self._lengths(slots), first, payload, "drafter.admit")
-        return {s: Produced([t]) for s, t in zip(slots, tokens, strict=True)}
+        return StepOutput(slots, [[t] for t in tokens])
 
-    def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> dict[int, Produced]:
+    def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> StepOutput:
         """Install the transferred KV, call ``algo.build_disagg_draft_input`` (which relays the
         first tokens and its draft state itself), then ``drafter.admit`` with what it returned
         (``None``: no draft state; the first step decodes plainly from the first tokens)."""
@@ -180,11 +194,11 @@ class StepRunner:
         extra = self._admit_drafter(admission)
         if extra.present():
             self.relay_io.stash(slots, extra, "drafter.admit")
-        return {slot: Produced([t]) for slot, t in zip(slots, first, strict=True)}
+        return StepOutput(list(slots), [[t] for t in first])
 
     # -- decode -------------------------------------------------------------------------------
 
-    def decode(self, slots: list[int], *, tracing: bool = False) -> dict[int, Produced]:
+    def decode(self, slots: list[int], *, tracing: bool = False) -> StepOutput:
         """One decode step for the running requests ``slots`` (``tracing``: record drafts).
 
         What a hook returns is copied the moment it returns and checked on the copy; only the
@@ -294,7 +308,7 @@ class StepRunner:
         host: _HostStep,
         tracing: bool,
         counts: list[VerifyCount] | None,
-    ) -> dict[int, Produced]:
+    ) -> StepOutput:
         paths, counts_accepted = host.answer.paths, host.answer.counts
         bonus_list, tree = host.answer.bonus, host.tree
         # Each sequence grows by its root (the old bonus token) and the accepted drafts.
@@ -325,23 +339,21 @@ class StepRunner:
         bonus = torch.tensor(bonus_list, dtype=torch.int64, device=self.worker.device)
         self.relay_io.write(step.slots, lengths, bonus, payload, "drafter.commit")
         tokens = [[*a, b] for a, b in zip(accepted, bonus_list, strict=True)]
-        verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
-        if not tracing:
-            return {
-                slot: Produced(t, (), (), (), v, host.width)
-                for slot, t, v in zip(step.slots, tokens, verify, strict=True)
-            }
-        return {
-            slot: Produced(
-                tokens[i],
-                tree.tokens[i][: tree.lengths[i]],
-                tree.parents[i][: tree.lengths[i]],
-                paths[i],
-                verify[i],
-                host.width,
-            )
-            for i, slot in enumerate(step.slots)
-        }
+        output = StepOutput(list(step.slots), tokens, counts, host.width)
+        if tracing:
+            verify: Sequence[VerifyCount | None] = counts or [None] * len(step.slots)
+            output.traced = [
+                Produced(
+                    tokens[i],
+                    tree.tokens[i][: tree.lengths[i]],
+                    tree.parents[i][: tree.lengths[i]],
+                    paths[i],
+                    verify[i],
+                    host.width,
+                )
+                for i in range(len(step.slots))
+            ]
+        return output
 
 
 def _depths(tree: HostTree) -> list[int]:
