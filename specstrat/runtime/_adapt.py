@@ -2,13 +2,13 @@
 
 At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of
 D (checked: distinct ints >= 1; :func:`top_width` checks the largest fits the context) and
-:func:`build_lanes`
-builds one :class:`WidthLane` per candidate: its verify width T (from the target-verify policy),
-its tree shape and a verifier with graph buckets of its own. Before each decode step
+:func:`build_lanes` builds one :class:`WidthLane` per candidate: its verify width T (from the
+target-verify policy), its tree shape and a verifier with graph buckets of its own. Before each decode step
 :meth:`WidthControl.choose` builds a :class:`~specstrat.speculation.SpeculationObservation` and
 asks the policy's chooser for the step's D (checked to be a declared candidate); after the step
 :meth:`WidthControl.record` counts what was proposed and accepted by position (only positions
-proposed and verified) and the step's measured cost at its D.
+proposed and verified; a batch at once, and per request only for a policy that declares
+``per_request_acceptance``) and the step's measured cost at its D.
 """
 
 from __future__ import annotations
