@@ -359,8 +359,11 @@ class DrafterNeeds:
 class DrafterContext:
     """What the engine hands a drafter factory: the models it loaded and the services it runs.
 
-    ``new_kv_runner(model)`` gives a model its own request pool and KV cache (a draft LM);
-    ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
+    ``new_kv_runner(model)`` gives a model its own request pool and KV cache (a draft LM), a
+    :class:`~specstrat.models.DraftKV`: take one draft row per request with
+    ``alloc_for(admission.slots)`` in ``admit``, read them with ``rows_for(step.slots)``, free
+    them with ``free_for(slots)`` in ``release``; the engine's slot table records them, and frees
+    whatever a released slot still holds. ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
     pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run; ``tree`` the
     shape every step may propose (from the algorithm's tree policy; ``None``: a chain).
     ``new_block_runner(model)`` is ``new_kv_runner`` plus a draft-worker TARGET_VERIFY forward of

@@ -29,6 +29,7 @@ __all__ = [
     "EarlyExitModel",
     "KVForward",
     "KVRequests",
+    "KVSlotRows",
     "KVVerify",
     "LoadedModels",
     "ModelSet",
@@ -225,23 +226,51 @@ class ModelSet:
 
 
 class KVRequests(Protocol):
-    """Request slots of a :class:`DraftKV` runner (its own pool, not the target's)."""
+    """Draft rows of a :class:`DraftKV` runner: rows of its own request pool, not the target's
+    (its methods' ``slots``/``slot`` are these rows). A drafter keeping one draft row per
+    request takes them through :class:`KVSlotRows` instead, so the engine knows who holds what;
+    rows from :meth:`alloc` are the drafter's alone to free."""
 
     def alloc(self, count: int) -> list[int]:
-        """``count`` fresh request slots with empty KV."""
+        """``count`` fresh draft rows with empty KV, all or none, held for no request slot."""
         ...
 
     def free(self, slots: Sequence[int]) -> None:
-        """Release the slots and their KV."""
+        """Release draft rows from :meth:`alloc` and their KV (a row held for a request slot
+        is refused: :meth:`KVSlotRows.free_for` releases that)."""
         ...
 
     def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..`` of ``slot``."""
+        """Drop the KV of positions ``new_len..`` of draft row ``slot``."""
+        ...
+
+
+class KVSlotRows(Protocol):
+    """A :class:`DraftKV` runner's draft rows by the target's request slot, recorded in the
+    engine's slot table: one draft row per request, held from the drafter's ``admit`` until its
+    ``release``. Whatever a slot still holds once ``release`` returns (or raises) the engine
+    frees, so a drafter's KV never outlives its request."""
+
+    def alloc_for(self, slots: Sequence[int]) -> list[int]:
+        """A fresh draft row (empty KV) for each of the target's ``slots``, in order, all or
+        none; call it in ``admit`` with ``admission.slots``. A slot that holds no request, holds
+        a row of this runner already, or repeats is refused with ``InvalidConfig``."""
+        ...
+
+    def rows_for(self, slots: Sequence[int]) -> list[int]:
+        """The draft rows the target's ``slots`` hold, in order: what :class:`KVForward` and
+        ``rewind`` take. A slot holding none raises ``InvalidConfig`` naming it."""
+        ...
+
+    def free_for(self, slots: Sequence[int]) -> None:
+        """Release the draft rows (and their KV) of those of the target's ``slots`` that hold
+        one, and their record; call it in ``release``."""
         ...
 
 
 class KVForward(Protocol):
-    """Forwards of a :class:`DraftKV` runner: append tokens to requests, read their lengths."""
+    """Forwards of a :class:`DraftKV` runner: append tokens to draft rows, read their lengths
+    (``slots`` are the runner's draft rows, as :meth:`KVSlotRows.rows_for` returns them)."""
 
     def extend(
         self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
@@ -268,8 +297,9 @@ class KVForward(Protocol):
         ...
 
 
-class DraftKV(KVRequests, KVForward, Protocol):
-    """A model with its own request pool and KV cache, created for a drafter by the engine."""
+class DraftKV(KVRequests, KVSlotRows, KVForward, Protocol):
+    """A model with its own request pool and KV cache, created for a drafter by the engine:
+    draft rows by request slot (:class:`KVSlotRows`), forwards on them (:class:`KVForward`)."""
 
 
 class KVVerify(Protocol):

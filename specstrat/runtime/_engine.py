@@ -129,8 +129,8 @@ class Engine:
         return worker
 
     def _new_runner(self, model: CausalLM) -> DraftKV:
-        """A KV runner for a drafter's model."""
-        return KVRunner(self._new_worker(model))
+        """A KV runner for a drafter's model: a draft pool of the slot table."""
+        return KVRunner(self._new_worker(model), self._table)
 
     def _new_block_runner(self, model: CausalLM) -> BlockKV:
         """A KV runner that also runs TARGET_VERIFY on the draft worker, through a draft-worker
@@ -150,6 +150,7 @@ class Engine:
 
         return BlockKVRunner(
             worker,
+            self._table,
             graphs.tokens_per_req,
             graphs=graphs if cfg.use_graph_runner else None,
             on_verify=counted,

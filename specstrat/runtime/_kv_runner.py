@@ -1,6 +1,10 @@
 """The KV runners the engine hands drafters: a draft LM's own request pool and KV cache
 (:class:`KVRunner`, a :class:`~specstrat.models.DraftKV`), and one that also runs TARGET_VERIFY on
-the draft worker (:class:`BlockKVRunner`, a :class:`~specstrat.models.BlockKV`)."""
+the draft worker (:class:`BlockKVRunner`, a :class:`~specstrat.models.BlockKV`).
+
+Each runner is a draft pool of the engine's slot table: the draft rows a drafter takes for the
+target's slots (``alloc_for``) are recorded in those slots' rows, so the engine frees what a
+drafter's ``release`` leaves behind."""
 
 from __future__ import annotations
 
@@ -11,33 +15,58 @@ import torch
 
 from specstrat.errors import CapacityError, InvalidConfig
 from specstrat.runtime._forward import ForwardMode
+from specstrat.runtime._slots import SlotTable
 from specstrat.runtime._worker import ModelWorker, TreeTokens
 
 __all__ = ["BlockKVRunner", "KVRunner"]
 
 
 class KVRunner:
-    """A :class:`~specstrat.models.DraftKV` over a worker: what a drafter's draft LM runs on."""
+    """A :class:`~specstrat.models.DraftKV` over a worker: what a drafter's draft LM runs on;
+    its draft rows by slot are recorded in ``table`` (this runner is one of its draft pools)."""
 
-    def __init__(self, worker: ModelWorker) -> None:
-        self.worker = worker
+    def __init__(self, worker: ModelWorker, table: SlotTable) -> None:
+        self.worker, self._table = worker, table
+        self._pool = table.add_draft_pool(self._release)
 
     def alloc(self, count: int) -> list[int]:
-        """``count`` fresh slots, all or none."""
+        """``count`` fresh draft rows, all or none, held for no slot."""
         if count > self.worker.requests.available:
             raise CapacityError(
-                f"draft request pool has {self.worker.requests.available} free slots, "
+                f"draft request pool has {self.worker.requests.available} free rows, "
                 f"{count} needed; raise max_running_requests"
             )
         return [self.worker.alloc_request() for _ in range(count)]
 
     def free(self, slots: Sequence[int]) -> None:
-        """Release the slots and their KV."""
-        for slot in slots:
-            self.worker.free_request(slot)
+        """Release draft rows (``slots`` of this pool) from :meth:`alloc` and their KV; a row
+        held for a target slot is refused."""
+        held = self._table.held_draft_rows(self._pool).intersection(slots)
+        if held:
+            raise InvalidConfig(
+                f"draft rows {sorted(held)} are held for slots (alloc_for); release them with "
+                "free_for(slots), which also clears the record"
+            )
+        self._release(slots)
+
+    def alloc_for(self, slots: Sequence[int]) -> list[int]:
+        """A fresh draft row for each of the target's ``slots``, all or none, recorded."""
+        return self._table.hold_draft_rows(self._pool, slots, self.alloc)
+
+    def rows_for(self, slots: Sequence[int]) -> list[int]:
+        """The draft rows ``slots`` hold, in order."""
+        return self._table.draft_rows(self._pool, slots)
+
+    def free_for(self, slots: Sequence[int]) -> None:
+        """Release the draft rows of those of ``slots`` that hold one; the record goes too."""
+        self._release(self._table.drop_draft_rows(self._pool, slots))
+
+    def _release(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            self.worker.free_request(row)
 
     def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..``."""
+        """Drop the KV of positions ``new_len..`` of draft row ``slot``."""
         self.worker.rewind(slot, new_len)
 
     def extend(
@@ -85,12 +114,13 @@ class BlockKVRunner(KVRunner):
     def __init__(
         self,
         worker: ModelWorker,
+        table: SlotTable,
         tokens_per_req: int,
         *,
         graphs: _Replayer | None,
         on_verify: Callable[[], None],
     ) -> None:
-        super().__init__(worker)
+        super().__init__(worker, table)
         self._tokens, self.graphs, self.on_verify = tokens_per_req, graphs, on_verify
 
     @property

@@ -127,9 +127,13 @@ class StepRunner:
 
     def release(self, slots: Sequence[int]) -> None:
         """Finished requests: their relay entries are resolved one last time (a relay may free
-        entries once read), the drafter forgets them, their KV and slots are freed."""
+        entries once read), the drafter forgets them, the draft rows it left (it forgot, or
+        raised) are freed, their KV and slots are freed."""
         self.relay_io.release(slots)
-        self._hook("drafter.release", self.drafter.release, list(slots))
+        try:
+            self._hook("drafter.release", self.drafter.release, list(slots))
+        finally:
+            self.table.free_draft_rows(slots)  # what the slot table says they still hold
         self.table.forget(slots)  # before the pool frees a slot the scheduler may reuse
         self.control.forget(slots)
         for slot in slots:

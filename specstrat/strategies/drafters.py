@@ -187,28 +187,25 @@ class NgramDrafterFactory:
 
 
 class DraftRows:
-    """A drafter's draft rows: one row of its own request pool (a draft LM's) per request, keyed
-    by the request's slot, allocated at admission and filled at the first proposal (the draft KV
-    never travels, so PREBUILT requests start empty too)."""
+    """A drafter's draft rows: one row of its own request pool (a draft LM's) per request,
+    allocated at admission and filled at the first proposal (the draft KV never travels, so
+    PREBUILT requests start empty too). The runner records which slot holds which row in the
+    engine's slot table (:class:`~specstrat.models.KVSlotRows`); nothing is kept here."""
 
     def __init__(self, runner: DraftKV, target_tokens: Callable[[int], Sequence[int]]) -> None:
         self.runner, self.target_tokens = runner, target_tokens
-        self.own: dict[int, int] = {}
 
     def admit(self, slots: Sequence[int]) -> None:
         """A draft row for each of ``slots``."""
-        fresh = self.runner.alloc(len(slots))
-        self.own.update(zip(slots, fresh, strict=True))
+        self.runner.alloc_for(slots)
 
     def release(self, slots: Sequence[int]) -> None:
         """Free the draft KV of those of ``slots`` that have one."""
-        mine = [self.own.pop(s) for s in slots if s in self.own]
-        if mine:
-            self.runner.free(mine)
+        self.runner.free_for(slots)
 
     def behind(self, slots: Sequence[int]) -> tuple[list[int], list[list[int]]]:
         """The draft rows of ``slots``, and the committed tokens each one's KV lacks."""
-        own = [self.own[s] for s in slots]
+        own = self.runner.rows_for(slots)
         have = self.runner.lengths(own)
         lacking = [list(self.target_tokens(s)[n:]) for s, n in zip(slots, have, strict=True)]
         return own, lacking
@@ -286,8 +283,9 @@ class DraftModelDrafter:
         if steps and outcome.step.shape.is_chain:
             accepted = outcome.acceptance.accept_lengths.tolist()
             seq_lens = outcome.step.seq_lens.tolist()
-            for slot, a, n in zip(outcome.step.slots, accepted, seq_lens, strict=True):
-                self.runner.rewind(self.rows.own[slot], n + 1 + min(int(a), steps - 1))
+            own = self.runner.rows_for(outcome.step.slots)
+            for row, a, n in zip(own, accepted, seq_lens, strict=True):
+                self.runner.rewind(row, n + 1 + min(int(a), steps - 1))
         return _NOTHING
 
 

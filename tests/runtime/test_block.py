@@ -168,6 +168,7 @@ class RecordingRunner:
     def __init__(self, tokens_per_req: int, vocab: int = 2048) -> None:
         self.tokens_per_req, self.vocab = tokens_per_req, vocab
         self.cached: dict[int, list[int]] = {}
+        self.held: dict[int, int] = {}  # the target's slot -> its draft row
         self.blocks: list[list[list[int]]] = []
 
     def alloc(self, count: int) -> list[int]:
@@ -178,6 +179,17 @@ class RecordingRunner:
     def free(self, slots: Sequence[int]) -> None:
         for slot in slots:
             del self.cached[slot]
+
+    def alloc_for(self, slots: Sequence[int]) -> list[int]:
+        fresh = self.alloc(len(slots))
+        self.held.update(zip(slots, fresh, strict=True))
+        return fresh
+
+    def rows_for(self, slots: Sequence[int]) -> list[int]:
+        return [self.held[s] for s in slots]
+
+    def free_for(self, slots: Sequence[int]) -> None:
+        self.free([self.held.pop(s) for s in slots if s in self.held])
 
     def rewind(self, slot: int, new_len: int) -> None:
         del self.cached[slot][new_len:]
