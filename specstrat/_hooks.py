@@ -4,7 +4,9 @@ into a StrategyError naming ``ALGO.hook`` and the user's line (:func:`user_locat
 Two pass-through rules: during a step only errors that already name who is at fault pass
 unchanged (a StrategyError; a ModelShapeError, the model's fault rather than the drafter's
 that ran it); at construction and start-up any SpecstratError passes, so a factory or policy
-refusing the configuration stays the configuration error it raised.
+refusing the configuration stays the configuration error it raised. A relay's own
+:class:`~specstrat.errors.RelayError` names the field but not the algorithm: it is raised again
+as a RelayError naming ``ALGO.hook``, its field and writer kept.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from pathlib import Path
 from typing import ParamSpec, TypeVar
 
 from specstrat.contracts import hook_error
-from specstrat.errors import ModelShapeError, SpecstratError, StrategyError
+from specstrat.errors import ModelShapeError, RelayError, SpecstratError, StrategyError
 
 __all__ = ["HookCall", "call_hook", "call_start_hook", "hook_label", "user_location"]
 
@@ -56,6 +58,16 @@ class HookCall:
     ) -> _R:
         try:
             return fn(*args, **kwargs)
+        except RelayError as exc:
+            if exc.algorithm is not None:
+                raise
+            problem = f"raised RelayError: {exc}{user_location(exc)}"
+            raise RelayError(
+                f"{algorithm}.{hook}: {problem}",
+                field=exc.field,
+                writer=exc.writer,
+                algorithm=algorithm,
+            ) from exc
         except self.passes:
             raise
         except Exception as exc:

@@ -311,23 +311,3 @@ class SpecAlgorithm(Generic[DraftT_co]):
             "strategies": {hook: type(getattr(self, hook)).__name__ for hook in HOOKS},
             "capabilities": self.capabilities.as_dict(),
         }
-
-
-_dataclass_init = SpecAlgorithm.__init__
-_MIGRATION = (
-    "SpecAlgorithm needs {missing} (how it drafts and how it accepts; required since 0.2.0); compose from "
-    "a built-in with dataclasses.replace(EAGLE, name=..., ...), or pass e.g. "
-    "drafter=EagleHeadDrafterFactory(), acceptance=GreedyAcceptance()"
-)
-
-
-def _init_with_migration_hint(self: SpecAlgorithm[Any], *args: Any, **kwargs: Any) -> None:
-    """The dataclass __init__, with a migration hint when the 0.2.0 fields are missing."""
-    missing = [f for f in ("drafter", "acceptance") if f not in kwargs]
-    if missing:
-        raise InvalidStrategy(_MIGRATION.format(missing=" and ".join(missing)))
-    _dataclass_init(self, *args, **kwargs)
-
-
-# The signature mypy checks stays the dataclass's; only the runtime message is friendlier.
-setattr(SpecAlgorithm, "__init__", _init_with_migration_hint)  # noqa: B010

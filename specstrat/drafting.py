@@ -15,7 +15,6 @@ from typing import Generic, TypeVar
 
 import torch
 
-from specstrat._deprecation import RenamedField, renamed_fields, warn_renamed
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
@@ -38,7 +37,6 @@ __all__ = [
     "StepOutcome",
     "TreeShape",
     "VerifyInputs",
-    "verify_width",
 ]
 
 _DraftT_co = TypeVar("_DraftT_co", covariant=True)
@@ -56,19 +54,8 @@ def _int_tensor(name: str, value: object, shape: tuple[int, ...] | None, rank: i
         raise InvalidConfig(f"{name}.shape={tuple(value.shape)}; expected {shape}")
 
 
-def verify_width(owner: str, tokens_per_req: int | None, num_draft_tokens: int | None) -> int:
-    """``tokens_per_req`` (T) as given to ``owner``, or as its 0.3.0 keyword
-    ``num_draft_tokens`` with a deprecation warning; both or neither is a TypeError."""
-    if num_draft_tokens is not None:
-        if tokens_per_req is not None:
-            raise TypeError(
-                f"{owner}() got num_draft_tokens= (its 0.3.0 name) and tokens_per_req= at once; "
-                "pass tokens_per_req only"
-            )
-        warn_renamed(f"{owner}(num_draft_tokens=...)", f"{owner}(tokens_per_req=...)")
-        tokens_per_req = num_draft_tokens
-    if tokens_per_req is None:
-        raise TypeError(f"{owner}() missing its argument tokens_per_req (T, root included)")
+def checked_tokens_per_req(owner: str, tokens_per_req: object) -> int:
+    """``tokens_per_req`` (T, root included) as given to ``owner``, refused unless an int >= 1."""
     if not is_int(tokens_per_req) or tokens_per_req < 1:
         raise InvalidConfig(f"{owner}: tokens_per_req={tokens_per_req!r} must be an int >= 1")
     return tokens_per_req
@@ -80,7 +67,6 @@ def _tree_capacity(topk: int, num_steps: int) -> int:
     return 0 if num_steps == 0 else topk + (num_steps - 1) * topk * topk
 
 
-@renamed_fields(num_draft_tokens="tokens_per_req")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TreeShape:
     """The draft tree a step may propose, named as SGLang's server arguments.
@@ -95,7 +81,6 @@ class TreeShape:
     topk: int
     num_steps: int
     tokens_per_req: int
-    num_draft_tokens = RenamedField[int]("tokens_per_req")  # the 0.3.0 name
 
     def __post_init__(self) -> None:
         for name, least in (("topk", 1), ("num_steps", 0), ("tokens_per_req", 1)):
@@ -117,12 +102,9 @@ class TreeShape:
             )
 
     @classmethod
-    def chain(
-        cls, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
-    ) -> TreeShape:
-        """A chain of ``tokens_per_req - 1`` nodes: topk 1, that many steps
-        (``num_draft_tokens=``: the 0.3.0 keyword)."""
-        t = verify_width("TreeShape.chain", tokens_per_req, num_draft_tokens)
+    def chain(cls, tokens_per_req: int) -> TreeShape:
+        """A chain of ``tokens_per_req - 1`` nodes: topk 1, that many steps."""
+        t = checked_tokens_per_req("TreeShape.chain", tokens_per_req)
         return cls(topk=1, num_steps=t - 1, tokens_per_req=t)
 
     @property
@@ -141,13 +123,9 @@ class ChainTree:
     """The tree policy of a chain: topk 1, ``T - 1`` steps (every drafter can draft it); the
     default of :class:`~specstrat.algorithm.SpecAlgorithm`."""
 
-    def tree_shape(
-        self, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
-    ) -> TreeShape:
-        """``TreeShape.chain(tokens_per_req)`` (``num_draft_tokens=``: the 0.3.0 keyword)."""
-        return TreeShape.chain(
-            verify_width("ChainTree.tree_shape", tokens_per_req, num_draft_tokens)
-        )
+    def tree_shape(self, tokens_per_req: int) -> TreeShape:
+        """``TreeShape.chain(tokens_per_req)``."""
+        return TreeShape.chain(checked_tokens_per_req("ChainTree.tree_shape", tokens_per_req))
 
 
 @dataclass(frozen=True, slots=True)
@@ -260,7 +238,6 @@ class Acceptance:
     bonus_tokens: torch.Tensor
 
 
-@renamed_fields(last_tokens="bonus_tokens", relay="payload")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftStep:
     """What a drafter proposes from, for the running requests of one step.
@@ -283,8 +260,6 @@ class DraftStep:
     max_nodes: int
     sampling: tuple[SamplingParams, ...]
     tree: TreeShape | None = None
-    last_tokens = RenamedField[torch.Tensor]("bonus_tokens")  # the 0.3.0 names
-    relay = RenamedField[RelayPayload]("payload")
 
     def __post_init__(self) -> None:
         if self.tree is not None and self.tree.max_nodes != self.max_nodes:
@@ -312,7 +287,6 @@ class StepOutcome:
     hidden: torch.Tensor
 
 
-@renamed_fields(first_tokens="bonus_tokens")
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DraftAdmission(Generic[_DraftT_co]):
     """New requests for a drafter, after a local prefill or a PREBUILT admission.
@@ -331,7 +305,6 @@ class DraftAdmission(Generic[_DraftT_co]):
     hidden: torch.Tensor | None
     draft_input: _DraftT_co | None
     sampling: tuple[SamplingParams, ...] = ()
-    first_tokens = RenamedField[torch.Tensor]("bonus_tokens")  # the 0.3.0 name
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

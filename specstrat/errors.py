@@ -3,7 +3,6 @@
 ```
 SpecstratError
 ├── InvalidConfig        (also ValueError)  bad value: num_tokens, slots, widths, names, ...
-│   ├── RelayError                          a FutureMap payload disagrees with its buffers
 │   ├── RegistrationError                   duplicate or reserved algorithm name
 │   └── ModelLoadError                      a model path, id or config specstrat cannot load or run
 ├── InvalidStrategy      (also TypeError)   a strategy does not satisfy its hook's Protocol
@@ -13,6 +12,7 @@ SpecstratError
 ├── KernelError          (also RuntimeError) a Triton/CUDA launch failed at the launcher boundary
 ├── DisaggError          (also RuntimeError) the decode side cannot rebuild draft state
 ├── StrategyError        (also RuntimeError) a strategy hook raised or broke its contract mid-run
+│   └── RelayError                          a relay write or read disagrees with its buffers
 ├── ModelShapeError      (also RuntimeError) a model's outputs disagree with its ModelShape
 ├── EngineStateError     (also RuntimeError) the engine refuses a call in its current state
 ├── CapacityError        (also RuntimeError) request slots or KV ran out mid-run
@@ -59,10 +59,6 @@ class SpecstratError(Exception):
 
 class InvalidConfig(SpecstratError, ValueError):
     """A value passed to specstrat is out of its domain; the message names it and the fix."""
-
-
-class RelayError(InvalidConfig):
-    """A FutureMap write or read disagrees with the relay's buffers (field, width, dtype, slot)."""
 
 
 class RegistrationError(InvalidConfig):
@@ -112,6 +108,28 @@ class StrategyError(SpecstratError, RuntimeError):
     The message names the algorithm, the hook and the method (``EAGLE.drafter.propose``); the
     original exception is chained as ``__cause__``.
     """
+
+
+class RelayError(StrategyError):
+    """A relay (FutureMap) write or read disagrees with its buffers: a field of another width or
+    dtype, slots out of range, a ring entry that is missing or would be overwritten.
+
+    ``field``: the relay field at fault (``None``: the slots themselves); ``writer``: the hook
+    that wrote the refused value (``"drafter.commit"``, ...), set when the engine blames a
+    writer (``None``: the relay's own call is at fault); ``algorithm``: the algorithm whose
+    relay it is, set when the engine reports it (a relay raising it leaves it ``None``).
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        writer: str | None = None,
+        algorithm: str | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.field, self.writer, self.algorithm = field, writer, algorithm
 
 
 class EngineStateError(SpecstratError, RuntimeError):

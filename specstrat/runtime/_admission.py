@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 
 import torch
 
-from specstrat._deprecation import RenamedField, renamed_fields
 from specstrat.contracts import describe
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import DisaggError
@@ -25,7 +24,6 @@ from specstrat.runtime._requests import Request
 __all__ = ["TransferBatch", "check_transfer"]
 
 
-@renamed_fields(first_tokens="bonus_tokens")
 @dataclass(frozen=True, slots=True)
 class TransferBatch:
     """One prefilled batch: ids, prompts, budgets, stop tokens, bonus tokens, KV and payload.
@@ -46,7 +44,6 @@ class TransferBatch:
     payload: RelayPayload = field(default_factory=RelayPayload)
     stop_token_ids: tuple[frozenset[int], ...] = ()
     sampling: tuple[SamplingParams, ...] = ()
-    first_tokens = RenamedField[torch.Tensor]("bonus_tokens")  # the 0.3.0 name
 
     @property
     def kv_lens(self) -> list[int]:

@@ -20,7 +20,6 @@ from typing import Any, TextIO
 
 import torch
 
-from specstrat._deprecation import RenamedField
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import DrafterContext
 from specstrat.errors import (
@@ -52,17 +51,6 @@ class Engine:
     any :class:`~specstrat.models.LoadedModels` (``EmbeddedModels.load()``, or a
     :class:`~specstrat.models.ModelSet` of your own torch modules).
     """
-
-    # The 0.3.0 attributes, internal since 0.4.0.
-    _INTERNAL = "the public Engine API (run, submit, stats, free_slots, free_kv_tokens, device)"
-    target = RenamedField[ModelWorker]("_target", _INTERNAL)
-    steps = RenamedField[StepRunner]("_steps", _INTERNAL)
-    scheduler = RenamedField[Scheduler]("_scheduler", _INTERNAL)
-    future_map = RenamedField[FutureMap]("_relay", _INTERNAL)
-    drafter = RenamedField[Drafter[Any]]("_drafter", _INTERNAL)
-    graph_runner = RenamedField[GraphRunner | None]("_graph_runner", _INTERNAL)
-    margin = RenamedField[int]("_margin", _INTERNAL)
-    init_overlap = RenamedField[Callable[[torch.device], FutureMap]]("_init_overlap", _INTERNAL)
 
     def __init__(
         self,

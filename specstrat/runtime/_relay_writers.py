@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 
 from specstrat.relay import RelayField
 
-__all__ = ["RelayWriters", "named_field"]
+__all__ = ["RelayWriters"]
 
 
 class RelayWriters:
@@ -51,10 +51,3 @@ class RelayWriters:
         for writers in self._by_field.values():
             for slot in gone:
                 writers.pop(slot, None)
-
-
-def named_field(message: str, fields: Iterable[RelayField]) -> RelayField | None:
-    """The first of ``fields`` a relay's error message names (RelayError messages start with
-    the field), or ``None``."""
-    found = [(message.find(name), name) for name in fields if name in message]
-    return min(found)[1] if found else None

@@ -16,12 +16,12 @@ from typing import ParamSpec, TypeVar
 import torch
 
 from specstrat.contracts import hook_error
-from specstrat.errors import RelayError, StrategyError
+from specstrat.errors import RelayError
 from specstrat.protocols import FutureMap
 from specstrat.relay import RELAY_FIELDS, RelayField, RelayPayload
 from specstrat.runtime._answers import frozen_payload
 from specstrat.runtime._guard import call_hook
-from specstrat.runtime._relay_writers import RelayWriters, named_field
+from specstrat.runtime._relay_writers import RelayWriters
 
 __all__ = ["BUILDER", "StepRelay"]
 
@@ -98,15 +98,19 @@ class StepRelay:
     ) -> None:
         try:
             self._hook("future_map.stash", self.relay.stash, index, payload)
-        except StrategyError as exc:
-            cause = exc.__cause__
-            field = named_field(str(cause), sources) if isinstance(cause, RelayError) else None
-            if field is None:
+        except RelayError as exc:
+            writer = sources.get(exc.field) if exc.field in RELAY_FIELDS else None
+            if writer is None:  # the engine's own field, or the slots: the relay's fault
                 raise
-            raise hook_error(
-                self.algorithm, sources[field], f"relayed {field} that future_map.stash "
-                f"refused ({cause}); {_FIX.get(sources[field], 'keep one width per field')}"
-            ) from cause  # fmt: skip
+            cause = exc.__cause__ or exc
+            fix = _FIX.get(writer, "keep one width per field")
+            raise RelayError(
+                f"{self.algorithm}.{writer}: relayed {exc.field} that future_map.stash "
+                f"refused ({cause}); {fix}",
+                field=exc.field,
+                writer=writer,
+                algorithm=self.algorithm,
+            ) from cause
         for name in payload.present():
             self.writers.wrote(sources.get(name), slots, (name,))
 
@@ -121,14 +125,16 @@ class StepRelay:
         tokens the engine keeps for them; a wrong value names the hook that wrote it."""
         try:
             answer = self._hook(_RESOLVE, self.relay.resolve, self._index(slots))
-        except StrategyError as exc:  # a ring refusing slots the builder never stashed
-            missing = isinstance(exc.__cause__, RelayError)
-            if not missing or self.writers.writer(slots, "bonus_tokens") != BUILDER:
+        except RelayError as exc:  # a ring refusing slots the builder never stashed
+            if self.writers.writer(slots, "bonus_tokens") != BUILDER:
                 raise
-            raise hook_error(
-                self.algorithm, BUILDER, f"the relay holds nothing usable for slots {slots} "
-                f"({exc.__cause__}); {_FIX[BUILDER]}"
-            ) from exc  # fmt: skip
+            raise RelayError(
+                f"{self.algorithm}.{BUILDER}: the relay holds nothing usable for slots "
+                f"{slots} ({exc.__cause__ or exc}); {_FIX[BUILDER]}",
+                field=exc.field,
+                writer=BUILDER,
+                algorithm=self.algorithm,
+            ) from exc
         payload = frozen_payload(self.algorithm, _RESOLVE, answer, len(slots))
         if payload.bonus_tokens is None:
             self._blame(

@@ -11,11 +11,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 import torch
 
-from specstrat._deprecation import moved_names
 from specstrat._ints import is_int
 from specstrat.drafting import (
     DraftAdmission,
@@ -325,9 +323,3 @@ class DraftModelDrafterFactory:
     ) -> RelayPayload:
         """Nothing travels: the decode side rebuilds the draft KV from the prompt."""
         return _NOTHING
-
-
-if TYPE_CHECKING:  # the 0.3.0 name keeps its static type
-    DraftKVSlots = DraftRows
-else:  # at run time it warns; type checkers keep flagging unknown names
-    __getattr__ = moved_names(__name__, {"DraftKVSlots": "specstrat.strategies.drafters:DraftRows"})

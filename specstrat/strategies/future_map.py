@@ -73,18 +73,21 @@ class _RelayBuffers:
         for name, tensor in payload.present().items():
             if tensor.shape[0] != rows:
                 raise RelayError(
-                    f"{name} has {tensor.shape[0]} rows for {rows} slots; one row per slot"
+                    f"{name} has {tensor.shape[0]} rows for {rows} slots; one row per slot",
+                    field=name,
                 )
             if tensor.device != self.device:
                 raise RelayError(
-                    f"{name}.device={tensor.device} differs from the relay's device={self.device}"
+                    f"{name}.device={tensor.device} differs from the relay's device={self.device}",
+                    field=name,
                 )
             buf = self.fields.get(name)
             if buf is not None and (buf.dtype != tensor.dtype or buf.shape[1:] != tensor.shape[1:]):
                 raise RelayError(
                     f"{name} is {tensor.dtype} with row shape {tuple(tensor.shape[1:])} but the "
                     f"relay holds {buf.dtype} {tuple(buf.shape[1:])} for {name}; a relay keeps "
-                    "one width and dtype per field (never casts)"
+                    "one width and dtype per field (never casts)",
+                    field=name,
                 )
 
     def write(self, rows: torch.Tensor, payload: RelayPayload) -> None:

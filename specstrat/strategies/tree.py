@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from specstrat._ints import is_int
 from specstrat.drafting import ChainTree as ChainTree
-from specstrat.drafting import TreeShape, verify_width
+from specstrat.drafting import TreeShape, checked_tokens_per_req
 from specstrat.errors import InvalidConfig
 
 __all__ = ["ChainTree", "TopkTree"]
@@ -38,10 +38,7 @@ class TopkTree:
             if not is_int(value) or value < 1:
                 raise InvalidConfig(f"TopkTree.{name}={value!r} must be an int >= 1")
 
-    def tree_shape(
-        self, tokens_per_req: int | None = None, *, num_draft_tokens: int | None = None
-    ) -> TreeShape:
-        """The shape for ``tokens_per_req`` (T) verified tokens per request
-        (``num_draft_tokens=``: the 0.3.0 keyword)."""
-        t = verify_width("TopkTree.tree_shape", tokens_per_req, num_draft_tokens)
+    def tree_shape(self, tokens_per_req: int) -> TreeShape:
+        """The shape for ``tokens_per_req`` (T) verified tokens per request."""
+        t = checked_tokens_per_req("TopkTree.tree_shape", tokens_per_req)
         return TreeShape(topk=self.topk, num_steps=self.num_steps, tokens_per_req=t)

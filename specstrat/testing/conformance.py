@@ -182,12 +182,13 @@ def check_future_map_factory(
     bad_width = RelayPayload(topk_p=torch.zeros(1, 3, device=dev))
     bad_dtype = RelayPayload(hidden_states=torch.zeros(1, 3, dtype=torch.float64, device=dev))
     for field, bad in (("topk_p", bad_width), ("hidden_states", bad_dtype)):
-        text = f"a {field} of another width or dtype raises RelayError naming {field}"
+        text = f"a {field} of another width or dtype raises RelayError(..., field={field!r})"
         try:
             relay.stash(slots(2), bad)
         except RelayError as exc:
-            if field not in str(exc):
-                raise _fail(hook, text, f"RelayError did not name {field}: {exc}") from exc
+            if exc.field != field:
+                problem = f"RelayError.field={exc.field!r}, not {field!r}: {exc}"
+                raise _fail(hook, text, problem) from exc
         except Exception as exc:
             raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
         else:

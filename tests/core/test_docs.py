@@ -1,12 +1,12 @@
 """The documentation pages show the code the suite runs, and the API reference covers the
-public modules and no deprecated one."""
+public modules."""
 
 import re
 from pathlib import Path
 
 from specstrat.runtime import Request
 from specstrat.testing import check_acceptance_rule
-from tests.core.test_public_api import PUBLIC_MODULES, _is_shim
+from tests.core.test_public_api import PUBLIC_MODULES
 from tests.typing.guide_acceptance import TopTwoFirstDraftAcceptance
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -57,12 +57,8 @@ def test_included_files_exist() -> None:
 
 
 def test_the_reference_covers_every_public_module() -> None:
-    """Each public module has a reference entry; no deprecated 0.3.0 shim has one."""
+    """Each public module has a reference entry, and each entry is a public module."""
     assert set(PUBLIC_MODULES) == REFERENCED
-    for name in REFERENCED:
-        path = ROOT.joinpath(*name.split("."))
-        source = path / "__init__.py" if path.is_dir() else path.with_suffix(".py")
-        assert not _is_shim(source), name
 
 
 def test_the_own_model_snippet_builds_an_engine() -> None:

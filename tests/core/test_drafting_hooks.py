@@ -12,14 +12,12 @@ from specstrat import (
     EAGLE,
     NGRAM,
     Acceptance,
-    Capabilities,
     ConformanceError,
     DrafterNeeds,
     DraftTree,
     InvalidConfig,
     InvalidStrategy,
     SamplingParams,
-    SpecAlgorithm,
     VerifyInputs,
 )
 from specstrat.strategies import (
@@ -96,21 +94,6 @@ def test_bad_draft_values_are_refused(case: str, make: Any, message: str) -> Non
     """DraftTree and SamplingParams refuse malformed values, naming them."""
     with pytest.raises(InvalidConfig, match=message):
         make()
-
-
-def test_a_five_field_construction_says_how_to_migrate() -> None:
-    """Constructing without drafter/acceptance names both and points at dataclasses.replace."""
-    with pytest.raises(
-        InvalidStrategy,
-        match=r"SpecAlgorithm needs drafter and acceptance .* dataclasses\.replace\(EAGLE",
-    ):
-        SpecAlgorithm(  # type: ignore[call-arg]
-            name="OLD",
-            capabilities=Capabilities(),
-            target_verify=NGRAM.target_verify,
-            future_map=NGRAM.future_map,
-            disagg=NGRAM.disagg,
-        )
 
 
 def test_a_drafter_needing_hidden_states_needs_the_capability() -> None:

@@ -52,8 +52,10 @@ def test_refused_multi_field_write_changes_nothing() -> None:
     relay = SlotFutureMapFactory().create_future_map(4, 8, 64, CPU)
     relay.stash(slots(2), RelayPayload(bonus_tokens=slots(5), topk_p=torch.zeros(1, 2)))
     bad = RelayPayload(bonus_tokens=slots(6), topk_p=torch.zeros(1, 3))
-    with pytest.raises(RelayError, match=r"topk_p"):
+    with pytest.raises(RelayError, match=r"topk_p") as caught:
         relay.stash(slots(2), bad)
+    error = caught.value
+    assert (error.field, error.writer, error.algorithm) == ("topk_p", None, None)
     assert relay.resolve(slots(2)).bonus_tokens.tolist() == [5]  # type: ignore[union-attr]
 
 

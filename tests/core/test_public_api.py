@@ -14,20 +14,15 @@ from specstrat.relay import RELAY_FIELDS, RelayPayload
 ROOT = Path(specstrat.__file__).resolve().parent
 
 
-def _is_shim(path: Path) -> bool:
-    """A 0.3.0 module path kept as a deprecated shim over the module that replaced it."""
-    return "moved_module(__name__" in path.read_text()
-
-
 def _public_modules() -> tuple[list[str], set[str]]:
-    """Every module of the package whose dotted path has no private part (deprecated shims
-    aside), and the packages among them; found from the files, importing nothing."""
+    """Every module of the package whose dotted path has no private part, and the packages
+    among them; found from the files, importing nothing."""
     names, packages = [], set()
     for path in sorted(ROOT.rglob("*.py")):
         parts = path.relative_to(ROOT.parent).with_suffix("").parts
         is_package = parts[-1] == "__init__"
         parts = parts[:-1] if is_package else parts
-        if any(p.startswith("_") for p in parts) or _is_shim(path) or parts[-1] == "__main__":
+        if any(p.startswith("_") for p in parts) or parts[-1] == "__main__":
             continue
         names.append(".".join(parts))
         if is_package:
@@ -61,7 +56,7 @@ def _defined(name: str) -> set[str]:
 
 def test_the_walk_finds_the_public_layout() -> None:
     """The discovered public modules include the packages and the root modules, and no
-    private or deprecated module."""
+    private module."""
     for name in ("specstrat.runtime", "specstrat.testing", "specstrat.demo", "specstrat.drafting"):
         assert name in PUBLIC_MODULES
     for name in ("specstrat.runtime._step", "specstrat.runtime.worker", "specstrat.runtime.demo"):
@@ -100,7 +95,7 @@ def test_all_equals_public_names(name: str) -> None:
     ("error", "base"),
     [
         (errors.InvalidConfig, ValueError),
-        (errors.RelayError, errors.InvalidConfig),
+        (errors.RelayError, errors.StrategyError),
         (errors.RegistrationError, errors.InvalidConfig),
         (errors.InvalidStrategy, TypeError),
         (errors.UnknownAlgorithm, KeyError),

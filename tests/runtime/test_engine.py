@@ -199,7 +199,10 @@ def test_ring_relay_runs_lossless_and_refuses_when_too_small(
         StrategyError, match=r"RING_NGRAM.future_map.publish: raised RelayError: ring future map"
     ) as caught:
         run(with_ring(RingFutureMapFactory(capacity=3)), models)
+    assert isinstance(caught.value, RelayError)
     assert isinstance(caught.value.__cause__, RelayError)
+    # The relay's own refusal: no writer to blame, the algorithm named by the engine.
+    assert (caught.value.writer, caught.value.algorithm) == (None, "RING_NGRAM")
 
 
 def test_graph_replay_equals_eager_for_every_bucket(models: EmbeddedModels) -> None:

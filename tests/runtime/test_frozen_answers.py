@@ -21,6 +21,7 @@ from specstrat import (
     Acceptance,
     DraftTree,
     EngineStateError,
+    RelayError,
     RelayPayload,
     StrategyError,
 )
@@ -205,6 +206,22 @@ def test_bad_values_name_the_hook_that_wrote_them(
     assert (engine.free_slots, engine.free_kv_tokens) == before
     with pytest.raises(EngineStateError, match=r"run: this engine was closed after a failed run"):
         engine.run([Request("again", (65, 66), 4)])
+
+
+def test_a_refused_relay_write_carries_its_field_and_writer() -> None:
+    """A payload the relay refuses is a RelayError whose attributes name the field, the hook
+    that wrote it and the algorithm (no message parsing needed to blame it)."""
+    narrow = FaultyDrafterFactory(
+        EAGLE.drafter,
+        "commit",
+        lambda p: replace(p, topk_p=p.topk_p[:, :2], topk_index=p.topk_index[:, :2]),
+    )
+    engine = Engine(replace(EAGLE, drafter=narrow), EmbeddedModels.load(), CONFIG)
+    with pytest.raises(RelayError, match=r"EAGLE\.drafter\.commit: relayed topk_p") as caught:
+        engine.run(REQUESTS)
+    error = caught.value
+    assert (error.field, error.writer, error.algorithm) == ("topk_p", "drafter.commit", "EAGLE")
+    assert isinstance(error, StrategyError)
 
 
 class SilentBuilder(specstrat.strategies.EagleDisaggDraftBuilder):

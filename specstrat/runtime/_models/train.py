@@ -1,6 +1,6 @@
 """Train the embedded models on the Python standard library's own source (deterministic).
 
-``python -m specstrat.runtime.models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
+``python -m specstrat.runtime._models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
 the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
 speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
 against the frozen target and draft LM of ``embedded.pt``, which it leaves untouched: on the
@@ -394,6 +394,6 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     if any(os.environ.get(key) != value for key, value in REPRODUCIBLE_ENV.items()):
         # MKL reads these once, when torch loads it, so start again with them set.
-        argv = [sys.executable, "-m", "specstrat.runtime.models.train", *sys.argv[1:]]
+        argv = [sys.executable, "-m", "specstrat.runtime._models.train", *sys.argv[1:]]
         os.execve(sys.executable, argv, {**os.environ, **REPRODUCIBLE_ENV})
     raise SystemExit(main())

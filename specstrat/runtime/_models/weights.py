@@ -19,9 +19,9 @@ from specstrat.runtime._models.model import (
 
 __all__ = ["BLOCK_WEIGHTS", "EMBEDDED_WEIGHTS", "EmbeddedModels"]
 
-#: The weights `python -m specstrat.runtime.models.train` wrote (float16, under 5 MB).
+#: The weights `python -m specstrat.runtime._models.train` wrote (float16, under 5 MB).
 EMBEDDED_WEIGHTS = Path(__file__).parent / "weights" / "embedded.pt"
-#: The block head `python -m specstrat.runtime.models.train --block-head` trained against the
+#: The block head `python -m specstrat.runtime._models.train --block-head` trained against the
 #: frozen models of :data:`EMBEDDED_WEIGHTS` (float16; a file of its own, so those stay as they are).
 BLOCK_WEIGHTS = Path(__file__).parent / "weights" / "block.pt"
 
@@ -67,12 +67,12 @@ class EmbeddedModels:
         """
         if not path.is_file():
             raise InvalidConfig(
-                f"weights file {path} is missing; run `python -m specstrat.runtime.models.train`"
+                f"weights file {path} is missing; run `python -m specstrat.runtime._models.train`"
             )
         if block is not None and not block.is_file():
             raise InvalidConfig(
                 f"block head file {block} is missing; run `python -m "
-                "specstrat.runtime.models.train --block-head`, or pass block=None"
+                "specstrat.runtime._models.train --block-head`, or pass block=None"
             )
         blob = torch.load(path, map_location="cpu", weights_only=True)
         target = TinyLM(ModelConfig(**blob["target"]["config"]))
