@@ -37,6 +37,7 @@ __all__ = [
     "StepOutcome",
     "TreeShape",
     "VerifyInputs",
+    "checked_tokens_per_req",
 ]
 
 _DraftT_co = TypeVar("_DraftT_co", covariant=True)
