@@ -104,15 +104,19 @@ class StepRelay:
                 raise
             cause = exc.__cause__ or exc
             fix = _FIX.get(writer, "keep one width per field")
-            raise RelayError(
-                f"{self.algorithm}.{writer}: relayed {exc.field} that future_map.stash "
-                f"refused ({cause}); {fix}",
-                field=exc.field,
-                writer=writer,
-                algorithm=self.algorithm,
-            ) from cause
+            problem = f"relayed {exc.field} that future_map.stash refused ({cause}); {fix}"
+            raise self._writer_error(exc, writer, problem) from cause
         for name in payload.present():
             self.writers.wrote(sources.get(name), slots, (name,))
+
+    def _writer_error(self, exc: RelayError, writer: str, problem: str) -> RelayError:
+        """The relay's refusal ``exc`` blamed on ``writer``, the hook that wrote the value."""
+        return RelayError(
+            f"{self.algorithm}.{writer}: {problem}",
+            field=exc.field,
+            writer=writer,
+            algorithm=self.algorithm,
+        )
 
     def built(self, slots: Sequence[int]) -> None:
         """The disagg builder wrote the entries of ``slots`` (it publishes and stashes)."""
@@ -128,13 +132,11 @@ class StepRelay:
         except RelayError as exc:  # a ring refusing slots the builder never stashed
             if self.writers.writer(slots, "bonus_tokens") != BUILDER:
                 raise
-            raise RelayError(
-                f"{self.algorithm}.{BUILDER}: the relay holds nothing usable for slots "
-                f"{slots} ({exc.__cause__ or exc}); {_FIX[BUILDER]}",
-                field=exc.field,
-                writer=BUILDER,
-                algorithm=self.algorithm,
-            ) from exc
+            problem = (
+                f"the relay holds nothing usable for slots {slots} ({exc.__cause__ or exc}); "
+                f"{_FIX[BUILDER]}"
+            )
+            raise self._writer_error(exc, BUILDER, problem) from exc
         payload = frozen_payload(self.algorithm, _RESOLVE, answer, len(slots))
         if payload.bonus_tokens is None:
             self._blame(
