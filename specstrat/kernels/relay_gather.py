@@ -31,7 +31,9 @@ _BLOCK_COLS: Final = 128
 
 
 @jit
-def _gather_rows(src_ptr, dst_ptr, idx, rows, row_mask, width, BLOCK_COLS: tl.constexpr):  # type: ignore[no-untyped-def]
+def _gather_rows(  # type: ignore[no-untyped-def]
+    src_ptr, dst_ptr, idx, rows, row_mask, width, BLOCK_COLS: tl.constexpr
+):
     # Copies row idx[i] of a contiguous [*, width] source to row rows[i] of the destination.
     for c0 in range(0, width, BLOCK_COLS):
         cols = c0 + tl.arange(0, BLOCK_COLS)

@@ -14,8 +14,6 @@ then top-k, then top-p; temperature 0 is one-hot at the argmax (greedy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-
 import torch
 
 from specstrat.errors import InvalidConfig
@@ -162,9 +160,19 @@ def _sample_tl(row_ptr, cols, mask, u, V: tl.constexpr):  # type: ignore[no-unty
 
 @jit
 def _rejection_sample_kernel(  # type: ignore[no-untyped-def]
-    p_ptr, q_ptr, tokens_ptr, lengths_ptr, seeds_ptr, positions_ptr, accepted_ptr, bonus_ptr,
-    N: tl.constexpr, V: tl.constexpr, BLOCK_V: tl.constexpr, HAS_Q: tl.constexpr,
-):  # fmt: skip
+    p_ptr,
+    q_ptr,
+    tokens_ptr,
+    lengths_ptr,
+    seeds_ptr,
+    positions_ptr,
+    accepted_ptr,
+    bonus_ptr,
+    N: tl.constexpr,
+    V: tl.constexpr,
+    BLOCK_V: tl.constexpr,
+    HAS_Q: tl.constexpr,
+):
     row = tl.program_id(0).to(tl.int64)
     length = tl.load(lengths_ptr + row)
     seed = tl.load(seeds_ptr + row)
@@ -224,10 +232,7 @@ def _check(
         )
     if q is not None and (tuple(q.shape) != (bs, n, p.shape[2]) or not q.dtype.is_floating_point):
         raise InvalidConfig(f"q is {q.dtype} {tuple(q.shape)}; need floating {(bs, n, p.shape[2])}")
-    named: Sequence[tuple[str, torch.Tensor]] = (
-        ("lengths", lengths), ("seeds", seeds), ("positions", positions),
-    )  # fmt: skip
-    for name, tensor in named:
+    for name, tensor in (("lengths", lengths), ("seeds", seeds), ("positions", positions)):
         if tuple(tensor.shape) != (bs,) or tensor.dtype != torch.int64:
             raise InvalidConfig(
                 f"{name} is {tensor.dtype} {tuple(tensor.shape)}; need int64 [{bs}]"
@@ -262,8 +267,19 @@ def rejection_sample(
         p_c = p.contiguous()
         q_c = q.contiguous() if q is not None else p_c  # unread when HAS_Q is False
         launch(
-            _rejection_sample_kernel, (bs,), p_c, q_c, tokens.contiguous(), lengths, seeds,
-            positions, accepted, bonus,
-            N=n, V=vocab, BLOCK_V=max(16, 1 << (vocab - 1).bit_length()), HAS_Q=q is not None,
-        )  # fmt: skip
+            _rejection_sample_kernel,
+            (bs,),
+            p_c,
+            q_c,
+            tokens.contiguous(),
+            lengths,
+            seeds,
+            positions,
+            accepted,
+            bonus,
+            N=n,
+            V=vocab,
+            BLOCK_V=max(16, 1 << (vocab - 1).bit_length()),
+            HAS_Q=q is not None,
+        )
     return accepted, bonus
