@@ -42,6 +42,7 @@ from torch.profiler import ProfilerActivity, profile
 from specstrat import EAGLE, NGRAM, NONE, RelayPayload
 from specstrat.kernels import (
     INTERPRETED,
+    Paging,
     TreeVerifyMetadata,
     TreeVerifyMetadataBuffers,
     VerifyMetadata,
@@ -114,8 +115,8 @@ def inputs(bs: int, t: int) -> dict[str, torch.Tensor]:
     return {k: v.to(DEV) for k, v in cpu.items()}
 
 
-def paging(x: dict[str, torch.Tensor]) -> dict[str, Any]:
-    return {"req_pool_indices": x["rpi"], "req_to_token": x["rtt"], "page_size": PAGE}
+def paging(x: dict[str, torch.Tensor]) -> Paging:
+    return Paging(req_pool_indices=x["rpi"], req_to_token=x["rtt"], page_size=PAGE)
 
 
 def check_kernels_against_twins() -> None:
@@ -123,11 +124,11 @@ def check_kernels_against_twins() -> None:
         for t in (1, 2, 5, 8):
             x = inputs(bs, t)
             uni = [
-                build_verify_metadata(x["seq_lens"], num_tokens=bs * t, backend=b, **paging(x))
+                build_verify_metadata(x["seq_lens"], num_tokens=bs * t, backend=b, paging=paging(x))
                 for b in ("triton", "torch")
             ]
             rag = [
-                build_ragged_verify_metadata(x["seq_lens"], x["ntok"], backend=b, **paging(x))
+                build_ragged_verify_metadata(x["seq_lens"], x["ntok"], backend=b, paging=paging(x))
                 for b in ("triton", "torch")
             ]
             graph = []
@@ -135,7 +136,7 @@ def check_kernels_against_twins() -> None:
                 bufs = VerifyMetadataBuffers.allocate(bs + 5, max_pages=CTX // PAGE, device=DEV)
                 graph.append(
                     build_verify_metadata_into(
-                        bufs, x["seq_lens"], tokens_per_req=t, backend=b, **paging(x)
+                        bufs, x["seq_lens"], tokens_per_req=t, backend=b, paging=paging(x)
                     )
                 )
             check(
@@ -234,13 +235,13 @@ def check_graph_capture() -> None:
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm-up compiles the kernel outside the capture
         build_verify_metadata_into(
-            bufs, static_seq, tokens_per_req=t, backend="triton", **paging(x)
+            bufs, static_seq, tokens_per_req=t, backend="triton", paging=paging(x)
         )
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         build_verify_metadata_into(
-            bufs, static_seq, tokens_per_req=t, backend="triton", **paging(x)
+            bufs, static_seq, tokens_per_req=t, backend="triton", paging=paging(x)
         )
     ok = True
     torch.cuda.set_sync_debug_mode("error")
@@ -249,11 +250,11 @@ def check_graph_capture() -> None:
             static_seq.copy_(torch.randint(0, CTX - t, (bs,), device=DEV))
             graph.replay()
             # The eager launcher path must not sync either.
-            build_verify_metadata(static_seq, num_tokens=bs * t, backend="triton", **paging(x))
+            build_verify_metadata(static_seq, num_tokens=bs * t, backend="triton", paging=paging(x))
             torch.cuda.set_sync_debug_mode("default")
             ref = VerifyMetadataBuffers.allocate(padded, max_pages=CTX // PAGE, device=DEV)
             want = build_verify_metadata_into(
-                ref, static_seq, tokens_per_req=t, backend="torch", **paging(x)
+                ref, static_seq, tokens_per_req=t, backend="torch", paging=paging(x)
             )
             ok &= same(VerifyMetadata(bufs, bs, PAGE, t, t, None), want)
             torch.cuda.set_sync_debug_mode("error")
@@ -310,14 +311,14 @@ def check_tree_kernel_against_twin() -> None:
             args = (tree["parents"], tree["lengths"], x["seq_lens"])
             ok = True
             for paged in (False, True):
-                pages: dict[str, Any] = paging(x) if paged else {}
+                pages = paging(x) if paged else None
                 alloc = [
-                    build_tree_verify_metadata(*args, backend=b, **pages)
+                    build_tree_verify_metadata(*args, paging=pages, backend=b)
                     for b in ("triton", "torch")
                 ]
                 graph = [
                     build_tree_verify_metadata_into(
-                        tree_buffers(bs + 5, t, paged), *args, backend=b, **pages
+                        tree_buffers(bs + 5, t, paged), *args, paging=pages, backend=b
                     )
                     for b in ("triton", "torch")
                 ]
@@ -360,7 +361,7 @@ def check_bucketed_ragged_against_twin() -> None:
                                 r["widths"],
                                 padded_tokens=r["padded_tokens"],
                                 backend=b,
-                                **paging(x),
+                                paging=paging(x),
                             )
                         )
                     ok &= same(*built)
@@ -426,7 +427,7 @@ def check_tree_graph_capture() -> None:
 
     def build() -> TreeVerifyMetadata:
         return build_tree_verify_metadata_into(
-            bufs, parents, lengths, seq, backend="triton", **paging(x)
+            bufs, parents, lengths, seq, backend="triton", paging=paging(x)
         )
 
     replay = capture(build)
@@ -438,11 +439,16 @@ def check_tree_graph_capture() -> None:
         parents.copy_(anywhere)
         lengths.copy_(torch.randint(0, n + 1, (bs,), device=DEV))
         # The allocating launcher must not sync either.
-        build_tree_verify_metadata(parents, lengths, seq, backend="triton", **paging(x))
+        build_tree_verify_metadata(parents, lengths, seq, backend="triton", paging=paging(x))
 
     def want() -> bool:
         ref = build_tree_verify_metadata_into(
-            tree_buffers(padded, t, paged=True), parents, lengths, seq, backend="torch", **paging(x)
+            tree_buffers(padded, t, paged=True),
+            parents,
+            lengths,
+            seq,
+            backend="torch",
+            paging=paging(x),
         )
         got = TreeVerifyMetadata(
             VerifyMetadata(bufs.base, bs, PAGE, t, t, None),
@@ -462,7 +468,7 @@ def check_bucketed_graph_capture() -> None:
 
     def build(out: VerifyMetadataBuffers, backend: Any) -> VerifyMetadata:
         return build_ragged_verify_metadata_into(
-            out, seq, widths, padded_tokens=padded * t, backend=backend, **paging(x)
+            out, seq, widths, padded_tokens=padded * t, backend=backend, paging=paging(x)
         )
 
     replay = capture(lambda: build(bufs, "triton"))
@@ -499,12 +505,12 @@ def pair(
 
     def fused() -> object:
         if form == "uniform":
-            return build_verify_metadata(seq, num_tokens=bs * t, backend="triton", **paging(x))
+            return build_verify_metadata(seq, num_tokens=bs * t, backend="triton", paging=paging(x))
         if form == "graph":
             return build_verify_metadata_into(
-                bufs, seq, tokens_per_req=t, backend="triton", **paging(x)
+                bufs, seq, tokens_per_req=t, backend="triton", paging=paging(x)
             )
-        return build_ragged_verify_metadata(seq, ntok, backend="triton", **paging(x))
+        return build_ragged_verify_metadata(seq, ntok, backend="triton", paging=paging(x))
 
     def eager() -> object:
         if form == "uniform":
@@ -529,8 +535,8 @@ def tree_pair(form: str, bs: int) -> tuple[Callable[[], object], Callable[[], ob
 
     def fused() -> object:
         if form == "tree":
-            return build_tree_verify_metadata(*args, backend="triton", **paging(x))
-        return build_tree_verify_metadata_into(bufs, *args, backend="triton", **paging(x))
+            return build_tree_verify_metadata(*args, backend="triton", paging=paging(x))
+        return build_tree_verify_metadata_into(bufs, *args, backend="triton", paging=paging(x))
 
     def eager() -> object:
         if form == "tree":
@@ -552,7 +558,7 @@ def bucketed_pair(bs: int, t: int) -> tuple[Callable[[], object], Callable[[], o
 
     def fused() -> object:
         return build_ragged_verify_metadata_into(
-            bufs, seq, widths, padded_tokens=tokens, backend="triton", **paging(x)
+            bufs, seq, widths, padded_tokens=tokens, backend="triton", paging=paging(x)
         )
 
     def eager() -> object:

@@ -88,12 +88,17 @@ def tree_inputs(bs: int, device: str) -> dict[str, Any]:
     return {k: v.to(device) if isinstance(v, torch.Tensor) else v for k, v in x.items()}
 
 
+def paging(x: dict[str, Any]) -> vm.Paging:
+    """The bench batch's page-table inputs."""
+    return vm.Paging(req_pool_indices=x["rpi"], req_to_token=x["rtt"], page_size=PAGE)
+
+
 def fused_tree(form: str, x: dict[str, Any], backend: Any) -> object:
-    paging = {"req_pool_indices": x["rpi"], "req_to_token": x["rtt"], "page_size": PAGE}
     args = (x["parents"], x["lengths"], x["seq_lens"])
     if form == "tree":
-        return tm.build_tree_verify_metadata(*args, backend=backend, **paging)
-    return tm.build_tree_verify_metadata_into(x["tree_bufs"], *args, backend=backend, **paging)
+        return tm.build_tree_verify_metadata(*args, paging=paging(x), backend=backend)
+    bufs = x["tree_bufs"]
+    return tm.build_tree_verify_metadata_into(bufs, *args, paging=paging(x), backend=backend)
 
 
 def eager_tree_form(form: str, x: dict[str, Any]) -> object:
@@ -141,19 +146,15 @@ def count_tree(form: str, bs: int) -> tuple[int, int, int, int, int]:
     )
 
 
-def fused(form: str, x: dict[str, torch.Tensor], backend: Any) -> object:
-    paging = {"req_pool_indices": x["rpi"], "req_to_token": x["rtt"], "page_size": PAGE}
-    bs = x["seq_lens"].shape[0]
+def fused(form: str, x: dict[str, Any], backend: Any) -> object:
+    seq_lens, pages = x["seq_lens"], paging(x)
+    bs = seq_lens.shape[0]
     if form == "uniform":
-        return vm.build_verify_metadata(x["seq_lens"], num_tokens=bs * T, backend=backend, **paging)  # type: ignore[arg-type]
+        return vm.build_verify_metadata(seq_lens, num_tokens=bs * T, paging=pages, backend=backend)
     if form == "ragged":
-        return vm.build_ragged_verify_metadata(x["seq_lens"], x["ntok"], backend=backend, **paging)  # type: ignore[arg-type]
+        return vm.build_ragged_verify_metadata(seq_lens, x["ntok"], paging=pages, backend=backend)
     return vm.build_verify_metadata_into(
-        x["bufs"],  # type: ignore[arg-type]
-        x["seq_lens"],
-        tokens_per_req=T,
-        backend=backend,
-        **paging,  # type: ignore[arg-type]
+        x["bufs"], seq_lens, tokens_per_req=T, paging=pages, backend=backend
     )
 
 
@@ -278,9 +279,7 @@ def fused_ragged_graph(x: dict[str, Any], backend: Any) -> object:
         x["seq_lens"],
         x["ntok"],
         padded_tokens=x["padded_tokens"],
-        req_pool_indices=x["rpi"],
-        req_to_token=x["rtt"],
-        page_size=PAGE,
+        paging=paging(x),
         backend=backend,
     )
 

@@ -3,7 +3,8 @@ gather, each with its torch twin.
 
 Dispatch: the Triton kernel for CUDA tensors when triton imports, the twin otherwise; every
 launcher takes ``backend="auto" | "triton" | "torch"`` to override. The package imports and works
-where triton is absent.
+where triton is absent. The metadata builders take the batch's page-table inputs as one
+:class:`Paging` value (``paging=``), or ``None`` for no page table.
 """
 
 from specstrat.kernels._triton import HAS_TRITON, INTERPRETED, Backend
@@ -18,6 +19,7 @@ from specstrat.kernels.tree_metadata import (
 from specstrat.kernels.verify_metadata import (
     PAD_PAGE,
     PAD_SEQ_LEN,
+    Paging,
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
@@ -33,6 +35,7 @@ __all__ = [
     "PAD_PAGE",
     "PAD_SEQ_LEN",
     "Backend",
+    "Paging",
     "TreeVerifyMetadata",
     "TreeVerifyMetadataBuffers",
     "VerifyMetadata",

@@ -16,6 +16,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int
+from specstrat.kernels._paging import Paging
 from specstrat.kernels._triton import jit, tl
 from specstrat.kernels._verify_buffers import VerifyMetadataBuffers
 from specstrat.kernels._verify_kernel import _verify_metadata_kernel, verify_metadata_ref
@@ -240,19 +241,18 @@ def tree_verify_metadata_ref(
     lengths: torch.Tensor,
     seq_lens: torch.Tensor,
     out: TreeVerifyMetadataBuffers,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
 ) -> None:
     """Torch twin of the kernel: writes the tree metadata of ``parents`` into ``out``.
 
     ``parents [bs, N]`` follows :class:`~specstrat.drafting.DraftTree` (``-1`` = the root),
     ``lengths [bs]`` counts real nodes, ``out`` holds ``T = N + 1`` tokens and ``padded_bs >= bs``
-    rows. The launchers validate; this only computes.
+    rows; with ``paging`` (and ``out.base.page_table``) the page table is written too. The
+    launchers validate; this only computes.
     """
     bs, n = parents.shape
     t, dev = n + 1, parents.device
-    verify_metadata_ref(seq_lens, t, out.base, req_pool_indices, req_to_token, page_size)
+    verify_metadata_ref(seq_lens, t, out.base, paging)
     # Parent token of each token [bs, T]: the root has none (-1), node j is token j + 1.
     root = torch.full((bs, 1), -1, dtype=torch.int64, device=dev)
     parent = torch.cat([root, parents.to(torch.int64) + 1], dim=1)

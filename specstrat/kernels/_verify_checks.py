@@ -1,4 +1,5 @@
-"""Launcher-side checks of the TARGET_VERIFY metadata inputs; each message names the value and the fix.
+"""Launcher-side checks of the TARGET_VERIFY metadata inputs; each message names the value and
+the fix.
 
 Two kinds. Shape, dtype and host-int checks never read tensor data and always run. Value checks
 (negative lengths, int32 overflow of every output, a ``req_to_token`` or page table too narrow for
@@ -12,27 +13,26 @@ offending entry) comes back to the host.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Final
 
 import torch
 import torch.nn.functional as F
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels._checks import host_int, index_tensor
+from specstrat.kernels._checks import host_int
+from specstrat.kernels._paging import Paging
 from specstrat.kernels._triton import cdiv
 from specstrat.kernels._verify_buffers import PAD_SEQ_LEN
 
 __all__ = [
-    "max_k_bound",
     "INT32_MAX",
-    "Paging",
     "bucket_tokens",
     "check_bucket",
-    "check_paging",
     "check_total",
     "check_values",
+    "first_true",
     "host_mirror",
+    "max_k_bound",
     "ragged_bounds",
     "ragged_mirrors",
     "uniform_tokens",
@@ -40,44 +40,6 @@ __all__ = [
 
 #: Largest value an int32 output holds; past it the kernel's store would wrap.
 INT32_MAX: Final = 2**31 - 1
-
-
-@dataclass(frozen=True, slots=True)
-class Paging:
-    """Validated page-table inputs: token table, the batch's rows of it, and the page size."""
-
-    req_pool_indices: torch.Tensor
-    req_to_token: torch.Tensor
-    page_size: int
-
-    @property
-    def max_pages(self) -> int:
-        return cdiv(self.req_to_token.shape[1], self.page_size)
-
-    @property
-    def tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.req_pool_indices, self.req_to_token
-
-
-def check_paging(
-    req_pool_indices: torch.Tensor | None,
-    req_to_token: torch.Tensor | None,
-    page_size: int,
-    seq_lens: torch.Tensor,
-) -> Paging | None:
-    """Shapes, dtypes and devices of the page-table inputs (their values: :func:`check_values`)."""
-    page_size = host_int("page_size", page_size, minimum=1)
-    if req_pool_indices is None and req_to_token is None:
-        return None
-    if req_pool_indices is None or req_to_token is None:
-        missing = "req_pool_indices" if req_pool_indices is None else "req_to_token"
-        raise InvalidConfig(f"{missing}=None; pass req_pool_indices and req_to_token together")
-    bs, dev = seq_lens.shape[0], seq_lens.device
-    rpi = index_tensor("req_pool_indices", req_pool_indices, ndim=1, device=dev, rows=bs)
-    rtt = index_tensor("req_to_token", req_to_token, ndim=2, device=dev)
-    if rtt.shape[1] == 0 or rtt.shape[0] == 0:
-        raise InvalidConfig(f"req_to_token.shape={tuple(rtt.shape)} is empty; size it [pool, ctx]")
-    return Paging(rpi, rtt, page_size)
 
 
 def uniform_tokens(num_tokens: int, bs: int) -> int:
@@ -133,7 +95,7 @@ def check_bucket(real: int, source: str, *, bs: int, padded_bs: int, padded_toke
         )
 
 
-def _first(mask: torch.Tensor) -> int | None:
+def first_true(mask: torch.Tensor) -> int | None:
     """Flat index of the first ``True`` in ``mask``, or ``None`` (one host read, two on failure)."""
     if not bool(mask.any()):
         return None
@@ -166,11 +128,11 @@ def check_values(
     """
     bs = seq_lens.shape[0]
     seq = seq_lens.to(torch.int64)
-    if (i := _first(seq < 0)) is not None:
+    if (i := first_true(seq < 0)) is not None:
         raise InvalidConfig(f"seq_lens[{i}]={int(seq[i])} is negative; sequence lengths are >= 0")
     if isinstance(tokens, torch.Tensor):
         tok = tokens.to(torch.int64)
-        if (i := _first(tok < 1)) is not None:
+        if (i := first_true(tok < 1)) is not None:
             raise InvalidConfig(
                 f"num_tokens_per_req[{i}]={int(tok[i])} is < 1; every request verifies >= 1 token"
             )
@@ -179,7 +141,7 @@ def check_values(
         tok = torch.full_like(seq, tokens)
         pad_tokens = (padded_bs - bs) * tokens
     # seq >= 0 and tok >= 1 here, so INT32_MAX - tok cannot wrap even for int64 inputs.
-    if (i := _first(seq > INT32_MAX - tok)) is not None:
+    if (i := first_true(seq > INT32_MAX - tok)) is not None:
         raise InvalidConfig(
             f"cache_seqlens[{i}]=seq_lens[{i}] + tokens={int(seq[i]) + int(tok[i])} exceeds the "
             f"int32 max {INT32_MAX}; sequences that long do not fit int32 metadata"
@@ -197,17 +159,18 @@ def check_values(
 
 
 def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> None:
-    """Pool indices in range, every row's tokens inside req_to_token and the page table, ids int32."""
+    """Pool indices in range, every row's tokens inside req_to_token and the page table, and
+    page ids that fit int32."""
     rpi, rtt, size = paging.req_pool_indices, paging.req_to_token, paging.page_size
     pool, width = rtt.shape
-    if _first((rpi < 0) | (rpi >= pool)) is not None:
+    if first_true((rpi < 0) | (rpi >= pool)) is not None:
         lo, hi = int(rpi.min()), int(rpi.max())
         raise InvalidConfig(
             f"req_pool_indices range {lo}..{hi} is outside req_to_token's {pool} rows; "
             f"every index must lie in 0..{pool - 1}"
         )
     # A row past req_to_token's width (or the page table's) would get PAD_PAGE for its tail.
-    if (i := _first(cache > width)) is not None:
+    if (i := first_true(cache > width)) is not None:
         c = int(cache[i])
         raise InvalidConfig(
             f"cache_seqlens[{i}]={c} (seq_lens + tokens) needs {c} KV indices "
@@ -215,7 +178,7 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
             f"widen req_to_token to >= {int(cache.max())} columns"
         )
     num_pages = (cache + size - 1) // size
-    if page_cols is not None and (i := _first(num_pages > page_cols)) is not None:
+    if page_cols is not None and (i := first_true(num_pages > page_cols)) is not None:
         raise InvalidConfig(
             f"row {i} needs {int(num_pages[i])} pages (cache_seqlens[{i}]={int(cache[i])}, "
             f"page_size={size}) but buffers.page_table has {page_cols} columns; allocate the "
@@ -227,7 +190,7 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
     pages = torch.arange(int(num_pages.max()), device=rtt.device)
     used = pages[None, :] < num_pages[:, None]
     slots = rtt[rpi.long()[:, None], (pages * size)[None, :]]
-    if (flat := _first(used & (slots // size > INT32_MAX))) is not None:
+    if (flat := first_true(used & (slots // size > INT32_MAX))) is not None:
         row, page = divmod(flat, pages.shape[0])
         slot = int(slots[row, page])
         raise InvalidConfig(
@@ -260,11 +223,11 @@ def host_mirror(
         values = torch.as_tensor(mirror, dtype=torch.int64).reshape(-1)
     if values.shape[0] != bs:
         raise InvalidConfig(f"{name} has {values.shape[0]} entries; expected bs={bs}")
-    if (i := _first(values < minimum)) is not None:
+    if (i := first_true(values < minimum)) is not None:
         raise InvalidConfig(f"{name}[{i}]={int(values[i])} must be >= {minimum}")
     if device_twin is not None:
         twin = device_twin.to(torch.int64)
-        if (i := _first(values.to(twin.device) != twin)) is not None:
+        if (i := first_true(values.to(twin.device) != twin)) is not None:
             source = name.removesuffix("_cpu")
             raise InvalidConfig(
                 f"{name}[{i}]={int(values[i])} but {source}[{i}]={int(twin[i])}; the CPU mirror "

@@ -11,6 +11,7 @@ from typing import Final
 import torch
 import torch.nn.functional as F
 
+from specstrat.kernels._paging import Paging
 from specstrat.kernels._triton import jit, tl
 from specstrat.kernels._verify_buffers import PAD_PAGE, PAD_SEQ_LEN, VerifyMetadataBuffers
 
@@ -85,7 +86,9 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
         if RAGGED:
             prev_tok = tl.load(tokens_ptr + prev, mask=prev_real, other=0).to(tl.int64)
             if BUCKETED:
-                prev_tok = _bucket_tokens(prev_tok, prev, bs, padded_bs, leftover)  # type: ignore[no-untyped-call]
+                prev_tok = _bucket_tokens(  # type: ignore[no-untyped-call]
+                    prev_tok, prev, bs, padded_bs, leftover
+                )
         else:
             prev_tok = tl.where(prev < padded_bs, tokens_per_req, 0).to(tl.int64)
         carry_q += tl.sum(prev_tok, axis=0)
@@ -98,7 +101,9 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
     if RAGGED:
         tok = tl.load(tokens_ptr + rows, mask=real, other=0).to(tl.int64)
         if BUCKETED:
-            tok = _bucket_tokens(tok, rows, bs, padded_bs, leftover)  # type: ignore[no-untyped-call]
+            tok = _bucket_tokens(  # type: ignore[no-untyped-call]
+                tok, rows, bs, padded_bs, leftover
+            )
     else:
         tok = tl.where(in_bucket, tokens_per_req, 0).to(tl.int64)
     cache = seq + tok
@@ -159,9 +164,7 @@ def verify_metadata_ref(
     seq_lens: torch.Tensor,
     tokens: int | torch.Tensor,
     out: VerifyMetadataBuffers,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     padded_tokens: int | None = None,
 ) -> None:
     """Torch twin of the kernel: writes the metadata for ``seq_lens`` into ``out``.
@@ -169,7 +172,8 @@ def verify_metadata_ref(
     ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor:
     ragged form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the
     bucketed ragged form, whose padding rows share the bucket's leftover tokens as
-    :func:`bucket_widths_ref` says). The launchers validate; this only computes.
+    :func:`bucket_widths_ref` says). With ``paging`` (and ``out.page_table``) the page table is
+    written too. The launchers validate; this only computes.
     """
     bs, padded_bs = seq_lens.shape[0], out.padded_bs
     dev = seq_lens.device
@@ -191,15 +195,17 @@ def verify_metadata_ref(
     out.cache_seqlens.copy_(cache)
     out.cu_seqlens_q.copy_(prefix[0])
     out.cu_seqlens_k.copy_(prefix[1])
-    if out.page_table is None or req_pool_indices is None or req_to_token is None:
+    if out.page_table is None or paging is None:
         return
     # Reads the first KV index of each used page from the request's row of req_to_token.
+    req_to_token, page_size = paging.req_to_token, paging.page_size
     width = req_to_token.shape[1]
     pages = torch.arange(out.page_table.shape[1], device=dev)
     token_pos = pages * page_size
     num_pages = (cache[:bs] + page_size - 1) // page_size
     used = (pages[None, :] < num_pages[:, None]) & (token_pos[None, :] < width)
-    rows = req_to_token[req_pool_indices.long()[:, None], token_pos.clamp(max=width - 1)[None, :]]
+    pool_rows = paging.req_pool_indices.long()[:, None]
+    rows = req_to_token[pool_rows, token_pos.clamp(max=width - 1)[None, :]]
     page_ids = rows if page_size == 1 else rows // page_size
     out.page_table[:bs].copy_(torch.where(used, page_ids, PAD_PAGE))
     out.page_table[bs:].fill_(PAD_PAGE)

@@ -6,8 +6,8 @@ the rest filler) is verified as a row of ``T = N + 1`` tokens: token 0 is the ro
 verified token), token ``i >= 1`` is draft node ``i - 1``. One launch writes
 
 * the uniform metadata with ``T`` tokens per row (``cu_seqlens_q``, ``cache_seqlens = seq_lens +
-  T``, ``cu_seqlens_k``, ``page_table``), exactly as :func:`~specstrat.kernels.build_verify_metadata`
-  does, by the same kernel body;
+  T``, ``cu_seqlens_k``, ``page_table``), exactly as
+  :func:`~specstrat.kernels.build_verify_metadata` does, by the same kernel body;
 * ``positions [padded_bs * T]`` int64: ``seq_len + depth`` (the root has depth 0), e.g. depths
   ``[0, 1, 1, 2]`` at prompt length 7 give ``[7, 8, 8, 9]``;
 * ``tree_mask [padded_bs, T, T]`` bool: row ``i`` sees column ``j`` iff ``j == i`` or ``j`` is an
@@ -26,9 +26,11 @@ Padding rows ``bs..padded_bs`` of the graph form are the uniform form's padding 
 :data:`~specstrat.kernels.PAD_SEQ_LEN`, pages :data:`~specstrat.kernels.PAD_PAGE`) with positions
 0, a mask of the diagonal plus column 0, and every retrieve entry -1.
 
-Value checks (parents outside ``-1..j-1``, lengths outside ``0..N``, and every check of the
-uniform launchers) read the tensors: they always run on CPU tensors and, on CUDA, only with
-``validate=True`` (otherwise they would be host syncs). Nothing is written when a check fails.
+Both builders take the keywords every metadata builder shares (``paging``, ``seq_lens_cpu``,
+``backend``, ``validate``; see :mod:`specstrat.kernels.verify_metadata`). Value checks (parents
+outside ``-1..j-1``, lengths outside ``0..N``, and every check of the uniform builders) read the
+tensors: they always run on CPU tensors and, on CUDA, only with ``validate=True`` (otherwise they
+would be host syncs). Nothing is written when a check fails.
 """
 
 from __future__ import annotations
@@ -39,19 +41,15 @@ from dataclasses import dataclass
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels._checks import index_tensor, reads_values
+from specstrat.kernels._checks import index_tensor
+from specstrat.kernels._paging import Paging
 from specstrat.kernels._tree_kernel import TreeVerifyMetadataBuffers as TreeVerifyMetadataBuffers
 from specstrat.kernels._tree_kernel import _tree_verify_kernel
 from specstrat.kernels._tree_kernel import tree_verify_metadata_ref as tree_verify_metadata_ref
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
-from specstrat.kernels._verify_buffers import VerifyMetadata, VerifyMetadataBuffers
-from specstrat.kernels._verify_checks import (
-    Paging,
-    check_paging,
-    check_total,
-    check_values,
-    max_k_bound,
-)
+from specstrat.kernels._verify_buffers import VerifyMetadata
+from specstrat.kernels._verify_checks import first_true
+from specstrat.kernels._verify_inputs import Batch, check_batch
 from specstrat.kernels._verify_kernel import _BLOCK_PAGES, _BLOCK_ROWS
 
 __all__ = [
@@ -101,85 +99,87 @@ class TreeVerifyMetadata:
         return self.tree_mask.shape[-1]
 
 
-def _tree_inputs(
-    parents: torch.Tensor,
-    lengths: torch.Tensor,
-    seq_lens: torch.Tensor,
-    device: torch.device | None,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Shapes, dtypes and devices of the tree inputs (their values: :func:`_check_tree_values`)."""
-    seq_lens = index_tensor("seq_lens", seq_lens, ndim=1, device=device)
-    bs, dev = seq_lens.shape[0], seq_lens.device
+def _tree(batch: Batch, parents: object, lengths: object) -> tuple[torch.Tensor, torch.Tensor]:
+    """Shapes, dtypes and devices of the tree inputs (their values: :func:`_check_tree`)."""
+    dev, bs = batch.seq_lens.device, batch.bs
     parents = index_tensor("parents", parents, ndim=2, device=dev, rows=bs)
     lengths = index_tensor("lengths", lengths, ndim=1, device=dev, rows=bs)
-    return parents, lengths, seq_lens
+    return parents, lengths
 
 
-def _first_bad(bad: torch.Tensor) -> int | None:
-    """Flat index of the first ``True`` in ``bad``, or ``None`` (one host read, two on failure)."""
-    if not bool(bad.any()):
-        return None
-    return int(bad.reshape(-1).to(torch.int32).argmax())
-
-
-def _check_tree_values(
-    parents: torch.Tensor,
-    lengths: torch.Tensor,
-    seq_lens: torch.Tensor,
-    padded_bs: int,
-    paging: Paging | None,
-    page_cols: int | None,
-    validate: bool,
-) -> bool:
-    """Run the value checks when they may read the tensors (see :func:`reads_values`); say if so."""
-    tensors = [parents, lengths, seq_lens, *(paging.tensors if paging is not None else ())]
-    if not reads_values(validate, *tensors):
-        return False
+def _check_tree(parents: torch.Tensor, lengths: torch.Tensor) -> None:
+    """Every parent comes before its node and every length is at most ``N`` (reads both)."""
     n = parents.shape[1]
     column = torch.arange(n, device=parents.device)
-    if (flat := _first_bad((parents < -1) | (parents >= column))) is not None:
+    if (flat := first_true((parents < -1) | (parents >= column))) is not None:
         b, j = divmod(flat, n)
         raise InvalidConfig(
             f"parents[{b}, {j}]={int(parents[b, j])} is outside -1..{j - 1}; a node's parent "
             "must come before it (-1 = a child of the root)"
         )
-    if (i := _first_bad((lengths < 0) | (lengths > n))) is not None:
+    if (i := first_true((lengths < 0) | (lengths > n))) is not None:
         raise InvalidConfig(
             f"lengths[{i}]={int(lengths[i])} is outside 0..{n}; a row has at most "
             f"parents.shape[1]={n} real nodes"
         )
-    check_values(seq_lens, n + 1, padded_bs=padded_bs, paging=paging, page_cols=page_cols)
-    return True
+
+
+def _build(
+    batch: Batch,
+    parents: torch.Tensor,
+    lengths: torch.Tensor,
+    out: TreeVerifyMetadataBuffers | None,
+    seq_lens_cpu: Sequence[int] | torch.Tensor | None,
+    backend: Backend,
+    validate: bool,
+) -> TreeVerifyMetadata:
+    """What both tree builders do once their inputs are checked: value checks, the host bound,
+    the buffers (``out``, or fresh ones) and the one launch."""
+    t = parents.shape[1] + 1
+    batch.check_query_total(t)
+    read = batch.reads_values(validate, parents, lengths)
+    if read:
+        _check_tree(parents, lengths)
+        batch.check_values(t)
+    max_k = batch.max_seq_len_k(seq_lens_cpu, t, read=read)
+    if out is None:
+        out = TreeVerifyMetadataBuffers.uninitialized(batch.allocate(), t)
+    _run(batch, parents, lengths, out, backend)
+    return TreeVerifyMetadata(
+        batch.metadata(out.base, t, t, max_k),
+        out.positions,
+        out.tree_mask,
+        out.retrive_index,
+        out.retrive_next_token,
+        out.retrive_next_sibling,
+    )
 
 
 def _run(
+    batch: Batch,
     parents: torch.Tensor,
     lengths: torch.Tensor,
-    seq_lens: torch.Tensor,
     out: TreeVerifyMetadataBuffers,
-    paging: Paging | None,
     backend: Backend,
 ) -> None:
     """Dispatch one tree metadata build to the Triton kernel or the twin."""
-    rpi = paging.req_pool_indices if paging is not None else None
-    rtt = paging.req_to_token if paging is not None else None
-    page_size = paging.page_size if paging is not None else 1
-    tensors = [parents, lengths, seq_lens, out.positions]
-    tensors += list(paging.tensors) if paging is not None else []
+    seq_lens, paging = batch.seq_lens, batch.paging
+    tensors = (*batch.tensors, parents, lengths, out.positions)
     if resolve_backend(backend, *tensors) == "torch":
-        tree_verify_metadata_ref(parents, lengths, seq_lens, out, rpi, rtt, page_size)
+        tree_verify_metadata_ref(parents, lengths, seq_lens, out, paging)
         return
     padded_bs, n = out.padded_bs, parents.shape[1]
     base = out.base
     base_programs = max(1, cdiv(padded_bs, _BLOCK_ROWS))
+    rtt = paging.req_to_token if paging is not None else seq_lens
     launch(
         _tree_verify_kernel,
         (max(base_programs, padded_bs),),
         parents,
         lengths,
         seq_lens,
-        rpi if rpi is not None else seq_lens,
-        rtt if rtt is not None else seq_lens,
+        paging.req_pool_indices if paging is not None else seq_lens,
+        rtt,
         base.cu_seqlens_q,
         base.cache_seqlens,
         base.cu_seqlens_k,
@@ -192,9 +192,9 @@ def _run(
         seq_lens.shape[0],
         padded_bs,
         n,
-        rtt.shape[1] if rtt is not None else 0,
+        rtt.shape[1] if paging is not None else 0,
         base.page_table.shape[1] if base.page_table is not None else 0,
-        page_size,
+        batch.page_size,
         base_programs,
         HAS_PAGES=base.page_table is not None,
         BLOCK_ROWS=_BLOCK_ROWS,
@@ -208,28 +208,12 @@ def _run(
     )
 
 
-def _metadata(
-    out: TreeVerifyMetadataBuffers, bs: int, page_size: int, max_k: int | None
-) -> TreeVerifyMetadata:
-    t = out.tokens_per_req
-    return TreeVerifyMetadata(
-        VerifyMetadata(out.base, bs, page_size, t, t, max_k),
-        out.positions,
-        out.tree_mask,
-        out.retrive_index,
-        out.retrive_next_token,
-        out.retrive_next_sibling,
-    )
-
-
 def build_tree_verify_metadata(
     parents: torch.Tensor,
     lengths: torch.Tensor,
     seq_lens: torch.Tensor,
     *,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
     validate: bool = False,
@@ -237,22 +221,14 @@ def build_tree_verify_metadata(
     """Tree TARGET_VERIFY metadata for ``bs = len(seq_lens)`` draft trees of ``N`` nodes each.
 
     ``parents [bs, N]`` and ``lengths [bs]`` follow :class:`~specstrat.drafting.DraftTree`; every
-    row verifies ``T = N + 1`` tokens (the root, then the nodes). With ``req_pool_indices`` and
-    ``req_to_token`` the page table for ``page_size`` is built too; ``seq_lens_cpu`` gives the
-    host bound ``max_seq_len_k``. Values are checked on CPU tensors, and on CUDA tensors only
-    with ``validate=True`` (there the checks are host syncs). One launch on the Triton path.
+    row verifies ``T = N + 1`` tokens (the root, then the nodes). With ``paging`` the page table
+    is built too; ``seq_lens_cpu`` gives the host bound ``max_seq_len_k``. Values are checked on
+    CPU tensors, and on CUDA tensors only with ``validate=True`` (there the checks are host
+    syncs). One launch on the Triton path.
     """
-    parents, lengths, seq_lens = _tree_inputs(parents, lengths, seq_lens, None)
-    bs, t = seq_lens.shape[0], parents.shape[1] + 1
-    paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
-    max_pages = paging.max_pages if paging is not None else None
-    check_total("cu_seqlens_q", bs * t, "query tokens of the batch")
-    read = _check_tree_values(parents, lengths, seq_lens, bs, paging, max_pages, validate)
-    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, t)
-    base = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
-    out = TreeVerifyMetadataBuffers.uninitialized(base, t)
-    _run(parents, lengths, seq_lens, out, paging, backend)
-    return _metadata(out, bs, page_size, max_k)
+    batch = check_batch(seq_lens, paging)
+    parents, lengths = _tree(batch, parents, lengths)
+    return _build(batch, parents, lengths, None, seq_lens_cpu, backend, validate)
 
 
 def build_tree_verify_metadata_into(
@@ -261,9 +237,7 @@ def build_tree_verify_metadata_into(
     lengths: torch.Tensor,
     seq_lens: torch.Tensor,
     *,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
     validate: bool = False,
@@ -271,43 +245,21 @@ def build_tree_verify_metadata_into(
     """Graph form: write tree metadata for ``len(seq_lens) <= buffers.padded_bs`` trees in place.
 
     ``buffers`` come from :meth:`TreeVerifyMetadataBuffers.allocate` with ``tokens_per_req =
-    parents.shape[1] + 1``. Rows past the real batch are padding (see the module docstring). On
-    the Triton path this is one launch, no allocation, no host sync; ``validate=True`` adds the
-    value checks of :func:`build_tree_verify_metadata` (host syncs), which always run on CPU
-    tensors. Nothing is written when a check fails.
+    parents.shape[1] + 1`` and hold a page table exactly when ``paging`` is given. Rows past the
+    real batch are padding (see the module docstring). On the Triton path this is one launch, no
+    allocation, no host sync; ``validate=True`` adds the value checks of
+    :func:`build_tree_verify_metadata` (host syncs), which always run on CPU tensors.
     """
     if not isinstance(buffers, TreeVerifyMetadataBuffers):
         raise InvalidConfig(
             f"buffers={type(buffers).__name__}; pass "
             "TreeVerifyMetadataBuffers.allocate(padded_bs, tokens_per_req, ...)"
         )
-    device = buffers.positions.device
-    parents, lengths, seq_lens = _tree_inputs(parents, lengths, seq_lens, device)
-    bs, t = seq_lens.shape[0], parents.shape[1] + 1
-    if t != buffers.tokens_per_req:
+    batch = check_batch(seq_lens, paging, buffers.base, table="buffers.base.page_table")
+    parents, lengths = _tree(batch, parents, lengths)
+    if (t := parents.shape[1] + 1) != buffers.tokens_per_req:
         raise InvalidConfig(
             f"parents.shape[1]={t - 1} gives T={t} tokens per request but the buffers hold "
             f"tokens_per_req={buffers.tokens_per_req}; allocate them with tokens_per_req = N + 1"
         )
-    if bs > buffers.padded_bs:
-        raise InvalidConfig(
-            f"bs={bs} exceeds the buffers' padded_bs={buffers.padded_bs}; "
-            "pick the smallest captured bucket with padded_bs >= bs"
-        )
-    paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
-    page_table = buffers.base.page_table
-    if (paging is None) != (page_table is None):
-        have = (
-            "None but req_to_token was given" if paging is not None else "set but no req_to_token"
-        )
-        raise InvalidConfig(
-            f"buffers.base.page_table is {have}; allocate the buffers with max_pages exactly "
-            "when a page table is built"
-        )
-    padded_bs = buffers.padded_bs
-    page_cols = page_table.shape[1] if page_table is not None else None
-    check_total("cu_seqlens_q", padded_bs * t, "query tokens of the padded batch")
-    read = _check_tree_values(parents, lengths, seq_lens, padded_bs, paging, page_cols, validate)
-    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, t)
-    _run(parents, lengths, seq_lens, buffers, paging, backend)
-    return _metadata(buffers, bs, page_size, max_k)
+    return _build(batch, parents, lengths, buffers, seq_lens_cpu, backend, validate)

@@ -13,7 +13,7 @@ Four forms share one kernel body and one twin:
 
 Outputs (int32): ``cu_seqlens_q [padded_bs+1]`` (exclusive prefix sum of tokens per row),
 ``cache_seqlens [padded_bs]`` (``seq_lens + tokens``), ``cu_seqlens_k [padded_bs+1]`` (exclusive
-prefix sum of ``cache_seqlens``) and, with a request-to-token table, ``page_table
+prefix sum of ``cache_seqlens``) and, with a :class:`~specstrat.kernels.Paging`, ``page_table
 [padded_bs, max_pages]`` with ``page_table[i, p] = req_to_token[req_pool_indices[i], p * P] // P``
 for the ``ceil(cache_seqlens[i] / P)`` pages row ``i`` uses and :data:`PAD_PAGE` after them.
 
@@ -28,14 +28,28 @@ backend strode ``cu_seqlens_q`` by ``D`` while offsetting keys by ``T``. Nothing
 device data on the host: ``max_seq_len_k`` comes from a CPU mirror of ``seq_lens`` when the caller
 has one and is ``None`` otherwise.
 
-Input values are checked where reading them is free: on CPU tensors every launcher refuses
+Every builder (the tree builders of :mod:`specstrat.kernels.tree_metadata` too) takes, after its
+own inputs, the same keywords:
+
+* ``paging``: a :class:`~specstrat.kernels.Paging` (pool rows, request-to-token table, page
+  size), or ``None`` for no page table;
+* ``seq_lens_cpu``: the host mirror of ``seq_lens`` (the ragged forms also take
+  ``num_tokens_per_req_cpu``), which gives the host bounds; it sits beside the lengths it copies,
+  not in the paging, because it describes the lengths and callers without a page table have one;
+* ``backend`` (``"auto" | "triton" | "torch"``) and ``validate``: options of the one call, not
+  facts about the batch (which path runs, and whether to pay host syncs for the value checks),
+  so they stay plain keywords, as on every other kernel launcher of the package.
+
+Input values are checked where reading them is free: on CPU tensors every builder refuses
 negative lengths, outputs past int32, a ``req_to_token`` (or graph page table) too narrow for a
 row, pool indices out of range and a CPU mirror that disagrees with the device lengths, each an
 :class:`~specstrat.errors.InvalidConfig`. On CUDA those reads would be host syncs, so the fused
-path skips them unless the caller passes ``validate=True``.
+path skips them unless the caller passes ``validate=True``. Nothing is written when a check
+fails.
 
-This module holds the launchers; the types live in ``_verify_buffers``, the kernel and its twin in
-``_verify_kernel`` and the input checks in ``_verify_checks``, all re-exported here.
+This module holds the launchers; the types live in ``_verify_buffers`` and ``_paging``, the
+kernel and its twin in ``_verify_kernel``, the shared setup in ``_verify_inputs`` and the input
+checks in ``_verify_checks``.
 """
 
 from __future__ import annotations
@@ -45,25 +59,22 @@ from collections.abc import Sequence
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels._checks import host_int, index_tensor, reads_values
+from specstrat.kernels._checks import host_int, index_tensor
 from specstrat.kernels._keyword_width import width_by_keyword
+from specstrat.kernels._paging import Paging as Paging
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
 from specstrat.kernels._verify_buffers import PAD_PAGE as PAD_PAGE
 from specstrat.kernels._verify_buffers import PAD_SEQ_LEN as PAD_SEQ_LEN
 from specstrat.kernels._verify_buffers import VerifyMetadata as VerifyMetadata
 from specstrat.kernels._verify_buffers import VerifyMetadataBuffers as VerifyMetadataBuffers
 from specstrat.kernels._verify_checks import (
-    Paging,
     bucket_tokens,
     check_bucket,
-    check_paging,
-    check_total,
-    check_values,
-    max_k_bound,
     ragged_bounds,
     ragged_mirrors,
     uniform_tokens,
 )
+from specstrat.kernels._verify_inputs import Batch, check_batch
 from specstrat.kernels._verify_kernel import (
     _BLOCK_PAGES,
     _BLOCK_ROWS,
@@ -75,6 +86,7 @@ from specstrat.kernels._verify_kernel import verify_metadata_ref as verify_metad
 __all__ = [
     "PAD_PAGE",
     "PAD_SEQ_LEN",
+    "Paging",
     "VerifyMetadata",
     "VerifyMetadataBuffers",
     "build_ragged_verify_metadata",
@@ -86,45 +98,39 @@ __all__ = [
 
 
 def _run(
-    seq_lens: torch.Tensor,
+    batch: Batch,
     tokens: int | torch.Tensor,
     out: VerifyMetadataBuffers,
-    paging: Paging | None,
     backend: Backend,
     padded_tokens: int | None = None,
 ) -> None:
     """Dispatch one metadata build to the Triton kernel or the twin (``padded_tokens``: the
     bucketed ragged form)."""
-    tensors = [seq_lens, out.cache_seqlens]
-    if paging is not None:
-        tensors += [paging.req_pool_indices, paging.req_to_token]
-    rpi = paging.req_pool_indices if paging is not None else None
-    rtt = paging.req_to_token if paging is not None else None
-    page_size = paging.page_size if paging is not None else 1
-    if resolve_backend(backend, *tensors) == "torch":
-        verify_metadata_ref(seq_lens, tokens, out, rpi, rtt, page_size, padded_tokens)
+    seq_lens, paging = batch.seq_lens, batch.paging
+    if resolve_backend(backend, *batch.tensors, out.cache_seqlens) == "torch":
+        verify_metadata_ref(seq_lens, tokens, out, paging, padded_tokens)
         return
-    ragged = isinstance(tokens, torch.Tensor)
-    padded_bs = out.padded_bs
+    rpi = paging.req_pool_indices if paging is not None else seq_lens
+    rtt = paging.req_to_token if paging is not None else seq_lens
     launch(
         _verify_metadata_kernel,
-        (max(1, cdiv(padded_bs, _BLOCK_ROWS)),),
+        (max(1, cdiv(out.padded_bs, _BLOCK_ROWS)),),
         seq_lens,
         tokens if isinstance(tokens, torch.Tensor) else seq_lens,
-        rpi if rpi is not None else seq_lens,
-        rtt if rtt is not None else seq_lens,
+        rpi,
+        rtt,
         out.cu_seqlens_q,
         out.cache_seqlens,
         out.cu_seqlens_k,
         out.page_table if out.page_table is not None else out.cache_seqlens,
         seq_lens.shape[0],
-        padded_bs,
+        out.padded_bs,
         0 if isinstance(tokens, torch.Tensor) else tokens,
         padded_tokens or 0,
-        rtt.shape[1] if rtt is not None else 0,
+        rtt.shape[1] if paging is not None else 0,
         out.page_table.shape[1] if out.page_table is not None else 0,
-        page_size,
-        RAGGED=ragged,
+        batch.page_size,
+        RAGGED=isinstance(tokens, torch.Tensor),
         BUCKETED=padded_tokens is not None,
         HAS_PAGES=out.page_table is not None,
         BLOCK_ROWS=_BLOCK_ROWS,
@@ -132,68 +138,21 @@ def _run(
     )
 
 
-def _check_values(
-    seq_lens: torch.Tensor,
-    tokens: int | torch.Tensor,
-    padded_bs: int,
-    paging: Paging | None,
-    page_cols: int | None,
-    validate: bool,
-    padded_tokens: int | None = None,
-) -> bool:
-    """Run the value checks when they may read the tensors (see :func:`reads_values`); say if so."""
-    tensors = [seq_lens, *(paging.tensors if paging is not None else ())]
-    if isinstance(tokens, torch.Tensor):
-        tensors.append(tokens)
-    if not reads_values(validate, *tensors):
-        return False
-    check_values(
-        seq_lens,
-        tokens,
-        padded_bs=padded_bs,
-        paging=paging,
-        page_cols=page_cols,
-        padded_tokens=padded_tokens,
-    )
-    return True
-
-
-def _static_inputs(buffers: VerifyMetadataBuffers, seq_lens: torch.Tensor) -> torch.Tensor:
-    """The in-place forms' first checks: real buffers, and ``seq_lens`` on their device."""
+def _static(buffers: object) -> VerifyMetadataBuffers:
+    """The in-place forms' buffers, refused unless they are :class:`VerifyMetadataBuffers`."""
     if not isinstance(buffers, VerifyMetadataBuffers):
         raise InvalidConfig(
             f"buffers={type(buffers).__name__}; pass VerifyMetadataBuffers.allocate(padded_bs, ...)"
         )
-    return index_tensor("seq_lens", seq_lens, ndim=1, device=buffers.cache_seqlens.device)
+    return buffers
 
 
-def _fits(
-    buffers: VerifyMetadataBuffers,
-    bs: int,
-    req_pool_indices: torch.Tensor | None,
-    req_to_token: torch.Tensor | None,
-    page_size: int,
-    seq_lens: torch.Tensor,
-) -> tuple[Paging | None, int | None]:
-    """The batch fits the buffers' rows, and they hold a page table exactly when one is built;
-    the checked paging inputs and the page table's width."""
-    if bs > buffers.padded_bs:
-        raise InvalidConfig(
-            f"bs={bs} exceeds the buffers' padded_bs={buffers.padded_bs}; "
-            "pick the smallest captured bucket with padded_bs >= bs"
-        )
-    paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
-    if (paging is None) != (buffers.page_table is None):
-        raise InvalidConfig(
-            "buffers.page_table is "
-            + (
-                "None but req_to_token was given"
-                if paging is not None
-                else "set but no req_to_token"
-            )
-            + "; allocate the buffers with max_pages exactly when a page table is built"
-        )
-    return paging, buffers.page_table.shape[1] if buffers.page_table is not None else None
+def _widths(batch: Batch, num_tokens_per_req: object) -> torch.Tensor:
+    """The ragged forms' per-request widths: one per request, on the batch's device."""
+    device = batch.seq_lens.device
+    return index_tensor(
+        "num_tokens_per_req", num_tokens_per_req, ndim=1, device=device, rows=batch.bs
+    )
 
 
 @width_by_keyword("num_tokens", positional=1)
@@ -201,9 +160,7 @@ def build_verify_metadata(
     seq_lens: torch.Tensor,
     *,
     num_tokens: int,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
     validate: bool = False,
@@ -216,22 +173,20 @@ def build_verify_metadata(
 
     ``num_tokens % bs != 0`` is an :class:`~specstrat.errors.InvalidConfig` (never a silent
     floor); ``bs == 0`` needs ``num_tokens == 0`` and gives empty, well-formed metadata. With
-    ``req_pool_indices`` and ``req_to_token`` the page table for ``page_size`` is built too.
-    Values (negative lengths, int32 overflow, a too-narrow ``req_to_token``, pool indices out of
-    range, a disagreeing ``seq_lens_cpu``) are checked on CPU tensors, and on CUDA tensors only
-    with ``validate=True`` (there the checks are host syncs).
+    ``paging`` the page table is built too, ``paging.max_pages`` columns wide. ``paging``,
+    ``seq_lens_cpu``, ``backend`` and ``validate`` are those of every builder (see the module
+    docstring, with the value checks).
     """
-    seq_lens = index_tensor("seq_lens", seq_lens, ndim=1)
-    bs = seq_lens.shape[0]
-    tokens = uniform_tokens(num_tokens, bs)
-    paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
-    max_pages = paging.max_pages if paging is not None else None
-    check_total("cu_seqlens_q", bs * tokens, "query tokens of the batch")
-    read = _check_values(seq_lens, tokens, bs, paging, max_pages, validate)
-    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, tokens)
-    out = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
-    _run(seq_lens, tokens, out, paging, backend)
-    return VerifyMetadata(out, bs, page_size, tokens, tokens, max_k)
+    batch = check_batch(seq_lens, paging)
+    tokens = uniform_tokens(num_tokens, batch.bs)
+    batch.check_query_total(tokens)
+    read = batch.reads_values(validate)
+    if read:
+        batch.check_values(tokens)
+    max_k = batch.max_seq_len_k(seq_lens_cpu, tokens, read=read)
+    out = batch.allocate()
+    _run(batch, tokens, out, backend)
+    return batch.metadata(out, tokens, tokens, max_k)
 
 
 @width_by_keyword("tokens_per_req", positional=2)
@@ -240,9 +195,7 @@ def build_verify_metadata_into(
     seq_lens: torch.Tensor,
     *,
     tokens_per_req: int,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
     validate: bool = False,
@@ -250,31 +203,28 @@ def build_verify_metadata_into(
     """Graph form: write uniform metadata for ``len(seq_lens) <= buffers.padded_bs`` in place.
 
     ``tokens_per_req`` (keyword-only; positional use is deprecated) is ``T`` per request, from
-    the algorithm's :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch are padding (see
-    the module docstring). On the Triton path this is one launch, no allocation, no host sync;
-    ``validate=True`` adds the value checks of :func:`build_verify_metadata` (host syncs) and
-    checks that ``buffers.page_table`` has a column for every page a row uses. On CPU tensors
-    those checks always run. Nothing is written when a check fails.
+    the algorithm's :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch
+    are padding (see the module docstring). ``buffers`` hold a page table exactly when
+    ``paging`` is given; the value checks also check that it has a column for every page a row
+    uses. On the Triton path this is one launch, no allocation, no host sync.
     """
-    seq_lens = _static_inputs(buffers, seq_lens)
-    bs = seq_lens.shape[0]
+    buffers = _static(buffers)
+    batch = check_batch(seq_lens, paging, buffers)
     tokens = host_int("tokens_per_req", tokens_per_req, minimum=1)
-    paging, page_cols = _fits(buffers, bs, req_pool_indices, req_to_token, page_size, seq_lens)
-    padded_bs = buffers.padded_bs
-    check_total("cu_seqlens_q", padded_bs * tokens, "query tokens of the padded batch")
-    read = _check_values(seq_lens, tokens, padded_bs, paging, page_cols, validate)
-    max_k = max_k_bound(seq_lens_cpu, seq_lens if read else None, bs, tokens)
-    _run(seq_lens, tokens, buffers, paging, backend)
-    return VerifyMetadata(buffers, bs, page_size, tokens, tokens, max_k)
+    batch.check_query_total(tokens)
+    read = batch.reads_values(validate)
+    if read:
+        batch.check_values(tokens)
+    max_k = batch.max_seq_len_k(seq_lens_cpu, tokens, read=read)
+    _run(batch, tokens, buffers, backend)
+    return batch.metadata(buffers, tokens, tokens, max_k)
 
 
 def build_ragged_verify_metadata(
     seq_lens: torch.Tensor,
     num_tokens_per_req: torch.Tensor,
     *,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     num_tokens_per_req_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
@@ -283,24 +233,19 @@ def build_ragged_verify_metadata(
     """Ragged form: request ``i`` verifies ``num_tokens_per_req[i] >= 1`` tokens.
 
     ``cu_seqlens_q`` is the exclusive prefix sum of ``num_tokens_per_req`` (on the device, in the
-    same single launch). The counts and the value checks of :func:`build_verify_metadata` are
-    checked on CPU tensors; on CUDA they are host syncs, so they run only with ``validate=True``
-    and are otherwise the caller's contract. Host bounds need both mirrors.
+    same single launch). The counts are value-checked with the rest (see the module docstring).
+    The host bounds need the mirrors: ``max_seq_len_q`` ``num_tokens_per_req_cpu``,
+    ``max_seq_len_k`` both.
     """
-    seq_lens = index_tensor("seq_lens", seq_lens, ndim=1)
-    bs = seq_lens.shape[0]
-    ntok = index_tensor(
-        "num_tokens_per_req", num_tokens_per_req, ndim=1, device=seq_lens.device, rows=bs
-    )
-    paging = check_paging(req_pool_indices, req_to_token, page_size, seq_lens)
-    max_pages = paging.max_pages if paging is not None else None
-    read = _check_values(seq_lens, ntok, bs, paging, max_pages, validate)
-    seq_mirror, tok_mirror = ragged_mirrors(
-        seq_lens_cpu, num_tokens_per_req_cpu, seq_lens, ntok, read=read
-    )
-    out = VerifyMetadataBuffers.uninitialized(bs, max_pages, seq_lens.device)
-    _run(seq_lens, ntok, out, paging, backend)
-    return VerifyMetadata(out, bs, page_size, None, *ragged_bounds(seq_mirror, tok_mirror))
+    batch = check_batch(seq_lens, paging)
+    ntok = _widths(batch, num_tokens_per_req)
+    read = batch.reads_values(validate, ntok)
+    if read:
+        batch.check_values(ntok)
+    mirrors = ragged_mirrors(seq_lens_cpu, num_tokens_per_req_cpu, batch.seq_lens, ntok, read=read)
+    out = batch.allocate()
+    _run(batch, ntok, out, backend)
+    return batch.metadata(out, None, *ragged_bounds(*mirrors))
 
 
 def build_ragged_verify_metadata_into(
@@ -309,9 +254,7 @@ def build_ragged_verify_metadata_into(
     num_tokens_per_req: torch.Tensor,
     *,
     padded_tokens: int,
-    req_pool_indices: torch.Tensor | None = None,
-    req_to_token: torch.Tensor | None = None,
-    page_size: int = 1,
+    paging: Paging | None = None,
     seq_lens_cpu: Sequence[int] | torch.Tensor | None = None,
     num_tokens_per_req_cpu: Sequence[int] | torch.Tensor | None = None,
     backend: Backend = "auto",
@@ -335,25 +278,23 @@ def build_ragged_verify_metadata_into(
     widths, so they run on the host mirror ``num_tokens_per_req_cpu`` when given, on CPU tensors,
     and on CUDA only with ``validate=True``; unchecked on CUDA, the kernel follows SGLang's rule.
     The other value checks are those of :func:`build_verify_metadata_into`. The Triton path is
-    one launch, no allocation, no host sync; nothing is written when a check fails.
-    ``max_seq_len_q``/``max_seq_len_k`` cover every row, padding included, and need the mirrors
-    (``max_seq_len_q``: ``num_tokens_per_req_cpu``; ``max_seq_len_k``: both).
+    one launch, no allocation, no host sync. ``max_seq_len_q``/``max_seq_len_k`` cover every
+    row, padding included, and need the mirrors (``max_seq_len_q``: ``num_tokens_per_req_cpu``;
+    ``max_seq_len_k``: both).
     """
-    seq_lens = _static_inputs(buffers, seq_lens)
-    bs, padded_bs = seq_lens.shape[0], buffers.padded_bs
-    ntok = index_tensor(
-        "num_tokens_per_req", num_tokens_per_req, ndim=1, device=seq_lens.device, rows=bs
-    )
-    paging, page_cols = _fits(buffers, bs, req_pool_indices, req_to_token, page_size, seq_lens)
-    total = bucket_tokens(padded_tokens, bs, padded_bs)
-    read = _check_values(seq_lens, ntok, padded_bs, paging, page_cols, validate, total)
+    buffers = _static(buffers)
+    batch = check_batch(seq_lens, paging, buffers)
+    ntok = _widths(batch, num_tokens_per_req)
+    total = bucket_tokens(padded_tokens, batch.bs, batch.padded_bs)
+    read = batch.reads_values(validate, ntok)
+    if read:
+        batch.check_values(ntok, total)
     seq_mirror, tok_mirror = ragged_mirrors(
-        seq_lens_cpu, num_tokens_per_req_cpu, seq_lens, ntok, read=read
+        seq_lens_cpu, num_tokens_per_req_cpu, batch.seq_lens, ntok, read=read
     )
     if tok_mirror is not None:
-        real = int(tok_mirror.sum())
-        name = "num_tokens_per_req_cpu"
-        check_bucket(real, name, bs=bs, padded_bs=padded_bs, padded_tokens=total)
-        tok_mirror = bucket_widths_ref(tok_mirror, padded_bs, total)
-    _run(seq_lens, ntok, buffers, paging, backend, total)
-    return VerifyMetadata(buffers, bs, page_size, None, *ragged_bounds(seq_mirror, tok_mirror))
+        real, name = int(tok_mirror.sum()), "num_tokens_per_req_cpu"
+        check_bucket(real, name, bs=batch.bs, padded_bs=batch.padded_bs, padded_tokens=total)
+        tok_mirror = bucket_widths_ref(tok_mirror, batch.padded_bs, total)
+    _run(batch, ntok, buffers, backend, total)
+    return batch.metadata(buffers, None, *ragged_bounds(seq_mirror, tok_mirror))

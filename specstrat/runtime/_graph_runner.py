@@ -31,6 +31,7 @@ from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig, KernelError
 from specstrat.kernels import (
+    Paging,
     TreeVerifyMetadataBuffers,
     VerifyMetadata,
     VerifyMetadataBuffers,
@@ -110,9 +111,7 @@ class GraphRunner:
                 "(its policy's supports_target_verify_for_draft() is False); build the draft "
                 "worker without a verify graph runner, or use a policy that allows it"
             )
-        if not buckets or any(
-            not is_int(b) or b < 1 for b in buckets
-        ):
+        if not buckets or any(not is_int(b) or b < 1 for b in buckets):
             raise InvalidConfig(f"buckets={tuple(buckets)} must be ints >= 1")
         self.worker = worker
         self.tokens_per_req = algo.get_num_tokens_per_req_for_target_verify(
@@ -138,6 +137,14 @@ class GraphRunner:
             raise InvalidConfig(f"bs={bs} exceeds the largest bucket {max(self._buckets)}")
         return self._buckets[min(b for b in self._buckets if b >= bs)]
 
+    def _paging(self, bucket: _Bucket, bs: int) -> Paging:
+        """The page-table inputs of a replay: the bucket's first ``bs`` pool rows of the
+        worker's request-to-token table (page size 1)."""
+        return Paging(
+            req_pool_indices=bucket.req_pool_indices[:bs],
+            req_to_token=self.worker.requests.req_to_token,
+        )
+
     def replay(
         self, slots: Sequence[int], tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -154,8 +161,7 @@ class GraphRunner:
             bucket.metadata,
             bucket.seq_lens[:bs],
             tokens_per_req=t,
-            req_pool_indices=bucket.req_pool_indices[:bs],
-            req_to_token=self.worker.requests.req_to_token,
+            paging=self._paging(bucket, bs),
             seq_lens_cpu=prepared.prefix,
         )
         max_k = self.worker.context_len if self.use_cuda_graph else (meta.max_seq_len_k or t)
@@ -191,8 +197,7 @@ class GraphRunner:
             tree.parents[:bs],
             tree.lengths[:bs],
             bucket.seq_lens[:bs],
-            req_pool_indices=bucket.req_pool_indices[:bs],
-            req_to_token=self.worker.requests.req_to_token,
+            paging=self._paging(bucket, bs),
             seq_lens_cpu=prepared.prefix,
         )
         base = meta.base
@@ -260,8 +265,7 @@ class GraphRunner:
             bucket.seq_lens[:bs],
             bucket.widths[:bs],
             padded_tokens=size * t,
-            req_pool_indices=bucket.req_pool_indices[:bs],
-            req_to_token=self.worker.requests.req_to_token,
+            paging=self._paging(bucket, bs),
             seq_lens_cpu=prepared.prefix,
             num_tokens_per_req_cpu=counts,
         )

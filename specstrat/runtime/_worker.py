@@ -16,7 +16,12 @@ from dataclasses import dataclass
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.kernels import VerifyMetadata, build_ragged_verify_metadata, build_verify_metadata
+from specstrat.kernels import (
+    Paging,
+    VerifyMetadata,
+    build_ragged_verify_metadata,
+    build_verify_metadata,
+)
 from specstrat.models import CausalLM
 from specstrat.runtime._attention import PagedAttention
 from specstrat.runtime._forward import ForwardBatch, ForwardMode, TreeAttention
@@ -227,21 +232,19 @@ class ModelWorker:
         """Attention metadata for tokens placed by :meth:`place` (page size 1)."""
         rpi = torch.tensor(prepared.slots, dtype=torch.int64, device=self.device)
         prefix = torch.tensor(prepared.prefix, dtype=torch.int64, device=self.device)
-        table = self.requests.req_to_token
+        paging = Paging(req_pool_indices=rpi, req_to_token=self.requests.req_to_token)
         if mode in _UNIFORM and len(set(prepared.counts)) <= 1:
             return build_verify_metadata(
                 prefix,
                 num_tokens=sum(prepared.counts),
-                req_pool_indices=rpi,
-                req_to_token=table,
+                paging=paging,
                 seq_lens_cpu=prepared.prefix,
             )
         counts = torch.tensor(prepared.counts, dtype=torch.int64, device=self.device)
         return build_ragged_verify_metadata(
             prefix,
             counts,
-            req_pool_indices=rpi,
-            req_to_token=table,
+            paging=paging,
             seq_lens_cpu=prepared.prefix,
             num_tokens_per_req_cpu=prepared.counts,
         )

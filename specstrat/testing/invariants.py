@@ -16,6 +16,7 @@ from specstrat.kernels import (
     PAD_PAGE,
     PAD_SEQ_LEN,
     Backend,
+    Paging,
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
@@ -39,18 +40,16 @@ class VerifyBatch:
 
     Uniform: ``tokens_per_req`` set, ``padded_bs`` None. Graph: ``tokens_per_req`` and
     ``padded_bs >= bs`` set. Ragged: ``num_tokens_per_req`` set. Ragged graph (bucketed):
-    ``num_tokens_per_req``, ``padded_bs`` and ``padded_tokens`` set. ``num_draft_tokens`` is D
-    when ``tokens_per_req`` came from a policy (the checker then also asserts
-    ``1 <= T <= D + 1``).
+    ``num_tokens_per_req``, ``padded_bs`` and ``padded_tokens`` set. ``paging`` is what the
+    builder gets (``None``: no page table). ``num_draft_tokens`` is D when ``tokens_per_req``
+    came from a policy (the checker then also asserts ``1 <= T <= D + 1``).
     """
 
     seq_lens: torch.Tensor
     tokens_per_req: int | None = None
     num_tokens_per_req: torch.Tensor | None = None
     padded_bs: int | None = None
-    req_pool_indices: torch.Tensor | None = None
-    req_to_token: torch.Tensor | None = None
-    page_size: int = 1
+    paging: Paging | None = None
     num_draft_tokens: int | None = None
     padded_tokens: int | None = None
 
@@ -103,17 +102,14 @@ class VerifyBatch:
 
     def build(self, backend: Backend = "auto") -> VerifyMetadata:
         """Run the library's builder for this batch's form."""
-        rpi, rtt, page_size = self.req_pool_indices, self.req_to_token, self.page_size
-        seq_cpu = self.seq_lens.cpu()
+        paging, seq_cpu = self.paging, self.seq_lens.cpu()
         if self.num_tokens_per_req is not None and self.padded_tokens is None:
             return build_ragged_verify_metadata(
                 self.seq_lens,
                 self.num_tokens_per_req,
+                paging=paging,
                 seq_lens_cpu=seq_cpu,
                 num_tokens_per_req_cpu=self.num_tokens_per_req.cpu(),
-                req_pool_indices=rpi,
-                req_to_token=rtt,
-                page_size=page_size,
                 backend=backend,
             )
         tokens = self.tokens_per_req or 0
@@ -121,15 +117,11 @@ class VerifyBatch:
             return build_verify_metadata(
                 self.seq_lens,
                 num_tokens=self.bs * tokens,
-                req_pool_indices=rpi,
-                req_to_token=rtt,
-                page_size=page_size,
+                paging=paging,
                 seq_lens_cpu=seq_cpu,
                 backend=backend,
             )
-        max_pages = None
-        if self.req_to_token is not None:
-            max_pages = -(-self.req_to_token.shape[1] // self.page_size)
+        max_pages = paging.max_pages if paging is not None else None
         buffers = VerifyMetadataBuffers.allocate(
             self.padded_bs, max_pages=max_pages, device=self.seq_lens.device
         )
@@ -144,9 +136,7 @@ class VerifyBatch:
                 self.seq_lens,
                 self.num_tokens_per_req,
                 padded_tokens=self.padded_tokens,
-                req_pool_indices=rpi,
-                req_to_token=rtt,
-                page_size=page_size,
+                paging=paging,
                 seq_lens_cpu=seq_cpu,
                 num_tokens_per_req_cpu=self.num_tokens_per_req.cpu(),
                 backend=backend,
@@ -155,9 +145,7 @@ class VerifyBatch:
             buffers,
             self.seq_lens,
             tokens_per_req=tokens,
-            req_pool_indices=rpi,
-            req_to_token=rtt,
-            page_size=page_size,
+            paging=paging,
             seq_lens_cpu=seq_cpu,
             backend=backend,
         )
@@ -251,15 +239,15 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
 def _check_pages(
     meta: VerifyMetadata, batch: VerifyBatch, cache: torch.Tensor, padded_bs: int
 ) -> None:
-    rtt, rpi = batch.req_to_token, batch.req_pool_indices
-    if rtt is None or rpi is None:
-        _require(meta.page_table is None, "no page table without req_to_token", "one was built")
+    paging = batch.paging
+    if paging is None:
+        _require(meta.page_table is None, "no page table without paging", "one was built")
         return
     table = meta.page_table
-    p = batch.page_size
+    rtt, rpi, p = paging.req_to_token, paging.req_pool_indices, paging.page_size
     max_pages = -(-rtt.shape[1] // p)
     if table is None:
-        raise ConformanceError("verify metadata broke 'a page table with req_to_token': missing")
+        raise ConformanceError("verify metadata broke 'a page table with paging': missing")
     _require(
         table.dtype == torch.int32 and tuple(table.shape) == (padded_bs, max_pages),
         f"page_table is int32 of shape {(padded_bs, max_pages)}",

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from specstrat.algorithm import Capabilities
 from specstrat.batch import PrebuiltBatch
+from specstrat.kernels import Paging
 from specstrat.protocols import TargetVerifyPolicy
 from specstrat.relay import RelayPayload
 from specstrat.testing.invariants import Form, VerifyBatch
@@ -134,10 +135,8 @@ def verify_batches(
         widths = draw(st.lists(st.integers(1, d + 1), min_size=bs, max_size=bs))
         ragged = torch.tensor(widths, dtype=torch.int64)
     widest = d + 1 if ragged is not None else t
-    paged = draw(st.booleans())
-    rpi = rtt = None
-    page_size = 1
-    if paged:
+    paging = None
+    if draw(st.booleans()):
         ctx = draw(st.integers(widest + 1, 4096))
         pool = bs + draw(st.integers(1, 4))
         page_size = draw(st.sampled_from(list(page_sizes)))
@@ -145,6 +144,7 @@ def verify_batches(
         gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
         rtt = torch.randint(0, 1 << 24, (pool, ctx), generator=gen, dtype=torch.int32)
         rpi = torch.randperm(pool, generator=gen)[:bs].to(torch.int64)
+        paging = Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=page_size)
     else:
         seqs = draw(st.lists(st.integers(0, max_seq_len), min_size=bs, max_size=bs))
     padded_bs = padded_tokens = None
@@ -160,8 +160,6 @@ def verify_batches(
         num_tokens_per_req=ragged,
         padded_bs=padded_bs,
         padded_tokens=padded_tokens,
-        req_pool_indices=rpi,
-        req_to_token=rtt,
-        page_size=page_size,
+        paging=paging,
         num_draft_tokens=d if policy is not None else None,
     )

@@ -25,6 +25,7 @@ from specstrat.drafting import DraftTree
 from specstrat.errors import ConformanceError, InvalidConfig
 from specstrat.kernels import (
     Backend,
+    Paging,
     TreeVerifyMetadata,
     TreeVerifyMetadataBuffers,
     build_tree_verify_metadata,
@@ -93,16 +94,15 @@ class TreeVerifyBatch:
     """Inputs of one tree TARGET_VERIFY metadata build: uniform (``padded_bs`` None) or graph.
 
     ``parents [bs, N]`` and ``lengths [bs]`` follow :class:`~specstrat.drafting.DraftTree`;
-    each row verifies ``T = N + 1`` tokens.
+    each row verifies ``T = N + 1`` tokens. ``paging`` is what the builder gets (``None``: no
+    page table).
     """
 
     parents: torch.Tensor
     lengths: torch.Tensor
     seq_lens: torch.Tensor
     padded_bs: int | None = None
-    req_pool_indices: torch.Tensor | None = None
-    req_to_token: torch.Tensor | None = None
-    page_size: int = 1
+    paging: Paging | None = None
 
     def __post_init__(self) -> None:
         if self.padded_bs is not None and self.padded_bs < self.bs:
@@ -133,9 +133,7 @@ class TreeVerifyBatch:
             seq_lens=self.seq_lens,
             tokens_per_req=self.tokens_per_req,
             padded_bs=self.padded_bs if self.padded_bs is not None else self.bs,
-            req_pool_indices=self.req_pool_indices,
-            req_to_token=self.req_to_token,
-            page_size=self.page_size,
+            paging=self.paging,
         )
 
     def build(self, backend: Backend = "auto") -> TreeVerifyMetadata:
@@ -146,15 +144,11 @@ class TreeVerifyBatch:
                 self.parents,
                 self.lengths,
                 self.seq_lens,
-                req_pool_indices=self.req_pool_indices,
-                req_to_token=self.req_to_token,
-                page_size=self.page_size,
+                paging=self.paging,
                 seq_lens_cpu=seq_cpu,
                 backend=backend,
             )
-        max_pages = None
-        if self.req_to_token is not None:
-            max_pages = -(-self.req_to_token.shape[1] // self.page_size)
+        max_pages = self.paging.max_pages if self.paging is not None else None
         buffers = TreeVerifyMetadataBuffers.allocate(
             self.padded_bs, self.tokens_per_req, max_pages=max_pages, device=self.seq_lens.device
         )
@@ -176,9 +170,7 @@ class TreeVerifyBatch:
             self.parents,
             self.lengths,
             self.seq_lens,
-            req_pool_indices=self.req_pool_indices,
-            req_to_token=self.req_to_token,
-            page_size=self.page_size,
+            paging=self.paging,
             seq_lens_cpu=seq_cpu,
             backend=backend,
         )
@@ -201,8 +193,7 @@ def tree_verify_batches(
     form = draw(st.sampled_from(list(forms)))
     tree = draw(draft_trees(max_bs=max_bs, max_nodes=max_nodes))
     bs, t = tree.parents.shape[0], tree.parents.shape[1] + 1
-    rpi = rtt = None
-    page_size = 1
+    paging = None
     if draw(st.booleans()):
         ctx = draw(st.integers(t + 1, 4096))
         pool = bs + draw(st.integers(1, 4))
@@ -211,6 +202,7 @@ def tree_verify_batches(
         gen = torch.Generator().manual_seed(draw(st.integers(0, 2**31 - 1)))
         rtt = torch.randint(0, 1 << 24, (pool, ctx), generator=gen, dtype=torch.int32)
         rpi = torch.randperm(pool, generator=gen)[:bs].to(torch.int64)
+        paging = Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=page_size)
     else:
         seqs = draw(st.lists(st.integers(0, max_seq_len), min_size=bs, max_size=bs))
     return TreeVerifyBatch(
@@ -218,9 +210,7 @@ def tree_verify_batches(
         lengths=tree.lengths,
         seq_lens=torch.tensor(seqs, dtype=torch.int64).reshape(bs),
         padded_bs=bs + draw(st.integers(0, max_pad)) if form == "graph" else None,
-        req_pool_indices=rpi,
-        req_to_token=rtt,
-        page_size=page_size,
+        paging=paging,
     )
 
 

@@ -1,6 +1,7 @@
 """Value checks of the kernel launchers: garbage inputs are named InvalidConfig, valid ones unchanged."""
 
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -10,6 +11,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from specstrat import InvalidConfig
 from specstrat.kernels import (
     Backend,
+    Paging,
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
@@ -25,16 +27,21 @@ BIG = 2**31  # one past the int32 max
 SEQ = torch.tensor([3, 4, 9])
 RPI = torch.tensor([2, 0, 1])
 RTT = torch.arange(4 * 64, dtype=torch.int32).reshape(4, 64)
-PAGING: dict[str, Any] = {"req_pool_indices": RPI, "req_to_token": RTT, "page_size": 8}
-NARROW: dict[str, Any] = {**PAGING, "req_to_token": RTT[:, :12].contiguous()}
+PAGING = Paging(req_pool_indices=RPI, req_to_token=RTT, page_size=8)
+NARROW = replace(PAGING, req_to_token=RTT[:, :12].contiguous())
+
+
+def with_pool_rows(rows: list[int]) -> Paging:
+    """PAGING reading the pool rows ``rows`` instead."""
+    return replace(PAGING, req_pool_indices=torch.tensor(rows))
 
 
 def graph(
     seq: torch.Tensor, t: int, *, padded_bs: int = 4, pages: int | None = None, **kw: Any
 ) -> VerifyMetadata:
-    """Graph form into fresh buffers (with ``pages`` columns when paging is given)."""
-    if pages is None and "req_to_token" in kw:
-        pages = -(-kw["req_to_token"].shape[1] // kw["page_size"])
+    """Graph form into fresh buffers (``paging.max_pages`` columns unless ``pages`` says)."""
+    if pages is None and kw.get("paging") is not None:
+        pages = kw["paging"].max_pages
     buffers = VerifyMetadataBuffers.allocate(padded_bs, max_pages=pages)
     return build_verify_metadata_into(buffers, seq, tokens_per_req=t, **kw)
 
@@ -54,8 +61,8 @@ def bucketed(
     **kw: Any,
 ) -> VerifyMetadata:
     """Ragged graph form into fresh buffers (one token per request unless ``ntok`` says)."""
-    if pages is None and "req_to_token" in kw:
-        pages = -(-kw["req_to_token"].shape[1] // kw["page_size"])
+    if pages is None and kw.get("paging") is not None:
+        pages = kw["paging"].max_pages
     buffers = VerifyMetadataBuffers.allocate(padded_bs, max_pages=pages)
     widths = torch.ones_like(seq) if ntok is None else ntok
     return build_ragged_verify_metadata_into(
@@ -131,44 +138,46 @@ CASES: list[tuple[str, Any, str]] = [
         lambda **kw: build_verify_metadata(
             torch.tensor([1, 1]),
             num_tokens=2,
-            req_pool_indices=torch.tensor([0, 1]),
-            req_to_token=torch.tensor([[0, 0, 0, 0], [8 * BIG, 0, 0, 0]]),
-            page_size=8,
+            paging=Paging(
+                req_pool_indices=torch.tensor([0, 1]),
+                req_to_token=torch.tensor([[0, 0, 0, 0], [8 * BIG, 0, 0, 0]]),
+                page_size=8,
+            ),
             **kw,
         ),
         r"req_to_token\[1, 0\]=17179869184 gives page id 2147483648, past the int32 max",
     ),
     (
         "uniform-req-to-token-narrow",
-        lambda **kw: build_verify_metadata(SEQ, num_tokens=12, **NARROW, **kw),
+        lambda **kw: build_verify_metadata(SEQ, num_tokens=12, paging=NARROW, **kw),
         r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 KV indices \(2 pages of "
         r"page_size=8\) but req_to_token.shape\[1\]=12; widen req_to_token to >= 13 columns",
     ),
     (
         "graph-req-to-token-narrow",
-        lambda **kw: graph(SEQ, 4, **NARROW, **kw),
+        lambda **kw: graph(SEQ, 4, paging=NARROW, **kw),
         r"cache_seqlens\[2\]=13 \(seq_lens \+ tokens\) needs 13 KV indices \(2 pages of "
         r"page_size=8\) but req_to_token.shape\[1\]=12; widen req_to_token to >= 13 columns",
     ),
     (
         "graph-page-table-narrow",
-        lambda **kw: graph(SEQ, 12, pages=2, **PAGING, **kw),
+        lambda **kw: graph(SEQ, 12, pages=2, paging=PAGING, **kw),
         r"row 2 needs 3 pages \(cache_seqlens\[2\]=21, page_size=8\) but buffers.page_table has "
         r"2 columns; allocate the buffers with max_pages >= 3",
     ),
     (
         "ragged-req-to-token-narrow",
-        lambda **kw: ragged(SEQ, torch.tensor([1, 1, 4]), **NARROW, **kw),
+        lambda **kw: ragged(SEQ, torch.tensor([1, 1, 4]), paging=NARROW, **kw),
         r"cache_seqlens\[2\]=13 .* req_to_token.shape\[1\]=12",
     ),
     (
         "graph-pool-index-out-of-range",
-        lambda **kw: graph(SEQ, 2, **{**PAGING, "req_pool_indices": torch.tensor([0, 4, 1])}, **kw),
+        lambda **kw: graph(SEQ, 2, paging=with_pool_rows([0, 4, 1]), **kw),
         r"req_pool_indices range 0\.\.4 is outside req_to_token's 4 rows",
     ),
     (
         "ragged-pool-index-negative",
-        lambda **kw: ragged(SEQ, **{**PAGING, "req_pool_indices": torch.tensor([0, -1, 1])}, **kw),
+        lambda **kw: ragged(SEQ, paging=with_pool_rows([0, -1, 1]), **kw),
         r"req_pool_indices range -1\.\.1 is outside req_to_token's 4 rows",
     ),
     (
@@ -235,12 +244,12 @@ CASES: list[tuple[str, Any, str]] = [
     ),
     (
         "ragged-graph-req-to-token-narrow",
-        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 4]), **NARROW, **kw),
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 4]), paging=NARROW, **kw),
         r"cache_seqlens\[2\]=13 .* req_to_token.shape\[1\]=12",
     ),
     (
         "ragged-graph-page-table-narrow",
-        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 8]), pages=2, **PAGING, **kw),
+        lambda **kw: bucketed(SEQ, torch.tensor([1, 1, 8]), pages=2, paging=PAGING, **kw),
         r"row 2 needs 3 pages \(cache_seqlens\[2\]=17, page_size=8\) but buffers.page_table "
         r"has 2 columns; allocate the buffers with max_pages >= 3",
     ),
@@ -306,7 +315,7 @@ def test_failed_check_leaves_graph_buffers_untouched() -> None:
     for tensor in (buffers.cu_seqlens_q, buffers.cache_seqlens, buffers.cu_seqlens_k):
         tensor.fill_(-7)
     with pytest.raises(InvalidConfig, match=r"row 2 needs 3 pages"):
-        build_verify_metadata_into(buffers, SEQ, tokens_per_req=12, **PAGING)
+        build_verify_metadata_into(buffers, SEQ, tokens_per_req=12, paging=PAGING)
     assert (buffers.cache_seqlens == -7).all()
     assert (buffers.cu_seqlens_q == -7).all()
 
@@ -317,9 +326,13 @@ FIELDS = ("cu_seqlens_q", "cache_seqlens", "cu_seqlens_k", "page_table")
 def at_the_limits(form: str, backend: Backend, validate: bool) -> VerifyMetadata:
     """Valid inputs on every boundary: req_to_token exactly as wide as the longest row needs."""
     seq = torch.tensor([3, 4, 9, 0])
-    tight = {**PAGING, "req_pool_indices": torch.tensor([2, 0, 1, 3])}
-    tight["req_to_token"] = RTT[:, :13].contiguous()  # longest row: 9 + 4 = 13 slots, 2 pages
-    kw: dict[str, Any] = {"backend": backend, "validate": validate, **tight}
+    # The longest row needs 9 + 4 = 13 slots, 2 pages: req_to_token is exactly that wide.
+    tight = Paging(
+        req_pool_indices=torch.tensor([2, 0, 1, 3]),
+        req_to_token=RTT[:, :13].contiguous(),
+        page_size=8,
+    )
+    kw: dict[str, Any] = {"backend": backend, "validate": validate, "paging": tight}
     if form == "uniform":
         return build_verify_metadata(seq, num_tokens=16, seq_lens_cpu=seq.tolist(), **kw)
     if form == "graph":
@@ -382,13 +395,12 @@ def on_meta(form: str, validate: bool) -> None:
     """One paged build (or relay gather) whose tensors live on the meta device."""
     dev = "meta"
     seq = torch.zeros(3, dtype=I64, device=dev)
-    kw: dict[str, Any] = {
-        "req_pool_indices": torch.zeros(3, dtype=I64, device=dev),
-        "req_to_token": torch.zeros(4, 64, dtype=I64, device=dev),
-        "page_size": 8,
-        "backend": "torch",
-        "validate": validate,
-    }
+    paging = Paging(
+        req_pool_indices=torch.zeros(3, dtype=I64, device=dev),
+        req_to_token=torch.zeros(4, 64, dtype=I64, device=dev),
+        page_size=8,
+    )
+    kw: dict[str, Any] = {"paging": paging, "backend": "torch", "validate": validate}
     if form == "uniform":
         build_verify_metadata(seq, num_tokens=6, seq_lens_cpu=[0, 0, 0], **kw)
     elif form == "graph":

@@ -7,10 +7,11 @@ import torch
 from hypothesis import given, settings
 from torch.utils._python_dispatch import TorchDispatchMode
 
-import specstrat.kernels.verify_metadata as vm
+import specstrat.kernels._verify_inputs as verify_inputs
 from specstrat import ConformanceError, InvalidConfig
 from specstrat.kernels import (
     PAD_PAGE,
+    Paging,
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
@@ -34,14 +35,15 @@ def bucket(
     gen = torch.Generator().manual_seed(seed)
     ctx, pool = 200, bs + 3
     widths = torch.randint(1, max_width + 1, (bs,), generator=gen)
+    seq_lens = torch.randint(0, ctx - max_width + 1, (bs,), generator=gen)
+    rpi = torch.randperm(pool, generator=gen)[:bs]
+    rtt = torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32)
     return VerifyBatch(
-        seq_lens=torch.randint(0, ctx - max_width + 1, (bs,), generator=gen),
+        seq_lens=seq_lens,
         num_tokens_per_req=widths,
         padded_bs=bs + pad,
         padded_tokens=int(widths.sum()) + int(pad * per_pad),
-        req_pool_indices=torch.randperm(pool, generator=gen)[:bs],
-        req_to_token=torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32),
-        page_size=page_size,
+        paging=Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=page_size),
     )
 
 
@@ -70,11 +72,7 @@ def test_no_padding_row_and_an_exact_bucket() -> None:
     meta = both(batch)
     assert batch.num_tokens_per_req is not None
     plain = build_ragged_verify_metadata(
-        batch.seq_lens,
-        batch.num_tokens_per_req,
-        req_pool_indices=batch.req_pool_indices,
-        req_to_token=batch.req_to_token,
-        page_size=batch.page_size,
+        batch.seq_lens, batch.num_tokens_per_req, paging=batch.paging
     )
     for name in ("cu_seqlens_q", "cache_seqlens", "cu_seqlens_k", "page_table"):
         assert torch.equal(getattr(meta, name), getattr(plain, name)), name
@@ -102,9 +100,7 @@ def hand(backend: Any, **kw: Any) -> VerifyMetadata:
         bufs,
         torch.tensor([3, 5, 0]),
         torch.tensor([2, 1, 3]),
-        req_pool_indices=torch.tensor([1, 2, 3]),
-        req_to_token=rtt,
-        page_size=2,
+        paging=Paging(req_pool_indices=torch.tensor([1, 2, 3]), req_to_token=rtt, page_size=2),
         seq_lens_cpu=[3, 5, 0],
         num_tokens_per_req_cpu=[2, 1, 3],
         backend=backend,
@@ -145,8 +141,7 @@ def test_all_padding(backend: Any) -> None:
         empty,
         empty,
         padded_tokens=4,
-        req_pool_indices=empty,
-        req_to_token=torch.ones(2, 4, dtype=torch.int32),
+        paging=Paging(req_pool_indices=empty, req_to_token=torch.ones(2, 4, dtype=torch.int32)),
         num_tokens_per_req_cpu=[],
         seq_lens_cpu=[],
         backend=backend,
@@ -182,7 +177,7 @@ def test_bounds_need_the_mirrors() -> None:
 def test_unchecked_on_device_follows_sglang(monkeypatch: pytest.MonkeyPatch) -> None:
     """Where the widths go unread (CUDA without validate), kernel and twin agree on SGLang's rule:
     with no padding row the last real row takes the leftover; past the bucket, padding gets 0."""
-    monkeypatch.setattr(vm, "reads_values", lambda validate, *tensors: False)
+    monkeypatch.setattr(verify_inputs, "reads_values", lambda validate, *tensors: False)
     seq = torch.tensor([4, 2, 9])
     cases = [(3, torch.tensor([1, 2, 1]), 7), (5, torch.tensor([3, 3, 3]), 6)]
     results = []
@@ -212,9 +207,11 @@ def build(device: str, backend: Any, mirrors: bool) -> VerifyMetadata:
         seq,
         ntok,
         padded_tokens=16,
-        req_pool_indices=torch.tensor([3, 0, 2, 1], device=device),
-        req_to_token=torch.arange(4 * 64, dtype=torch.int32, device=device).reshape(4, 64),
-        page_size=8,
+        paging=Paging(
+            req_pool_indices=torch.tensor([3, 0, 2, 1], device=device),
+            req_to_token=torch.arange(4 * 64, dtype=torch.int32, device=device).reshape(4, 64),
+            page_size=8,
+        ),
         backend=backend,
         **host,
     )
@@ -331,10 +328,12 @@ ERRORS: list[tuple[str, Any, str]] = [
             SEQ,
             NTOK,
             padded_tokens=8,
-            req_pool_indices=torch.tensor([0, 1]),
-            req_to_token=torch.zeros(2, 8, dtype=torch.int32),
+            paging=Paging(
+                req_pool_indices=torch.tensor([0, 1]),
+                req_to_token=torch.zeros(2, 8, dtype=torch.int32),
+            ),
         ),
-        r"buffers.page_table is None but req_to_token was given",
+        r"buffers.page_table is None but paging was given",
     ),
     (
         "token-mirror-length",

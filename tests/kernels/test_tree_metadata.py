@@ -18,6 +18,7 @@ import specstrat.kernels.tree_metadata as tm
 from specstrat import ConformanceError, InvalidConfig
 from specstrat.kernels import (
     PAD_PAGE,
+    Paging,
     TreeVerifyMetadata,
     TreeVerifyMetadataBuffers,
     VerifyMetadataBuffers,
@@ -58,18 +59,18 @@ def random_batch(
     parents = (torch.rand(bs, n, generator=gen) * (upper + 1)).long() - 1
     lengths = torch.randint(0, n + 1, (bs,), generator=gen)
     ctx, pool = 300 + n, bs + 3
+    seq_lens = torch.randint(0, ctx - n, (bs,), generator=gen)
+    paging = None
+    if paged:
+        rpi = torch.randperm(pool, generator=gen)[:bs]
+        rtt = torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32)
+        paging = Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=16)
     return TreeVerifyBatch(
         parents=parents.contiguous(),
         lengths=lengths,
-        seq_lens=torch.randint(0, ctx - n, (bs,), generator=gen),
+        seq_lens=seq_lens,
         padded_bs=padded_bs,
-        req_pool_indices=torch.randperm(pool, generator=gen)[:bs] if paged else None,
-        req_to_token=(
-            torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32)
-            if paged
-            else None
-        ),
-        page_size=16 if paged else 1,
+        paging=paging,
     )
 
 
@@ -298,16 +299,13 @@ def build_form(form: str, device: str, backend: Any) -> TreeVerifyMetadata:
     lengths = torch.tensor([3, 2, 3], device=device)
     seq = torch.tensor([5, 9, 40], device=device)
     rtt = torch.arange(4 * 64, dtype=torch.int32, device=device).reshape(4, 64)
-    paging: dict[str, Any] = {
-        "req_pool_indices": torch.tensor([3, 0, 2], device=device),
-        "req_to_token": rtt,
-        "page_size": 8,
-    }
+    rpi = torch.tensor([3, 0, 2], device=device)
+    paging = Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=8)
     if form == "uniform":
-        return build_tree_verify_metadata(parents, lengths, seq, backend=backend, **paging)
+        return build_tree_verify_metadata(parents, lengths, seq, paging=paging, backend=backend)
     buffers = TreeVerifyMetadataBuffers.allocate(5, 4, max_pages=8, device=device)
     return build_tree_verify_metadata_into(
-        buffers, parents, lengths, seq, backend=backend, **paging
+        buffers, parents, lengths, seq, paging=paging, backend=backend
     )
 
 
@@ -401,6 +399,7 @@ LENGTHS = torch.tensor([3, 2])
 SEQ = torch.tensor([3, 4])
 RTT = torch.zeros(4, 32, dtype=torch.int32)
 RPI = torch.tensor([1, 2])
+PAGING = Paging(req_pool_indices=RPI, req_to_token=RTT)
 
 
 def build(**kw: Any) -> TreeVerifyMetadata:
@@ -485,21 +484,30 @@ ERRORS: list[tuple[str, Any, str]] = [
         r"cache_seqlens\[0\]=seq_lens\[0\] \+ tokens=2147483650 exceeds the int32 max",
     ),
     (
-        "rpi-alone",
-        lambda: build(req_pool_indices=RPI),
-        r"req_to_token=None; pass req_pool_indices and req_to_token together",
+        "paging-type",
+        lambda: build(paging=loose((RPI, RTT))),
+        r"paging=tuple; pass Paging\(req_pool_indices=\.\.\., req_to_token=\.\.\.",
+    ),
+    (
+        "rpi-rows",
+        lambda: build(paging=replace(PAGING, req_pool_indices=RPI[:1])),
+        r"paging.req_pool_indices has 1 rows; expected 2 \(one per request\)",
     ),
     (
         "rtt-narrow",
-        lambda: build(req_pool_indices=RPI, req_to_token=RTT[:, :6].contiguous()),
+        lambda: build(paging=replace(PAGING, req_to_token=RTT[:, :6].contiguous())),
         r"cache_seqlens\[0\]=7 .* widen req_to_token to >= 8 columns",
     ),
     (
         "rpi-range",
-        lambda: build(req_pool_indices=torch.tensor([0, 9]), req_to_token=RTT),
+        lambda: build(paging=replace(PAGING, req_pool_indices=torch.tensor([0, 9]))),
         r"req_pool_indices range 0\.\.9 is outside req_to_token's 4 rows",
     ),
-    ("page-size-zero", lambda: build(page_size=0), r"page_size=0 must be >= 1"),
+    (
+        "paging-device",
+        lambda: build(paging=Paging(req_pool_indices=RPI.to("meta"), req_to_token=RTT.to("meta"))),
+        r"paging.req_to_token.device=meta differs from seq_lens.device=cpu",
+    ),
     (
         "mirror-disagrees",
         lambda: build(seq_lens_cpu=[3, 5]),
@@ -524,18 +532,23 @@ ERRORS: list[tuple[str, Any, str]] = [
     ("bucket-too-small", lambda: into(tree_buffers(1)), r"bs=2 exceeds the buffers' padded_bs=1"),
     (
         "buffers-missing-pages",
-        lambda: into(tree_buffers(), req_pool_indices=RPI, req_to_token=RTT),
-        r"buffers.base.page_table is None but req_to_token was given",
+        lambda: into(tree_buffers(), paging=PAGING),
+        r"buffers.base.page_table is None but paging was given",
     ),
     (
         "buffers-extra-pages",
         lambda: into(tree_buffers(pages=2)),
-        r"buffers.base.page_table is set but no req_to_token",
+        r"buffers.base.page_table is set but paging=None",
     ),
     (
         "buffers-few-pages",
-        lambda: into(tree_buffers(pages=1), req_pool_indices=RPI, req_to_token=RTT, page_size=4),
+        lambda: into(tree_buffers(pages=1), paging=replace(PAGING, page_size=4)),
         r"row 0 needs 2 pages .* allocate the buffers with max_pages >= 2",
+    ),
+    (
+        "buffers-device",
+        lambda: into(tree_buffers(), seq_lens=SEQ.to("meta")),
+        r"seq_lens.device=meta differs from cpu; put every input on one device",
     ),
     ("allocate-t-zero", lambda: tree_buffers(t=0), r"tokens_per_req=0 must be >= 1"),
     ("allocate-bs-negative", lambda: tree_buffers(-1), r"padded_bs=-1 must be >= 0"),

@@ -14,6 +14,7 @@ import specstrat.kernels.verify_metadata as vm
 from specstrat import DSPARK, Capabilities, InvalidConfig, KernelError, SpecAlgorithm
 from specstrat.kernels import (
     PAD_PAGE,
+    Paging,
     VerifyMetadata,
     VerifyMetadataBuffers,
     build_ragged_verify_metadata,
@@ -42,13 +43,14 @@ def paged_batch(
     gen = torch.Generator().manual_seed(seed)
     ctx = 300 + t
     pool = bs + 3
+    seq_lens = torch.randint(0, ctx - t + 1, (bs,), generator=gen)
+    rpi = torch.randperm(pool, generator=gen)[:bs]
+    rtt = torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32)
     return VerifyBatch(
-        seq_lens=torch.randint(0, ctx - t + 1, (bs,), generator=gen),
+        seq_lens=seq_lens,
         tokens_per_req=t,
         padded_bs=padded_bs,
-        req_pool_indices=torch.randperm(pool, generator=gen)[:bs],
-        req_to_token=torch.randint(0, 1 << 20, (pool, ctx), generator=gen, dtype=torch.int32),
-        page_size=page_size,
+        paging=Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=page_size),
     )
 
 
@@ -99,9 +101,7 @@ def test_ragged_table(bs: int) -> None:
     batch = VerifyBatch(
         seq_lens=base.seq_lens,
         num_tokens_per_req=torch.randint(1, 10, (bs,), generator=gen),
-        req_pool_indices=base.req_pool_indices,
-        req_to_token=base.req_to_token,
-        page_size=4,
+        paging=base.paging,
     )
     meta = both(batch)
     assert meta.tokens_per_req is None
@@ -220,14 +220,16 @@ def build_form(form: str, device: str, backend: Any) -> VerifyMetadata:
     seq = torch.tensor([5, 9, 2, 40], device=device)
     rtt = torch.arange(4 * 64, dtype=torch.int32, device=device).reshape(4, 64)
     rpi = torch.tensor([3, 0, 2, 1], device=device)
-    paging: dict[str, Any] = {"req_pool_indices": rpi, "req_to_token": rtt, "page_size": 8}
+    paging = Paging(req_pool_indices=rpi, req_to_token=rtt, page_size=8)
     if form == "uniform":
-        return build_verify_metadata(seq, num_tokens=12, backend=backend, **paging)
+        return build_verify_metadata(seq, num_tokens=12, paging=paging, backend=backend)
     if form == "graph":
         buffers = VerifyMetadataBuffers.allocate(8, max_pages=8, device=device)
-        return build_verify_metadata_into(buffers, seq, tokens_per_req=3, backend=backend, **paging)
+        return build_verify_metadata_into(
+            buffers, seq, tokens_per_req=3, paging=paging, backend=backend
+        )
     ntok = torch.tensor([1, 2, 3, 4], device=device)
-    return build_ragged_verify_metadata(seq, ntok, backend=backend, **paging)
+    return build_ragged_verify_metadata(seq, ntok, paging=paging, backend=backend)
 
 
 @pytest.mark.parametrize("form", ["uniform", "graph", "ragged"])
@@ -305,6 +307,7 @@ def loose(value: object) -> Any:
 SEQ = torch.tensor([3, 4])
 RTT = torch.zeros(4, 32, dtype=torch.int32)
 RPI = torch.tensor([1, 2])
+PAGING = Paging(req_pool_indices=RPI, req_to_token=RTT)
 
 
 def buffers(n: int = 4, pages: int | None = None) -> VerifyMetadataBuffers:
@@ -348,42 +351,32 @@ ERRORS: list[tuple[str, Any, str]] = [
         r"seq_lens=list must be a torch.Tensor",
     ),
     (
-        "rpi-alone",
-        lambda: build_verify_metadata(SEQ, num_tokens=2, req_pool_indices=RPI),
-        r"req_to_token=None; pass req_pool_indices and req_to_token together",
+        "paging-type",
+        lambda: build_verify_metadata(
+            SEQ, num_tokens=2, paging=loose({"req_pool_indices": RPI, "req_to_token": RTT})
+        ),
+        r"paging=dict; pass Paging\(req_pool_indices=\.\.\., req_to_token=\.\.\.",
     ),
     (
         "rpi-rows",
         lambda: build_verify_metadata(
-            SEQ, num_tokens=2, req_pool_indices=RPI[:1], req_to_token=RTT
+            SEQ, num_tokens=2, paging=Paging(req_pool_indices=RPI[:1], req_to_token=RTT)
         ),
-        r"req_pool_indices has 1 rows; expected 2",
+        r"paging.req_pool_indices has 1 rows; expected 2 \(one per request\)",
     ),
     (
         "rpi-range",
         lambda: build_verify_metadata(
-            SEQ, num_tokens=2, req_pool_indices=torch.tensor([1, 4]), req_to_token=RTT
+            SEQ,
+            num_tokens=2,
+            paging=Paging(req_pool_indices=torch.tensor([1, 4]), req_to_token=RTT),
         ),
         r"req_pool_indices range 1\.\.4 is outside req_to_token's 4 rows",
     ),
     (
-        "rtt-empty",
-        lambda: build_verify_metadata(
-            SEQ, num_tokens=2, req_pool_indices=RPI, req_to_token=RTT[:, :0]
-        ),
-        r"req_to_token.shape=\(4, 0\) is empty",
-    ),
-    (
-        "rtt-float",
-        lambda: build_verify_metadata(
-            SEQ, num_tokens=2, req_pool_indices=RPI, req_to_token=RTT.float()
-        ),
-        r"req_to_token.dtype=torch.float32",
-    ),
-    (
-        "page-size-zero",
-        lambda: build_verify_metadata(SEQ, num_tokens=2, page_size=0),
-        r"page_size=0 must be >= 1",
+        "paging-device",
+        lambda: build_verify_metadata(SEQ.to("meta"), num_tokens=2, paging=PAGING),
+        r"paging.req_to_token.device=cpu differs from seq_lens.device=meta; put every input on",
     ),
     (
         "mirror-length",
@@ -412,15 +405,18 @@ ERRORS: list[tuple[str, Any, str]] = [
     ),
     (
         "buffers-missing-pages",
-        lambda: build_verify_metadata_into(
-            buffers(), SEQ, tokens_per_req=2, req_pool_indices=RPI, req_to_token=RTT
-        ),
-        r"buffers.page_table is None but req_to_token was given",
+        lambda: build_verify_metadata_into(buffers(), SEQ, tokens_per_req=2, paging=PAGING),
+        r"buffers.page_table is None but paging was given; allocate the buffers with max_pages",
     ),
     (
         "buffers-extra-pages",
         lambda: build_verify_metadata_into(buffers(4, 2), SEQ, tokens_per_req=2),
-        r"buffers.page_table is set but no req_to_token",
+        r"buffers.page_table is set but paging=None",
+    ),
+    (
+        "buffers-device",
+        lambda: build_verify_metadata_into(buffers(), SEQ.to("meta"), tokens_per_req=2),
+        r"seq_lens.device=meta differs from cpu; put every input on one device",
     ),
     (
         "buffer-dtype",
