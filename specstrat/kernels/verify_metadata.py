@@ -60,7 +60,6 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.kernels._checks import host_int, index_tensor
-from specstrat.kernels._keyword_width import width_by_keyword
 from specstrat.kernels._paging import Paging as Paging
 from specstrat.kernels._triton import Backend, cdiv, launch, resolve_backend
 from specstrat.kernels._verify_buffers import PAD_PAGE as PAD_PAGE
@@ -155,7 +154,6 @@ def _widths(batch: Batch, num_tokens_per_req: object) -> torch.Tensor:
     )
 
 
-@width_by_keyword("num_tokens", positional=1)
 def build_verify_metadata(
     seq_lens: torch.Tensor,
     *,
@@ -167,9 +165,8 @@ def build_verify_metadata(
 ) -> VerifyMetadata:
     """Uniform TARGET_VERIFY metadata for ``bs = len(seq_lens)`` requests of ``num_tokens // bs``.
 
-    ``num_tokens`` is the batch's *total* query tokens and keyword-only (the graph form takes a
-    per-request ``tokens_per_req``; positional use is deprecated, see
-    :mod:`specstrat.kernels._keyword_width`).
+    ``num_tokens`` is the batch's *total* query tokens and keyword-only, so it is never passed
+    where the graph form's per-request ``tokens_per_req`` belongs, or the other way round.
 
     ``num_tokens % bs != 0`` is an :class:`~specstrat.errors.InvalidConfig` (never a silent
     floor); ``bs == 0`` needs ``num_tokens == 0`` and gives empty, well-formed metadata. With
@@ -189,7 +186,6 @@ def build_verify_metadata(
     return batch.metadata(out, tokens, tokens, max_k)
 
 
-@width_by_keyword("tokens_per_req", positional=2)
 def build_verify_metadata_into(
     buffers: VerifyMetadataBuffers,
     seq_lens: torch.Tensor,
@@ -202,7 +198,7 @@ def build_verify_metadata_into(
 ) -> VerifyMetadata:
     """Graph form: write uniform metadata for ``len(seq_lens) <= buffers.padded_bs`` in place.
 
-    ``tokens_per_req`` (keyword-only; positional use is deprecated) is ``T`` per request, from
+    ``tokens_per_req`` (keyword-only, see :func:`build_verify_metadata`) is ``T`` per request, from
     the algorithm's :class:`~specstrat.protocols.TargetVerifyPolicy`. Rows past the real batch
     are padding (see the module docstring). ``buffers`` hold a page table exactly when
     ``paging`` is given; the value checks also check that it has a column for every page a row

@@ -299,6 +299,15 @@ def test_auto_backend_uses_the_twin_on_cpu(monkeypatch: pytest.MonkeyPatch) -> N
     assert launches == []
 
 
+def test_widths_are_keyword_only() -> None:
+    """A width passed positionally is a TypeError: num_tokens and tokens_per_req never swap."""
+    with pytest.raises(TypeError, match=r"takes 1 positional argument but 2 were given"):
+        build_verify_metadata(torch.tensor([3, 5]), 4)  # type: ignore[call-arg]
+    buffers = VerifyMetadataBuffers.allocate(2)
+    with pytest.raises(TypeError, match=r"takes 2 positional arguments but 3 were given"):
+        build_verify_metadata_into(buffers, torch.tensor([3, 5]), 2)  # type: ignore[call-arg]
+
+
 def loose(value: object) -> Any:
     """Pass a deliberately mistyped value past mypy (these tests check the runtime guard)."""
     return value

@@ -14,13 +14,13 @@ SCRIPT = textwrap.dedent(
     from specstrat import KernelError, RelayPayload
     from specstrat.testing import check_algorithm
     assert not HAS_TRITON
-    meta = build_verify_metadata(torch.tensor([3, 5]), 4)
+    meta = build_verify_metadata(torch.tensor([3, 5]), num_tokens=4)
     assert meta.cu_seqlens_q.tolist() == [0, 2, 4]
     got = gather_relay(RelayPayload(bonus_tokens=torch.arange(4)), torch.tensor([3, 1]))
     assert got.bonus_tokens.tolist() == [3, 1]
     check_algorithm(specstrat.EAGLE)
     try:
-        build_verify_metadata(torch.tensor([3]), 1, backend="triton")
+        build_verify_metadata(torch.tensor([3]), num_tokens=1, backend="triton")
     except KernelError as exc:
         assert "triton is not importable" in str(exc)
     else:
