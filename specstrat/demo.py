@@ -22,14 +22,12 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.registry import get
-from specstrat.runtime._engine import Engine
-from specstrat.runtime._models.weights import EmbeddedModels
-from specstrat.runtime._requests import EngineConfig, Request, RunStats
-from specstrat.runtime._workload import workload as workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats
+from specstrat.runtime import workload as workload
 from specstrat.timing import Contender, interleaved, ratio
 
 if TYPE_CHECKING:
-    from specstrat.runtime._disagg.process import ModelLoader
+    from specstrat.runtime import ModelLoader
 
 __all__ = [
     "DemoRun",
@@ -243,11 +241,11 @@ def run_comparison(
 
     Both engines are built (and their configuration checked) before either runs. With
     ``disagg`` the speculative run prefills in a second process and decodes here
-    (:func:`~specstrat.runtime._disagg.run_disaggregated`; models other than the embedded ones
+    (:func:`~specstrat.runtime.run_disaggregated`; models other than the embedded ones
     need the ``loader`` that process calls to load them). Greedy: lossless compares the outputs
     token for token with target-only's. Sampling (``sampling.temperature > 0``): outputs differ
     by design; a lossless rule is checked in distribution
-    (:func:`~specstrat.testing.check_lossless_in_distribution`), a lossy one says so.
+    (:func:`~specstrat.lossless.check_lossless_in_distribution`), a lossy one says so.
     """
     spec_algo = get(algo) if isinstance(algo, str) else algo
     if disagg and loader is None and not isinstance(models, EmbeddedModels):
@@ -263,7 +261,7 @@ def run_comparison(
     def speculative() -> dict[str, list[int]]:
         if not disagg:
             return _timed(spec, requests, spec_algo.name, progress, trace)
-        from specstrat.runtime._disagg import run_disaggregated  # spawns a process
+        from specstrat.runtime import run_disaggregated  # spawns a process
 
         bar = ProgressBar(spec_algo.name) if progress else None
         try:
@@ -338,7 +336,7 @@ def _lossless(
     if sampling.greedy:
         return same_tokens, "token for token against target-only"
     from specstrat.errors import ConformanceError
-    from specstrat.testing.lossless import check_lossless_in_distribution
+    from specstrat.lossless import check_lossless_in_distribution
 
     try:
         report = check_lossless_in_distribution(

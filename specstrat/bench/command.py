@@ -53,7 +53,7 @@ def _with_policies(
 def _bench_models(model: str) -> tuple[Any, str]:
     """The models ``--model`` names, and how the output names them."""
     if model == "embedded":
-        from specstrat.runtime._models import EmbeddedModels
+        from specstrat.runtime import EmbeddedModels
 
         return EmbeddedModels.load(), "embedded"
     from specstrat.hf import load

@@ -4,9 +4,10 @@ A run decodes ``bs`` requests with a target that computes nothing (fixed logits)
 and times, inside decode steps only (prefill is excluded): the drafter (``propose`` and
 ``commit``), the acceptance rule, the metadata kernels and the relay (``publish``, ``stash``,
 ``resolve``: on a GPU, device work; here their CPU twins), and the model's forward with its
-attention backend (``ModelWorker.execute``). ``scheduler_us`` is what remains of the measured
-wall time per decode step (the step, plus the scheduler's plan and absorb): the engine's own
-work, which a GPU would feel as host overhead.
+attention backend (the worker's forward). The strategies are wrapped here; the engine's own
+parts report through :func:`~specstrat.runtime.timed_decode_steps`. ``scheduler_us`` is what
+remains of the measured wall time per decode step (the step, plus the scheduler's plan and
+absorb): the engine's own work, which a GPU would feel as host overhead.
 ``bench/e2e.py --section overhead --json FILE`` prints and writes it for NONE and NGRAM at
 batch sizes 1, 16, 64 and 256 (median of 5 runs each).
 """
@@ -15,8 +16,7 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -33,21 +33,10 @@ from specstrat.drafting import (
     StepOutcome,
     VerifyInputs,
 )
-from specstrat.models import AttentionBackend, LoadedModels
+from specstrat.models import AttentionBackend, LoadedModels, ModelSet, ModelShape
 from specstrat.protocols import AcceptanceRule, Drafter, DrafterFactory, FutureMap, FutureMapFactory
 from specstrat.relay import RelayPayload
-from specstrat.runtime import (
-    EmbeddedModels,
-    Engine,
-    EngineConfig,
-    Request,
-    _graph_runner,
-    _scheduler,
-    _step,
-    _verify,
-    _worker,
-)
-from specstrat.runtime._models.model import TinyLM
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, timed_decode_steps
 
 __all__ = ["PARTS", "SIZES", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
 
@@ -57,33 +46,30 @@ SIZES = (1, 16, 64, 256)
 #: The parts of a decode step, in the JSON's key order; ``total_us`` is their sum.
 PARTS = ("scheduler_us", "drafter_us", "acceptance_us", "metadata_us", "model_us", "total_us")
 
-#: The metadata and relay kernels the runtime calls, by the module that calls them.
-_KERNELS: tuple[tuple[object, str], ...] = (
-    (_worker, "build_verify_metadata"),
-    (_worker, "build_ragged_verify_metadata"),
-    (_verify, "build_tree_verify_metadata"),
-    (_graph_runner, "build_verify_metadata_into"),
-    (_graph_runner, "build_ragged_verify_metadata_into"),
-    (_graph_runner, "build_tree_verify_metadata_into"),
-)
+class ZeroCostLM(torch.nn.Module):
+    """A :class:`~specstrat.models.CausalLM` of ``shape`` (float64, so its KV cache is) that
+    returns fixed logits (always token 65) without computing anything."""
 
-
-class ZeroCostLM(TinyLM):
-    """Returns fixed logits (always token 65) without computing anything."""
+    def __init__(self, shape: ModelShape) -> None:
+        super().__init__()
+        self.shape = shape
+        # The engine reads the KV cache's dtype and device from the first parameter.
+        self.anchor = torch.nn.Parameter(torch.zeros(1, dtype=torch.float64), requires_grad=False)
 
     def forward(
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits favouring token 65 and zero hidden states, one row per token."""
         n = tokens.shape[0]
-        logits = torch.zeros(n, 256, dtype=torch.float64)  # the byte vocabulary
+        logits = torch.zeros(n, self.shape.vocab_size, dtype=torch.float64)
         logits[:, 65] = 1.0
-        return logits, torch.zeros(n, self.cfg.dim, dtype=torch.float64)
+        return logits, torch.zeros(n, self.shape.hidden_size, dtype=torch.float64)
 
 
 @dataclass(frozen=False, slots=True)
 class Clock:
-    """Seconds spent per part, counted only while a decode step runs."""
+    """Seconds spent per part, counted only while a decode step runs (the
+    :class:`~specstrat.runtime.StepTimer` the engine's decode steps report to)."""
 
     decoding: bool = False
     active: str | None = None
@@ -192,52 +178,6 @@ class _TimedRule:
         return result
 
 
-@contextmanager
-def _instrumented(clock: Clock) -> Iterator[None]:
-    """Patch the step loop (decode steps set ``clock.decoding``; plan and absorb count as the
-    scheduler's), the metadata kernels and the worker's forward to report to ``clock``."""
-    step, sched, worker = _step.StepRunner, _scheduler.Scheduler, _worker.ModelWorker
-    originals: list[tuple[object, str, Any]] = [
-        (step, "decode", step.decode),
-        (sched, "plan", sched.plan),
-        (sched, "absorb", sched.absorb),
-        (worker, "execute", worker.execute),
-        *((module, name, getattr(module, name)) for module, name in _KERNELS),
-    ]
-    decode, plan, absorb = step.decode, sched.plan, sched.absorb
-
-    def decoding(*args: Any, **kwargs: Any) -> Any:
-        clock.decoding = True
-        start = time.perf_counter()
-        try:
-            return decode(*args, **kwargs)
-        finally:
-            clock.seconds["total_us"] += time.perf_counter() - start
-            clock.decoding = False
-
-    def around(fn: Callable[..., Any]) -> Callable[..., Any]:
-        def run(*args: Any, **kwargs: Any) -> Any:
-            clock.decoding = True
-            try:
-                return clock.timed("total_us", fn)(*args, **kwargs)
-            finally:
-                clock.decoding = False
-
-        return run
-
-    setattr(step, "decode", decoding)  # noqa: B010
-    setattr(sched, "plan", around(plan))  # noqa: B010
-    setattr(sched, "absorb", around(absorb))  # noqa: B010
-    for module, name in _KERNELS:
-        setattr(module, name, clock.timed("metadata_us", getattr(module, name)))
-    setattr(worker, "execute", clock.timed("model_us", worker.execute))  # noqa: B010
-    try:
-        yield
-    finally:
-        for owner, name, real in originals:
-            setattr(owner, name, real)
-
-
 @dataclass(frozen=True, slots=True)
 class StepCost:
     """Microseconds per decode step, by part (:data:`PARTS`), median over the runs."""
@@ -260,8 +200,7 @@ def measure(
     """The host cost per decode step of ``algo`` at batch size ``bs`` on a zero-cost target,
     median of ``runs`` runs (sync mode, every request admitted at once)."""
     base = models or EmbeddedModels.load()
-    zero = ZeroCostLM(base.target.cfg).double().eval()
-    fake = EmbeddedModels(zero, base.draft, base.eagle)
+    fake = ModelSet(target=ZeroCostLM(base.target.shape), draft=base.draft, head=base.head)
     config = EngineConfig(
         context_len=512, max_running_requests=bs, overlap=False, graph_buckets=(1, 16, 64, 256)
     )
@@ -276,7 +215,7 @@ def measure(
         )
         engine = Engine(timed, fake, config)
         requests = [Request(f"r{i}", (65, 66, 67), new_tokens) for i in range(bs)]
-        with _instrumented(clock):
+        with timed_decode_steps(clock):
             engine.run(requests)
         steps = max(engine.stats.decode_steps, 1)
         per = {k: v / steps * 1e6 for k, v in clock.seconds.items()}

@@ -40,8 +40,8 @@ from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.registry import get
 from specstrat.runtime import Engine, EngineConfig, Request, RunStats
+from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.strategies.tree import TopkTree
-from specstrat.testing.forced import ForcedAcceptance
 from specstrat.timing import Contender, interleaved
 
 __all__ = [
@@ -66,7 +66,7 @@ class BenchConfig:
     ``requests``: per category; ``batch_sizes`` / ``draft_tokens``: one value or a sweep;
     ``topk`` / ``num_steps``: a draft tree for every algorithm (``None`` for both: each
     algorithm's own); ``force_accept``: a rate for
-    :class:`~specstrat.testing.ForcedAcceptance` in place of each algorithm's rule, with stop
+    :class:`~specstrat.strategies.ForcedAcceptance` in place of each algorithm's rule, with stop
     tokens off; ``baseline_hf``: add transformers' ``generate`` (Hugging Face models only)."""
 
     algorithms: tuple[SpecAlgorithm[Any] | str, ...]

@@ -21,7 +21,7 @@ from specstrat.hf.loader import HFModels
 from specstrat.hf.process import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
 from specstrat.hf.workload import code_prompts
-from specstrat.runtime._requests import EngineConfig, Request
+from specstrat.runtime import EngineConfig, Request
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
 

@@ -26,7 +26,7 @@ from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf.adapter import HFCausalLM
 from specstrat.hf.text import chat_request, decode, text_request
 from specstrat.models import CausalLM
-from specstrat.runtime._requests import Request
+from specstrat.runtime import Request
 
 __all__ = ["HFModels", "cache_dir", "load"]
 

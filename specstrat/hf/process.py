@@ -14,7 +14,7 @@ __all__ = ["HFLoader"]
 
 @dataclass(frozen=True, slots=True)
 class HFLoader:
-    """A picklable :class:`~specstrat.runtime._disagg.process.ModelLoader` of the model at
+    """A picklable :class:`~specstrat.runtime.ModelLoader` of the model at
     ``path`` (``dtype`` a torch dtype's name): the prefill process of
     :func:`~specstrat.runtime._disagg.run_disaggregated` loads the same model as the decode side
     (a ``.gguf`` file from the conversion cache)."""

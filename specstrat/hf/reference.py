@@ -22,7 +22,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.hf.adapter import HFCausalLM
-from specstrat.runtime._requests import Request
+from specstrat.runtime import Request
 
 __all__ = [
     "TIE_EPSILON",

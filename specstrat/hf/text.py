@@ -6,7 +6,7 @@ from typing import Any
 
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
-from specstrat.runtime._requests import Request
+from specstrat.runtime import Request
 
 __all__ = ["chat_request", "decode", "stop_token_ids", "text_request"]
 

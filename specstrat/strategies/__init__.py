@@ -30,6 +30,7 @@ from specstrat.strategies.drafters import (
 )
 from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
 from specstrat.strategies.early_exit import EarlyExitDrafterFactory
+from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.strategies.future_map import (
     RingFutureMap,
     RingFutureMapFactory,
@@ -59,6 +60,7 @@ __all__ = [
     "EagleHeadDrafter",
     "EagleHeadDrafterFactory",
     "EarlyExitDrafterFactory",
+    "ForcedAcceptance",
     "GreedyAcceptance",
     "RejectionSamplingAcceptance",
     "TypicalAcceptance",

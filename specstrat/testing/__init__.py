@@ -5,8 +5,14 @@ Run ``check_algorithm(MY_ALGO)`` (or one ``check_<hook>`` per strategy: ``check_
 measure the system apart from the drafter with ``ForcedAcceptance(rate=...)``;
 property-test metadata with ``verify_batches`` and ``check_verify_metadata`` (tree verification:
 ``tree_verify_batches`` and ``check_tree_verify_metadata``).
+
+``ForcedAcceptance`` (from :mod:`specstrat.strategies.forced_acceptance`) and
+``check_lossless_in_distribution`` (from :mod:`specstrat.lossless`) are product code that
+``specstrat bench`` and the demo use too; the kit re-exports them.
 """
 
+from specstrat.lossless import LosslessReport, check_lossless_in_distribution
+from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.testing.conformance import (
     CheckResult,
     check_algorithm,
@@ -21,9 +27,7 @@ from specstrat.testing.doubles import (
     FaultyFutureMapFactory,
 )
 from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
-from specstrat.testing.forced import ForcedAcceptance
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
-from specstrat.testing.lossless import LosslessReport, check_lossless_in_distribution
 from specstrat.testing.speculation import (
     FaultySpeculationPolicy,
     ScriptedSpeculationPolicy,

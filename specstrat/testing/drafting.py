@@ -176,8 +176,7 @@ def check_drafter(
     those, the two smallest budgets it accepts) without breaking any contract, leaking a slot,
     or changing a token of target-only greedy output. ``algorithm``: the name of the algorithm
     the factory belongs to, which the engine's messages then name."""
-    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
-    from specstrat.runtime._workload import workload
+    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload  # loads models
 
     hook = hook_label(DrafterFactory, "drafter", factory, algorithm)
     needs = _declared(hook, "drafter", DrafterFactory, factory, "needs", DrafterNeeds)

@@ -164,8 +164,7 @@ def check_speculation_policy(
 def _engine_run(hook: str, policy: SpeculationPolicy, d: int) -> None:
     """NGRAM under ``policy`` on the embedded models: target-only output, nothing leaked."""
     from specstrat.builtins import NGRAM, NONE
-    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig  # loads models
-    from specstrat.runtime._workload import workload
+    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload  # loads models
 
     models = EmbeddedModels.load()
     requests = workload(4, seed=7)

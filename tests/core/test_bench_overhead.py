@@ -48,3 +48,15 @@ def test_e2e_writes_the_overhead_json(tmp_path: Path) -> None:
     for by_bs in table.values():
         assert list(by_bs) == ["1", "16", "64", "256"]
         assert all(list(parts) == list(PARTS) for parts in by_bs.values())
+
+
+def test_the_timing_patches_are_undone_after_a_failure() -> None:
+    """timed_decode_steps restores every function it patched when its block raises."""
+    from specstrat.bench.overhead import Clock
+    from specstrat.runtime import _step, timed_decode_steps
+
+    decode = _step.StepRunner.decode
+    with pytest.raises(RuntimeError, match="boom"), timed_decode_steps(Clock()):
+        assert _step.StepRunner.decode is not decode
+        raise RuntimeError("boom")
+    assert _step.StepRunner.decode is decode

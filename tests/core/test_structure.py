@@ -1,5 +1,7 @@
-"""The package's shape: no import cycle, small modules, explicit dataclasses, one ForwardBatch
-constructor, and a runtime that picks nothing from capability combinations."""
+"""The package's shape: no import cycle, layers that import only downwards, no private module
+imported from outside its package, a product that does not import the test kit, small modules,
+explicit dataclasses, one ForwardBatch constructor, and a runtime that picks nothing from
+capability combinations."""
 
 import ast
 from pathlib import Path
@@ -16,57 +18,116 @@ def module_name(path: Path) -> str:
 
 
 NAMES = {module_name(p): p for p in MODULES}
+PACKAGES = {module_name(p) for p in MODULES if p.name == "__init__.py"}
 
 
-def imports_of(path: Path) -> set[str]:
-    """specstrat modules ``path`` imports, at any depth (function bodies included)."""
+def import_targets(path: Path) -> list[tuple[int, str]]:
+    """Every dotted name ``path`` imports, with its line, at any depth (function bodies and
+    TYPE_CHECKING blocks included): ``from a.b import c`` gives ``a.b`` and ``a.b.c``; relative
+    imports are resolved."""
     package = (
         module_name(path) if path.name == "__init__.py" else module_name(path).rpartition(".")[0]
     )
-    found: set[str] = set()
+    found: list[tuple[int, str]] = []
     for node in ast.walk(ast.parse(path.read_text())):
-        targets: list[str] = []
         if isinstance(node, ast.Import):
-            targets = [a.name for a in node.names]
+            found.extend((node.lineno, a.name) for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*anchor, *([base] if base else [])])
-            targets = [f"{base}.{a.name}" for a in node.names] + [base]
-        for target in targets:
-            while target and target not in NAMES:
-                target = target.rpartition(".")[0]
-            if target.startswith("specstrat") and target != module_name(path):
-                found.add(target)
+            found.append((node.lineno, base))
+            found.extend((node.lineno, f"{base}.{a.name}") for a in node.names)
     return found
 
 
-def test_no_import_cycle() -> None:
-    """No specstrat module reaches itself through its imports (absolute or relative, at any
-    depth), so no type degrades to Any through a cycle."""
-    graph = {name: imports_of(path) for name, path in NAMES.items()}
-    # A package's __init__ importing its own submodules is how packages re-export, not a cycle.
-    for name in graph:
-        graph[name] = {t for t in graph[name] if not t.startswith(name + ".")}
-    state: dict[str, int] = {}
-    stack: list[str] = []
+def imports_of(path: Path) -> set[str]:
+    """specstrat modules ``path`` imports, at any depth (function bodies included)."""
+    found: set[str] = set()
+    for _, target in import_targets(path):
+        while target and target not in NAMES:
+            target = target.rpartition(".")[0]
+        if target.startswith("specstrat") and target != module_name(path):
+            found.add(target)
+    return found
 
-    def visit(name: str) -> None:
-        state[name] = 1
-        stack.append(name)
-        for target in sorted(graph[name]):
-            if state.get(target) == 1:
-                cycle = [*stack[stack.index(target) :], target]
-                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
-            if target not in state:
-                visit(target)
-        stack.pop()
-        state[name] = 2
 
-    for name in sorted(graph):
-        if name not in state:
-            visit(name)
+def _is_private(part: str) -> bool:
+    return part.startswith("_") and not (part.startswith("__") and part.endswith("__"))
+
+
+def private_owner(target: str) -> str | None:
+    """The package a dotted name is private to, or None when no part of it is private: ``a.b``
+    for a private module ``a.b._x`` (and anything in it) and for a private name ``a.b.c._y`` of
+    a public module ``a.b.c``."""
+    parts = target.split(".")
+    for i, part in enumerate(parts):
+        if _is_private(part):
+            owner = ".".join(parts[:i])
+            return owner if owner in PACKAGES else owner.rpartition(".")[0]
+    return None
+
+
+def test_no_private_module_is_imported_from_outside_its_package() -> None:
+    """A private module ``a.b._x`` (or a name in it, or a private name of a public module of
+    ``a.b``) is imported only from modules inside package ``a.b``: every other package reaches
+    it through the public name ``a.b`` exports."""
+    offenders = [
+        f"{module_name(path)}:{line} imports {target} (private to {owner})"
+        for path in MODULES
+        for line, target in import_targets(path)
+        if target.startswith("specstrat")
+        and (owner := private_owner(target)) is not None
+        and module_name(path) != owner
+        and not module_name(path).startswith(owner + ".")
+    ]
+    assert offenders == []
+
+
+#: What the runtime and the kernels sit below: never imported by them, even inside a function.
+LOWER = ("specstrat.runtime", "specstrat.kernels")
+HIGHER = (
+    "specstrat.demo",
+    "specstrat.hf",
+    "specstrat.bench",
+    "specstrat.cli",
+    "specstrat._cli_check",
+    "specstrat.integrations",
+)
+
+
+def _inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+@pytest.mark.parametrize("lower", LOWER)
+def test_lower_layers_never_import_higher_ones(lower: str) -> None:
+    """No runtime or kernel module imports the demo, the Hugging Face adapter, the bench, the
+    CLI or the engine integrations, even inside a function: those hand the runtime loaded
+    models and algorithms, so they sit above it, not in a cycle with it."""
+    offenders = sorted(
+        f"{name} imports {target}"
+        for name, path in NAMES.items()
+        if _inside(name, lower)
+        for target in imports_of(path)
+        if any(_inside(target, higher) for higher in HIGHER)
+    )
+    assert offenders == []
+
+
+def test_only_the_check_command_imports_the_test_kit() -> None:
+    """No product module imports specstrat.testing (even inside a function) except the
+    ``check`` command: what the product needs from the kit lives in product modules, which the
+    kit re-exports."""
+    offenders = sorted(
+        f"{name} imports {target}"
+        for name, path in NAMES.items()
+        if not _inside(name, "specstrat.testing") and name != "specstrat._cli_check"
+        for target in imports_of(path)
+        if _inside(target, "specstrat.testing")
+    )
+    assert offenders == []
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))
@@ -110,19 +171,6 @@ def test_the_runtime_reads_no_drafting_capability() -> None:
         text = path.read_text()
         for flag in ("carries_draft_hidden_states", "has_draft_kv", "need_topk"):
             assert flag not in text, f"{path.relative_to(ROOT)} reads {flag}"
-
-
-def test_runtime_never_imports_the_hf_adapter() -> None:
-    """No runtime module imports specstrat.hf, even inside a function: the demo and the CLI hand
-    the runtime loaded models, so the adapter's package sits above the runtime, not in a cycle."""
-    offenders = {
-        name: sorted(
-            t for t in imports_of(path) if t == "specstrat.hf" or t.startswith("specstrat.hf.")
-        )
-        for name, path in NAMES.items()
-        if name.startswith("specstrat.runtime")
-    }
-    assert {k: v for k, v in offenders.items() if v} == {}
 
 
 def _node(module: str) -> str:

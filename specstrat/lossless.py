@@ -96,21 +96,12 @@ def _exact_pairs(
 ) -> _Joint:
     """``P(t1, t2)`` under the target and ``params`` for the likeliest first tokens that fit
     ``joint_bytes`` (all of non-zero probability when they fit)."""
-    from specstrat.runtime import ForwardMode  # the runtime runs the target
-    from specstrat.runtime._worker import ModelWorker
+    from specstrat.runtime import next_token_logits  # the runtime runs the target
 
     vocab = models.target.shape.vocab_size
     sampling = SamplingBatch.of([params])
-    worker = ModelWorker(
-        models.target,
-        max_running_requests=_CHUNK + 1,
-        context_len=len(prompt) + 2,
-        max_total_tokens=(_CHUNK + 1) * (len(prompt) + 1),
-    )
-    slot = worker.alloc_request()
-    logits, _ = worker.forward(ForwardMode.EXTEND, [slot], [list(prompt)])
-    p1 = sampling.probs(logits[-1:].to(torch.float64))[0].cpu()
-    worker.free_request(slot)
+    logits = next_token_logits(models.target, [prompt])
+    p1 = sampling.probs(logits.to(torch.float64))[0].cpu()
     order = torch.argsort(p1, descending=True, stable=True)
     nonzero = int((p1 > 0).sum())
     firsts = order[: min(nonzero, joint_bytes // (8 * vocab))]
@@ -125,13 +116,9 @@ def _exact_pairs(
     rows = torch.empty(len(firsts), vocab, dtype=torch.float64)
     for start in range(0, len(firsts), _CHUNK):
         chunk = firsts[start : start + _CHUNK].tolist()
-        slots = [worker.alloc_request() for _ in chunk]
-        logits, _ = worker.forward(ForwardMode.EXTEND, slots, [[*prompt, t] for t in chunk])
-        ends = torch.arange(1, len(chunk) + 1, device=logits.device) * (len(prompt) + 1) - 1
-        probs = SamplingBatch.of([params] * len(chunk)).probs(logits[ends].to(torch.float64))
+        logits = next_token_logits(models.target, [[*prompt, t] for t in chunk])
+        probs = SamplingBatch.of([params] * len(chunk)).probs(logits.to(torch.float64))
         rows[start : start + len(chunk)] = p1[chunk, None] * probs.cpu()
-        for s in slots:
-            worker.free_request(s)
     return _Joint(firsts=firsts, rows=rows, p1=p1)
 
 
