@@ -21,9 +21,8 @@ from measure import OpCounter, median_seconds
 
 import specstrat
 from specstrat import PrebuiltBatch
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.runtime._disagg import run_disaggregated
-from specstrat.runtime._workload import workload
 from specstrat.strategies import EagleDisaggDraftBuilder
 
 TOPK, HIDDEN = 4, 4096  # a production-sized hidden state

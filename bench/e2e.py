@@ -37,10 +37,9 @@ import torch
 import specstrat
 from specstrat.bench import Contender, interleaved, ratio
 from specstrat.bench.overhead import PARTS, SIZES, overhead_table
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._models.model import EagleHead
 from specstrat.runtime._worker import ModelWorker
-from specstrat.runtime._workload import workload
 from specstrat.strategies import TopkTree
 
 

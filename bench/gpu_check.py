@@ -56,7 +56,7 @@ from specstrat.kernels import (
     gather_relay,
     gather_relay_ref,
 )
-from specstrat.kernels.sampling import rejection_sample
+from specstrat.kernels.rejection_sampling import rejection_sample
 
 DRY_RUN = "--dry-run" in sys.argv[1:]
 ENGINE = "--engine" in sys.argv[1:]
@@ -621,8 +621,7 @@ def check_engine() -> None:
     if not (DRY_RUN or ENGINE):
         skip(what, "--engine runs it (the engine has not run on CUDA yet; a failure is a FAIL)")
         return
-    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-    from specstrat.runtime._workload import workload
+    from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
     from specstrat.strategies import TopkTree
 
     eagle_tree = replace(EAGLE, name="EAGLE_TREE", tree=TopkTree(topk=2, num_steps=3))

@@ -9,7 +9,7 @@
    attention through the adapter) and in transformers (its own attention and KV cache).
 4. Early exit: acceptance length per exit layer.
 5. Per prompt of the code-editing workload: transformers' prompt lookup over its plain
-   ``generate`` (the figures recorded beside ``specstrat.hf.workload.CODE_TASKS``).
+   ``generate`` (the figures recorded beside ``specstrat.hf.code_workload.CODE_TASKS``).
 
 All through :func:`specstrat.bench.interleaved` (rounds A B C A B C ..., warm-up not counted,
 ratios within a round). Both sides run on ``--threads`` torch threads.
@@ -43,7 +43,7 @@ from specstrat.hf import (
     plain_defaults,
 )
 from specstrat.hf.algorithms import early_exit_algorithm
-from specstrat.hf.demo import code_requests, default_context_len
+from specstrat.hf.hf_demo import code_requests, default_context_len
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
 from specstrat.runtime._worker import ModelWorker

@@ -20,10 +20,9 @@ import torch
 from measure import OpCounter
 
 import specstrat
-import specstrat.kernels.sampling as ks
+import specstrat.kernels.rejection_sampling as ks
 from specstrat import SamplingParams
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 
 N, V = 3, 256
 

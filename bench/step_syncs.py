@@ -26,8 +26,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).parent.parent))
 
 from specstrat import DSPARK, EAGLE, NGRAM, STANDALONE, SamplingParams
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.strategies import TopkTree
 from tests.runtime.syncs import count_step_reads
 

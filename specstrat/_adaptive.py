@@ -12,7 +12,7 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.protocols import SpeculationPolicy
 from specstrat.registry import default_registry
-from specstrat.strategies.speculation import (
+from specstrat.strategies.speculation_policies import (
     BatchScheduleSpeculationPolicy,
     EmaLadderSpeculationPolicy,
     FixedSpeculationPolicy,

@@ -48,7 +48,7 @@ from specstrat.strategies.drafters import (
 )
 from specstrat.strategies.eagle_head import EagleHeadDrafterFactory
 from specstrat.strategies.future_map import SlotFutureMapFactory
-from specstrat.strategies.verify import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
 
 __all__ = [
     "BUILTINS",

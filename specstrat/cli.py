@@ -128,7 +128,7 @@ def _open_trace(path: str | None) -> TextIO | None:
 def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling: Any) -> int:
     """``demo --model smollm2|PATH``: a Hugging Face model on the code-editing workload."""
     from specstrat.hf import load
-    from specstrat.hf.demo import run_hf_demo
+    from specstrat.hf.hf_demo import run_hf_demo
     from specstrat.hf.smollm2 import smollm2_path
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these

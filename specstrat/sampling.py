@@ -2,7 +2,7 @@
 
 The engine's prefill (the first token), drafters that sample and the acceptance rules all go
 through these helpers, so a request's tokens depend only on its parameters, seed and prompt:
-every random number is :func:`~specstrat.kernels.sampling.uniform` of (seed, absolute position,
+every random number is :func:`~specstrat.kernels.rejection_sampling.uniform` of (seed, absolute position,
 draw index).
 """
 
@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import torch
 
 from specstrat.drafting import DraftStep, DraftTree, SamplingParams
-from specstrat.kernels.sampling import DRAW_DRAFT, sample_from, sampling_probs, uniform
+from specstrat.kernels.rejection_sampling import DRAW_DRAFT, sample_from, sampling_probs, uniform
 
 __all__ = ["DraftChooser", "SamplingBatch", "choose_tokens"]
 

@@ -6,7 +6,7 @@ and creates, once per engine, a :class:`~specstrat.protocols.WidthChooser` that 
 decode step's D from a :class:`SpeculationObservation`. ``D = 1`` is a plain decode step (no
 drafting, verify width 1). :class:`FixedSpeculationPolicy`, the default, answers the configured
 D every step, which is how every algorithm ran before the hook existed. The other built-ins are
-in :mod:`specstrat.strategies.speculation`.
+in :mod:`specstrat.strategies.speculation_policies`.
 """
 
 from __future__ import annotations

@@ -46,6 +46,7 @@ SIZES = (1, 16, 64, 256)
 #: The parts of a decode step, in the JSON's key order; ``total_us`` is their sum.
 PARTS = ("scheduler_us", "drafter_us", "acceptance_us", "metadata_us", "model_us", "total_us")
 
+
 class ZeroCostLM(torch.nn.Module):
     """A :class:`~specstrat.models.CausalLM` of ``shape`` (float64, so its KV cache is) that
     returns fixed logits (always token 65) without computing anything."""

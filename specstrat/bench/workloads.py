@@ -1,7 +1,7 @@
 """What ``specstrat bench`` decodes: the code-editing prompts or Spec-Bench's questions.
 
 A workload is named by a spec string: ``code`` (the code-editing prompts of
-:mod:`specstrat.hf.workload`, one category) or ``spec-bench:PATH[:CATEGORY,...]``: Spec-Bench's
+:mod:`specstrat.hf.code_workload`, one category) or ``spec-bench:PATH[:CATEGORY,...]``: Spec-Bench's
 ``question.jsonl`` (github.com/hemingkx/Spec-Bench, ``data/spec_bench/question.jsonl``,
 Apache-2.0; read from ``PATH``, never copied), the first turn of each question. Its categories
 are the file's 13 plus ``mt_bench``, the 80 MT-Bench questions (the file's first eight
@@ -24,7 +24,7 @@ from typing import Any, Protocol
 
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
-from specstrat.hf.workload import code_prompts
+from specstrat.hf.code_workload import code_prompts
 from specstrat.runtime import Request
 
 __all__ = [

@@ -11,7 +11,7 @@ greedy ``generate`` (:func:`generate_reference`), certifying numerical ties.
 from specstrat.hf.adapter import ATTENTION_NAME, HFCausalLM, paged_attention
 from specstrat.hf.algorithms import EARLY_EXIT, NGRAM_RAGGED, early_exit_algorithm
 from specstrat.hf.loader import HFModels, cache_dir, load
-from specstrat.hf.process import HFLoader
+from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import (
     TIE_EPSILON,
     ReferenceCheck,
@@ -21,7 +21,7 @@ from specstrat.hf.reference import (
     generation_config,
     plain_defaults,
 )
-from specstrat.hf.text import chat_request, decode, stop_token_ids, text_request
+from specstrat.hf.text_io import chat_request, decode, stop_token_ids, text_request
 
 __all__ = [
     "ATTENTION_NAME",

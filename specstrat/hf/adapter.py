@@ -27,7 +27,7 @@ import torch.nn.functional as F
 
 from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
-from specstrat.hf.early_exit import truncated_model
+from specstrat.hf.early_exit_view import truncated_model
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
@@ -315,7 +315,7 @@ class HFCausalLM:
 
     def early_exit(self, exit_layer: int) -> HFCausalLM:
         """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's
-        weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit`)."""
+        weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit_view`)."""
         top = truncated_model(self.model, self.shape.layers, exit_layer, self.name)
         view = HFCausalLM(top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]")
         view.reference_attention = self.reference_attention  # the shared config says ours now

@@ -24,7 +24,7 @@ import torch
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf.adapter import HFCausalLM
-from specstrat.hf.text import chat_request, decode, text_request
+from specstrat.hf.text_io import chat_request, decode, text_request
 from specstrat.models import CausalLM
 from specstrat.runtime import Request
 

@@ -6,13 +6,13 @@ Everything else under ``specstrat.runtime`` is private (``_`` modules).
 from specstrat.runtime._admission import TransferBatch
 from specstrat.runtime._disagg import run_disaggregated
 from specstrat.runtime._disagg.process import ModelLoader
+from specstrat.runtime._embedded_workload import workload
 from specstrat.runtime._engine import Engine
 from specstrat.runtime._forward import ForwardMode
 from specstrat.runtime._host_cost import StepTimer, timed_decode_steps
 from specstrat.runtime._models import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime._next_token import next_token_logits
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
-from specstrat.runtime._workload import workload
 
 __all__ = [
     "EMBEDDED_WEIGHTS",

@@ -33,7 +33,7 @@ from specstrat.drafting import (
     VerifyInputs,
 )
 from specstrat.errors import InternalError, InvalidConfig
-from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime._adapt import WidthControl, WidthLane

@@ -38,14 +38,14 @@ from specstrat.strategies.future_map import (
     SlotFutureMapFactory,
     ring_capacity,
 )
-from specstrat.strategies.speculation import (
+from specstrat.strategies.speculation_policies import (
     BatchScheduleSpeculationPolicy,
     EmaLadderSpeculationPolicy,
     FixedSpeculationPolicy,
     GoodputSpeculationPolicy,
 )
 from specstrat.strategies.tree import ChainTree, TopkTree
-from specstrat.strategies.verify import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
 
 __all__ = [
     "ChainTree",

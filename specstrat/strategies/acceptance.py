@@ -14,7 +14,7 @@ import torch
 from specstrat.drafting import Acceptance, DraftTree, VerifyInputs
 from specstrat.errors import InvalidConfig
 from specstrat.kernels import Backend
-from specstrat.kernels.sampling import DRAW_SAMPLE, rejection_sample, sample_from, uniform
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE, rejection_sample, sample_from, uniform
 from specstrat.sampling import SamplingBatch, choose_tokens
 
 __all__ = ["GreedyAcceptance", "RejectionSamplingAcceptance", "TypicalAcceptance"]
@@ -190,7 +190,7 @@ class RejectionSamplingAcceptance:
     residual ``max(0, p - q)``; after a fully accepted chain the bonus token is drawn from ``p``.
     ``p`` and ``q`` are after temperature, top-k and top-p; a drafter that gives no ``q`` is
     deterministic (``q`` one-hot). One launch of
-    :func:`~specstrat.kernels.sampling.rejection_sample` for the batch; its random numbers
+    :func:`~specstrat.kernels.rejection_sampling.rejection_sample` for the batch; its random numbers
     depend on the request's seed and the token's position only. A tree that is not a chain is
     accepted by multi-draft recursive rejection sampling (SpecInfer), each child a one-hot
     proposal offered in index order (lossless whatever the tree; ``q`` is not read there).

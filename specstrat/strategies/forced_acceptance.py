@@ -11,7 +11,7 @@ False); pair it with requests that never stop early (``specstrat bench --force-a
 turns stop tokens off) so every run decodes the same number of tokens.
 
 Each decision is a pure function of the request's seed, the rule's ``seed`` and the draft's
-absolute position (:func:`~specstrat.kernels.sampling.uniform`), so a request's accepted
+absolute position (:func:`~specstrat.kernels.rejection_sampling.uniform`), so a request's accepted
 lengths do not depend on the batch it runs in, on overlap or on the thread count.
 """
 
@@ -24,7 +24,7 @@ import torch
 from specstrat._ints import is_int
 from specstrat.drafting import Acceptance, VerifyInputs
 from specstrat.errors import InvalidConfig
-from specstrat.kernels.sampling import DRAW_SAMPLE, uniform
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE, uniform
 from specstrat.sampling import SamplingBatch, choose_tokens
 from specstrat.strategies.acceptance import _along, _first_chain
 

@@ -26,9 +26,13 @@ from specstrat.testing.doubles import (
     FaultyDrafterFactory,
     FaultyFutureMapFactory,
 )
-from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
+from specstrat.testing.drafting_checks import (
+    check_acceptance_rule,
+    check_drafter,
+    check_tree_policy,
+)
 from specstrat.testing.invariants import VerifyBatch, check_verify_metadata
-from specstrat.testing.speculation import (
+from specstrat.testing.speculation_checks import (
     FaultySpeculationPolicy,
     ScriptedSpeculationPolicy,
     check_speculation_policy,

@@ -36,8 +36,12 @@ from specstrat.protocols import (
 )
 from specstrat.relay import RelayPayload
 from specstrat.strategies.future_map import SlotFutureMapFactory
-from specstrat.testing.drafting import check_acceptance_rule, check_drafter, check_tree_policy
-from specstrat.testing.speculation import check_speculation_policy
+from specstrat.testing.drafting_checks import (
+    check_acceptance_rule,
+    check_drafter,
+    check_tree_policy,
+)
+from specstrat.testing.speculation_checks import check_speculation_policy
 
 __all__ = [
     "CheckResult",

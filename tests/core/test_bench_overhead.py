@@ -55,8 +55,14 @@ def test_the_timing_patches_are_undone_after_a_failure() -> None:
     from specstrat.bench.overhead import Clock
     from specstrat.runtime import _step, timed_decode_steps
 
-    decode = _step.StepRunner.decode
-    with pytest.raises(RuntimeError, match="boom"), timed_decode_steps(Clock()):
-        assert _step.StepRunner.decode is not decode
-        raise RuntimeError("boom")
+    decode, patched = _step.StepRunner.decode, []
+
+    def fail_inside() -> None:
+        with timed_decode_steps(Clock()):
+            patched.append(_step.StepRunner.decode)
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        fail_inside()
+    assert patched[0] is not decode
     assert _step.StepRunner.decode is decode

@@ -1,7 +1,7 @@
 """The package's shape: no import cycle, layers that import only downwards, no private module
-imported from outside its package, a product that does not import the test kit, small modules,
-explicit dataclasses, one ForwardBatch constructor, and a runtime that picks nothing from
-capability combinations."""
+imported from outside its package, a product that does not import the test kit, unique module
+names, small modules, explicit dataclasses, one ForwardBatch constructor, and a runtime that
+picks nothing from capability combinations."""
 
 import ast
 from pathlib import Path
@@ -128,6 +128,45 @@ def test_only_the_check_command_imports_the_test_kit() -> None:
         if _inside(target, "specstrat.testing")
     )
     assert offenders == []
+
+
+def test_module_names_do_not_repeat_across_packages() -> None:
+    """Every module's file name (``_x.py`` and ``x.py`` counting as one; ``__init__.py`` and the
+    deprecated 0.3.0 shims aside) appears once in the package, so a name says which module it
+    is without its package."""
+    seen: dict[str, list[str]] = {}
+    for path in MODULES:
+        if path.name == "__init__.py" or _is_shim(path):
+            continue
+        seen.setdefault(path.stem.lstrip("_"), []).append(str(path.relative_to(ROOT)))
+    assert {k: v for k, v in seen.items() if len(v) > 1} == {}
+
+
+def test_no_import_cycle() -> None:
+    """No specstrat module reaches itself through its imports (absolute or relative, at any
+    depth), so no type degrades to Any through a cycle."""
+    graph = {name: imports_of(path) for name, path in NAMES.items()}
+    # A package's __init__ importing its own submodules is how packages re-export, not a cycle.
+    for name in graph:
+        graph[name] = {t for t in graph[name] if not t.startswith(name + ".")}
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> None:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                cycle = [*stack[stack.index(target) :], target]
+                pytest.fail(f"import cycle: {' -> '.join(cycle)}")
+            if target not in state:
+                visit(target)
+        stack.pop()
+        state[name] = 2
+
+    for name in sorted(graph):
+        if name not in state:
+            visit(name)
 
 
 @pytest.mark.parametrize("path", MODULES, ids=lambda p: str(p.relative_to(ROOT)))

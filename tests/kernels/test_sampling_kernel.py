@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from specstrat import InvalidConfig
-from specstrat.kernels.sampling import (
+from specstrat.kernels.rejection_sampling import (
     rejection_sample,
     rejection_sample_ref,
     sample_from,

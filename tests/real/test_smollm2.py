@@ -23,8 +23,8 @@ from specstrat.hf import (
     load,
 )
 from specstrat.hf.algorithms import early_exit_algorithm
-from specstrat.hf.demo import code_requests
-from specstrat.hf.process import HFLoader
+from specstrat.hf.hf_demo import code_requests
+from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, Request
 from specstrat.runtime._disagg import run_disaggregated

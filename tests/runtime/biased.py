@@ -5,7 +5,7 @@ from dataclasses import dataclass
 import torch
 
 from specstrat import Acceptance, VerifyInputs
-from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE
 from specstrat.sampling import SamplingBatch, choose_tokens
 from specstrat.strategies import RejectionSamplingAcceptance
 

@@ -10,9 +10,8 @@ from hypothesis import strategies as st
 
 import specstrat
 from specstrat import EAGLE, NGRAM, InvalidConfig, SpecAlgorithm, StrategyError
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._adapt import _Counts
-from specstrat.runtime._workload import workload
 from specstrat.speculation import FixedSpeculationPolicy, SpeculationObservation
 from specstrat.strategies import (
     BatchScheduleSpeculationPolicy,

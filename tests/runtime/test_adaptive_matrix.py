@@ -10,9 +10,8 @@ import pytest
 import specstrat
 from specstrat import SpecAlgorithm
 from specstrat.protocols import SpeculationPolicy
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.runtime._disagg import run_disaggregated
-from specstrat.runtime._workload import workload
 from specstrat.strategies import (
     BatchScheduleSpeculationPolicy,
     EmaLadderSpeculationPolicy,

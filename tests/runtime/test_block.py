@@ -25,8 +25,7 @@ from specstrat import (
 )
 from specstrat.drafting import DraftAdmission, DraftStep
 from specstrat.relay import RelayPayload
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, run_disaggregated
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, run_disaggregated, workload
 from specstrat.strategies import (
     BlockDrafter,
     BlockDrafterFactory,

@@ -9,9 +9,8 @@ import pytest
 import specstrat
 import specstrat.strategies
 from specstrat import DisaggError, SpecAlgorithm
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch, workload
 from specstrat.runtime._disagg import PrefillWorker, process, run_disaggregated
-from specstrat.runtime._workload import workload
 from tests.runtime import faults
 from tests.runtime.custom_algos import LOOKUP, LookupDisaggDraftBuilder
 from tests.typing.readme_drafter import BIGRAM

@@ -10,7 +10,7 @@ import torch
 
 import specstrat
 from specstrat import EAGLE, DisaggError, InvalidConfig, RelayPayload
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatch, workload
 from specstrat.runtime._disagg import (
     PrefillWorker,
     process,
@@ -18,7 +18,6 @@ from specstrat.runtime._disagg import (
     run_disaggregated,
     send_transfer,
 )
-from specstrat.runtime._workload import workload
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
 REQUESTS = workload(3, seed=11)

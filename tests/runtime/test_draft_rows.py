@@ -31,12 +31,11 @@ from specstrat import (
     StrategyError,
 )
 from specstrat.protocols import Drafter, DrafterFactory
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._kv_runner import KVRunner
 from specstrat.runtime._memory import RequestPool
 from specstrat.runtime._models.model import TinyLM
 from specstrat.runtime._slots import SlotTable
-from specstrat.runtime._workload import workload
 from specstrat.strategies import BlockDrafter, DraftModelDrafter
 from specstrat.testing import FaultyDrafterFactory, check_drafter
 from tests.runtime.conftest import make_worker

@@ -13,9 +13,8 @@ from hypothesis import strategies as st
 
 import specstrat
 from specstrat import EAGLE, NGRAM, ModelSet, SpecAlgorithm
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._disagg import PrefillWorker
-from specstrat.runtime._workload import workload
 from specstrat.strategies import NoDraftStateDisaggDraftBuilder
 from tests.runtime.user_model import BigramLM
 

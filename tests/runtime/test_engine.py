@@ -18,10 +18,9 @@ from specstrat import (
     SpecAlgorithm,
     StrategyError,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ForwardMode, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ForwardMode, Request, workload
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._worker import ModelWorker
-from specstrat.runtime._workload import workload
 from specstrat.strategies import FixedWidthVerifyPolicy, NgramDrafterFactory, RingFutureMapFactory
 from tests.runtime.custom_algos import NGRAM_RAGGED
 from tests.typing.readme_drafter import BIGRAM

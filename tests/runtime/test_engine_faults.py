@@ -23,9 +23,8 @@ from specstrat import (
     StrategyError,
     UnknownAlgorithm,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._disagg import PrefillWorker
-from specstrat.runtime._workload import workload
 from specstrat.strategies import (
     FixedSpeculationPolicy,
     GoodputSpeculationPolicy,

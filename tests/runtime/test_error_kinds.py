@@ -7,9 +7,8 @@ from typing import Any
 import pytest
 
 from specstrat import NGRAM, CapacityError, EngineStateError, InternalError, InvalidConfig
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.runtime._worker import ModelWorker
-from specstrat.runtime._workload import workload
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4, max_total_tokens=300)
 REQUESTS = [replace(r, max_new_tokens=40) for r in workload(4, seed=3)]

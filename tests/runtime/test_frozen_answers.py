@@ -25,9 +25,8 @@ from specstrat import (
     RelayPayload,
     StrategyError,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._disagg import PrefillWorker
-from specstrat.runtime._workload import workload
 from specstrat.strategies import GreedyAcceptance, RingFutureMapFactory, TopkTree
 from specstrat.testing import FaultyAcceptance, FaultyDrafterFactory
 

@@ -8,9 +8,8 @@ import torch
 from torch import nn
 
 from specstrat import NGRAM, STANDALONE, ModelSet, ModelShape, ModelShapeError
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.runtime._model_check import check_model_outputs
-from specstrat.runtime._workload import workload
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
 REQUESTS = [replace(r, max_new_tokens=6) for r in workload(2, seed=3)]

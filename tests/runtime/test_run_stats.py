@@ -10,8 +10,7 @@ import pytest
 
 import specstrat
 from specstrat import EAGLE, NGRAM
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats, workload
 from specstrat.testing import ForcedAcceptance
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)

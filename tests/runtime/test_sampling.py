@@ -21,9 +21,8 @@ from specstrat import (
     SpecAlgorithm,
     StrategyError,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._disagg import run_disaggregated
-from specstrat.runtime._workload import workload
 from specstrat.strategies import TypicalAcceptance
 from specstrat.testing import (
     FaultyDrafterFactory,

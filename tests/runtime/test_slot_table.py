@@ -21,10 +21,9 @@ from specstrat import (
     StepOutcome,
 )
 from specstrat.protocols import Drafter
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
 from specstrat.runtime._memory import RequestPool
 from specstrat.runtime._slots import SlotTable
-from specstrat.runtime._workload import workload
 
 
 def test_reservations_return_when_finished_requests_are_released() -> None:

@@ -20,8 +20,7 @@ from specstrat import (
     InvalidStrategy,
     StrategyError,
 )
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.strategies import GreedyAcceptance
 from specstrat.testing import FaultyAcceptance
 

@@ -6,8 +6,7 @@ from typing import Any
 import pytest
 
 from specstrat import DSPARK, EAGLE, STANDALONE
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
-from specstrat.runtime._workload import workload
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.strategies import TopkTree
 from tests.runtime.syncs import count_step_reads
 

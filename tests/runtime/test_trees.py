@@ -10,12 +10,11 @@ import specstrat
 from specstrat import ConformanceError, InvalidConfig, SpecAlgorithm, StrategyError
 from specstrat.drafting import SamplingParams, TreeShape, VerifyInputs
 from specstrat.kernels import build_tree_verify_metadata
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, workload
 from specstrat.runtime._forward import ForwardMode
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._models.model import TinyLM
 from specstrat.runtime._worker import ModelWorker, TreeTokens
-from specstrat.runtime._workload import workload
 from specstrat.strategies import (
     ChainTree,
     EagleHeadDrafterFactory,

@@ -9,7 +9,7 @@ import torch
 
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.contracts import hook_error
-from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE
 from specstrat.models import LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.runtime._admission import TransferBatch

@@ -17,10 +17,10 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.demo import DemoSummary, run_comparison
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
+from specstrat.hf.code_workload import code_prompts
 from specstrat.hf.loader import HFModels
-from specstrat.hf.process import HFLoader
+from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
-from specstrat.hf.workload import code_prompts
 from specstrat.runtime import EngineConfig, Request
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
@@ -126,7 +126,7 @@ def run_hf_demo(
     ``context_len`` defaults to :func:`default_context_len`. Greedy: the
     first ``compare_requests`` requests also run through transformers' ``generate``. With
     ``disagg`` the speculative run prefills in a second process, which loads the same model
-    (:class:`~specstrat.hf.process.HFLoader`).
+    (:class:`~specstrat.hf.process_loader.HFLoader`).
     """
     if disagg and not models.source:
         raise InvalidConfig(

@@ -27,7 +27,7 @@ from specstrat.strategies.acceptance import GreedyAcceptance
 from specstrat.strategies.disagg import NoDraftStateDisaggDraftBuilder
 from specstrat.strategies.future_map import SlotFutureMapFactory
 from specstrat.strategies.tree import ChainTree
-from specstrat.strategies.verify import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
 
 __all__ = ["check_acceptance_rule", "check_drafter", "check_tree_policy"]
 

@@ -2,7 +2,7 @@
 mostly copies the prompt (where prompt lookup and other copy-drafters pay).
 
 Each prompt is an instruction plus ``inspect.getsource`` of a function every Python install has,
-so the workload needs no data file (:func:`specstrat.hf.demo.code_requests` turns the prompts
+so the workload needs no data file (:func:`specstrat.hf.hf_demo.code_requests` turns the prompts
 into requests with a model's tokenizer).
 """
 
