@@ -234,7 +234,9 @@ def _parser() -> argparse.ArgumentParser:
         "--context-len",
         type=_positive,
         help="positions per request (default 512 on the embedded models; with --model the "
-        "longest prompt + max new tokens + 2 * (D + 1), plus a tree's draft columns)",
+        "longest prompt + max new tokens + what the engine reserves past them, "
+        "specstrat.runtime.kv_reservation: 2 * T at the largest D the speculation policy may "
+        "choose, plus topk * (num_steps - 1) for a tree)",
     )
     demo.add_argument(
         "--batch-size",

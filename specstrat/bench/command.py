@@ -210,7 +210,8 @@ def add_bench_parser(
         "--context-len",
         type=positive,
         help="positions per request (default: 512 on the embedded models, else the longest "
-        "prompt + max new tokens + a step's reservation)",
+        "prompt + max new tokens + what the widest contender's engine reserves past them, "
+        "specstrat.runtime.kv_reservation)",
     )
     bench.add_argument("--threads", type=positive, default=1, help="torch threads (default 1)")
     bench.add_argument(

@@ -39,7 +39,7 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.registry import get
-from specstrat.runtime import Engine, EngineConfig, Request, RunStats
+from specstrat.runtime import Engine, EngineConfig, Request, RunStats, kv_reservation
 from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.strategies.tree import TopkTree
 from specstrat.timing import Contender, interleaved
@@ -172,8 +172,10 @@ def run_bench(
     spec = parse_workload(config.workload)
     prompts = load_prompts(spec, config.requests)
     categories = tuple(dict.fromkeys(p.category for p in prompts))
-    max_d = max(config.draft_tokens)
-    margin = 2 * (max_d + 1) + (config.topk or 0) * (config.num_steps or max_d)
+    # What the widest contender reserves past prompt and output (target-only reserves less).
+    margin = max(
+        kv_reservation(_shaped(a, config, d), d).margin for a in algos for d in config.draft_tokens
+    )
     encoder: PromptEncoder = (
         ChatEncoder(models) if hf else ByteEncoder(config.context_len or 512, margin)
     )

@@ -21,7 +21,7 @@ from specstrat.hf.code_workload import code_prompts
 from specstrat.hf.loader import HFModels
 from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
-from specstrat.runtime import EngineConfig, Request
+from specstrat.runtime import EngineConfig, Request, kv_reservation
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
 
@@ -95,13 +95,11 @@ class HFDemo:
 def default_context_len(
     requests: Sequence[Request], algo: SpecAlgorithm[Any] | str, num_draft_tokens: int
 ) -> int:
-    """The longest prompt plus its ``max_new_tokens`` plus what a step may reserve past them
-    (``2 * (D + 1)``, and a top-k tree's draft columns), not the model's
-    ``max_position_embeddings``, whose KV cache at float32 could take gigabytes."""
-    tree = _algorithm(algo).tree  # a top-k tree's draft columns (a chain has none)
-    columns = int(getattr(tree, "topk", 0)) * int(getattr(tree, "num_steps", 0))
-    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
-    return longest + 2 * (num_draft_tokens + 1) + columns
+    """The smallest context that admits every request: the longest prompt plus its
+    ``max_new_tokens`` plus what the engine reserves past them
+    (:func:`~specstrat.runtime.kv_reservation`), not the model's ``max_position_embeddings``,
+    whose KV cache at float32 could take gigabytes."""
+    return kv_reservation(algo, num_draft_tokens).context_len_for(requests)
 
 
 def run_hf_demo(
@@ -189,12 +187,4 @@ def _pad(models: HFModels) -> int | None:
     return pad if isinstance(pad, int) else None
 
 
-def _algorithm(algo: SpecAlgorithm[Any] | str) -> SpecAlgorithm[Any]:
-    from specstrat.registry import get
-
-    if isinstance(algo, str):
-        return get(algo)
-    if not isinstance(algo, SpecAlgorithm):
-        raise InvalidConfig(f"algo={algo!r}; pass a SpecAlgorithm or a registered name")
-    return algo
 

@@ -13,6 +13,7 @@ from specstrat.runtime._host_cost import StepTimer, timed_decode_steps
 from specstrat.runtime._models import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime._next_token import next_token_logits
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
+from specstrat.runtime._reservation import KVReservation, kv_reservation
 
 __all__ = [
     "EMBEDDED_WEIGHTS",
@@ -20,11 +21,13 @@ __all__ = [
     "Engine",
     "EngineConfig",
     "ForwardMode",
+    "KVReservation",
     "ModelLoader",
     "Request",
     "RunStats",
     "StepTimer",
     "TransferBatch",
+    "kv_reservation",
     "next_token_logits",
     "run_disaggregated",
     "timed_decode_steps",

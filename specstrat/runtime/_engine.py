@@ -29,13 +29,14 @@ from specstrat.errors import (
 )
 from specstrat.models import BlockKV, CausalLM, DraftKV, LoadedModels
 from specstrat.protocols import Drafter, FutureMap
-from specstrat.runtime._adapt import WidthControl, build_lanes, candidate_widths, top_width
+from specstrat.runtime._adapt import WidthControl, build_lanes
 from specstrat.runtime._admission import TransferBatch, check_transfer
 from specstrat.runtime._engine_args import check_algorithm, check_models, check_run_arguments
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
-from specstrat.runtime._policy import check_same_width, create_drafter, tree_shape
+from specstrat.runtime._policy import check_same_width, create_drafter
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
+from specstrat.runtime._reservation import kv_reservation
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
 from specstrat.runtime._slots import SlotTable
 from specstrat.runtime._step import StepRunner
@@ -68,10 +69,12 @@ class Engine:
                 f"algorithm {algo.name} has supports_overlap=False; run it with "
                 "EngineConfig(overlap=False)"
             )
-        # One lane per candidate D of the speculation policy; sized for the largest.
-        widths = candidate_widths(algo, cfg)
+        # One lane per candidate D of the speculation policy; sized for the largest. The KV a
+        # request reserves past prompt and output is the public kv_reservation's answer.
+        reservation = kv_reservation(algo, cfg.num_draft_tokens, context_len=cfg.context_len)
+        widths = reservation.widths
         self._top = widths[-1]
-        self.tokens_per_req = top_width(algo, cfg, widths)
+        self.tokens_per_req = reservation.tokens_per_req
         self._target = ModelWorker(
             models.target,
             max_running_requests=cfg.max_running_requests,
@@ -80,12 +83,10 @@ class Engine:
         )
         self._workers = [self._target]
         self._table = SlotTable(self._target.requests, self._target.kv.capacity)
-        self.tree = tree_shape(algo, self.tokens_per_req, cfg.num_draft_tokens)
-        # KV a request may need beyond prompt and output: one overlapped step of T, and the
-        # columns a drafter's own KV holds while it expands a tree (topk per depth past the first).
-        tree_columns = 0 if self.tree.is_chain else self.tree.topk * (self.tree.num_steps - 1)
-        self._margin = 2 * self.tokens_per_req + tree_columns
-        self._margin_label = f"2*T{' + tree columns' if tree_columns else ''} ({self._margin})"
+        self.tree = reservation.tree
+        self._margin = reservation.margin
+        columns = " + tree columns" if reservation.tree_columns else ""
+        self._margin_label = f"2*T{columns} ({self._margin})"
         self.stats = RunStats()  # before the drafter: its draft-worker verify forwards count here
         self._drafter = self._create_drafter()
         lanes = build_lanes(algo, cfg, self._target, widths, self.tree)
@@ -185,8 +186,8 @@ class Engine:
         return sum(w.kv.available for w in self._workers)
 
     def _reserve(self, request: Request) -> int:
-        """KV positions a request may occupy: prompt, output, one overlapped step of T (and a
-        draft tree's columns)."""
+        """KV positions a request may occupy: prompt, output and the margin of
+        :func:`~specstrat.runtime.kv_reservation` (``KVReservation.for_request``)."""
         return len(request.prompt) + request.max_new_tokens + self._margin
 
     # -- submission ---------------------------------------------------------------------------

@@ -14,7 +14,7 @@ from specstrat.errors import InvalidConfig, InvalidStrategy
 from specstrat.protocols import Drafter
 from specstrat.runtime._requests import EngineConfig
 
-__all__ = ["check_same_width", "create_drafter", "tree_shape", "verify_width"]
+__all__ = ["check_same_width", "create_drafter", "pure_width", "tree_shape", "verify_width"]
 
 _WIDTH_HOOK = "target_verify.get_num_tokens_per_req_for_target_verify"
 
@@ -33,17 +33,25 @@ def check_same_width(
         )  # fmt: skip
 
 
-def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
-    """T for the target, checked to be pure over the D this engine sees; fits the context."""
+def pure_width(algo: SpecAlgorithm[Any], d: int) -> int:
+    """T for the target at ``d``, checked to be pure (each worker's answer asked twice); 1 for
+    an algorithm that does not speculate."""
     if not algo.is_speculative():
         return 1
-    d = cfg.num_draft_tokens
     kinds = (False, True) if algo.supports_target_verify_for_draft() else (False,)
     for worker in kinds:
         first = algo.get_num_tokens_per_req_for_target_verify(d, worker)
         again = algo.get_num_tokens_per_req_for_target_verify(d, worker)
         check_same_width(algo, worker, "when asked again", again, first)
-    tokens = algo.get_num_tokens_per_req_for_target_verify(d, False)
+    return algo.get_num_tokens_per_req_for_target_verify(d, False)
+
+
+def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
+    """T for the target, checked to be pure over the D this engine sees; fits the context."""
+    if not algo.is_speculative():
+        return 1
+    d = cfg.num_draft_tokens
+    tokens = pure_width(algo, d)
     if 2 * tokens + 1 >= cfg.context_len:
         raise InvalidConfig(
             f"num_draft_tokens={d} verifies T={tokens} tokens per request, which leaves no "

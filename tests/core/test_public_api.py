@@ -66,12 +66,13 @@ def test_the_walk_finds_the_public_layout() -> None:
 def test_the_runtime_exports_exactly_its_public_line() -> None:
     """specstrat.runtime exports the engine, its inputs and outputs, what the packages above it
     need of it (the disaggregated run's loader type, the embedded workload, next-token logits,
-    the decode-step timing hook), and nothing internal."""
+    the decode-step timing hook, the KV reservation a run needs), and nothing internal."""
     assert sorted(runtime.__all__) == sorted(
         [
             "Engine", "EngineConfig", "Request", "RunStats", "TransferBatch", "EmbeddedModels",
             "EMBEDDED_WEIGHTS", "ForwardMode", "run_disaggregated", "ModelLoader", "workload",
-            "next_token_logits", "StepTimer", "timed_decode_steps",
+            "next_token_logits", "StepTimer", "timed_decode_steps", "KVReservation",
+            "kv_reservation",
         ]
     )  # fmt: skip
 
