@@ -39,6 +39,7 @@ from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._reservation import kv_reservation
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
 from specstrat.runtime._slots import SlotTable
+from specstrat.runtime._stats import RunLedger
 from specstrat.runtime._step import StepRunner
 from specstrat.runtime._worker import ModelWorker
 
@@ -92,11 +93,18 @@ class Engine:
         lanes = build_lanes(algo, cfg, self._target, widths, self.tree)
         self._graph_runner = lanes[self._top].verifier.graph_runner
         self._relay: FutureMap = self._init_overlap(self._target.device)
-        control = WidthControl(algo, lanes, cfg.num_draft_tokens, self.stats.widths)
+        control = WidthControl(algo, lanes, cfg.num_draft_tokens)
         self._steps = StepRunner(
-            algo, self._target, self._drafter, control, self._relay, self.stats, self._table
+            algo, self._target, self._drafter, control, self._relay, self._table
         )
-        self._scheduler = Scheduler(self._table, self._steps, self.stats, self._reserve)
+        ledger = RunLedger(
+            self.stats,
+            control.candidates,
+            control.depth,
+            observes=control.chooser is not None,
+            per_request=control.per_request,
+        )
+        self._scheduler = Scheduler(self._table, self._steps, ledger, self._reserve)
         self._rids: set[str] = set()
         self._this_run: list[str] = []
         self._lock = threading.Lock()

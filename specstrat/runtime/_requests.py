@@ -137,7 +137,9 @@ class RunStats:
     step of a request that had already finished is dropped with its tokens and counted only in
     ``dropped_steps``, so overlap and sync report the same figures for the same output. They
     count what the acceptance rule accepted, before any cut at ``max_new_tokens`` or a stop
-    token. ``verified_requests``: request-steps verified; ``verified_tokens``: their accepted
+    token. Verify statistics count drafted steps (D > 1): a request-step at D = 1 (plain
+    decoding, a non-speculative algorithm's every step) counts only in ``plain_steps``.
+    ``verified_requests``: drafted request-steps verified; ``verified_tokens``: their accepted
     drafts plus bonus tokens; ``verify_forward_tokens``: the target tokens their verify rows
     held (``T`` each, or drafts + 1 under ragged verify). ``accepted_by_position[k]``: verify
     steps in which draft position ``k + 1`` (depth) was accepted; ``proposed_by_position[k]``:
@@ -146,7 +148,9 @@ class RunStats:
     unobserved, never a rejection). ``first_token_at`` / ``last_token_at``: by request id, the
     ``time.perf_counter()`` at which the scheduler kept its first and its last token.
     ``widths``: the D the speculation policy chose for each decode step, in order (1 for a
-    non-speculative algorithm); ``width_histogram`` counts them.
+    non-speculative algorithm; the run's own list, never shared); ``width_histogram`` counts
+    them. ``plain_steps``: kept request-steps decoded plainly (D = 1); ``plain_step_share``
+    their share of all kept decode request-steps.
 
     Stage seconds are summed over decode steps: ``draft_seconds`` (drafter.propose),
     ``verify_seconds`` (the target's forward), ``accept_seconds`` (acceptance rule),
@@ -176,6 +180,7 @@ class RunStats:
     last_token_at: dict[str, float] = field(default_factory=dict)
     # New in 0.5.0 (adaptive speculation), after the 0.4.0 fields.
     widths: list[int] = field(default_factory=list)
+    plain_steps: int = 0
 
     @property
     def width_histogram(self) -> dict[int, int]:
@@ -184,8 +189,16 @@ class RunStats:
 
     @property
     def acceptance_length(self) -> float:
-        """Mean tokens produced per request per verify step (1.0 without speculation)."""
+        """τ: mean tokens produced (accepted drafts + bonus) per request per drafted step
+        (D > 1; plain D = 1 steps excluded, see :attr:`plain_step_share`); 1.0 if none."""
         return self.verified_tokens / self.verified_requests if self.verified_requests else 1.0
+
+    @property
+    def plain_step_share(self) -> float:
+        """The share of kept decode request-steps that ran at D = 1 (plain decoding), beside
+        τ; 0.0 before any decode step."""
+        steps = self.plain_steps + self.verified_requests
+        return self.plain_steps / steps if steps else 0.0
 
     @property
     def tokens_per_second(self) -> float:

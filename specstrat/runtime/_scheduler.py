@@ -10,7 +10,6 @@ whose tokens are dropped (as in the engines).
 
 from __future__ import annotations
 
-import json
 import time
 from collections import deque
 from collections.abc import Callable
@@ -19,9 +18,13 @@ from dataclasses import dataclass
 from typing import TextIO
 
 from specstrat.runtime._admission import TransferBatch
-from specstrat.runtime._requests import Request, RunStats
+from specstrat.runtime._requests import Request
 from specstrat.runtime._slots import SlotRow, SlotTable
-from specstrat.runtime._step import Produced, StepOutput, StepRunner, VerifyCount
+from specstrat.runtime._stats import RunLedger
+from specstrat.runtime._step import StepRunner
+from specstrat.runtime._step_types import Produced, StepOutput
+from specstrat.runtime._trace import TraceWriter
+from specstrat.speculation import SpeculationObservation
 
 __all__ = ["Scheduler"]
 
@@ -35,6 +38,7 @@ class _Plan:
     admit: list[tuple[Request, int]]
     running: list[int]
     prebuilt: list[tuple[TransferBatch, list[int]]]
+    observed: SpeculationObservation | None = None  # what the policy sees for ``running``
 
     def has_work(self) -> bool:
         return bool(self.release or self.admit or self.running or self.prebuilt)
@@ -49,19 +53,23 @@ class Scheduler:
     table's (:mod:`specstrat.runtime._slots`): admitted here, on the scheduler thread, freed on
     the forward thread; the pool's free list is a Python list whose ``pop``/``append`` are
     atomic, and a stale count only delays an admission.
+
+    The run's statistics are the ledger's (:mod:`specstrat.runtime._stats`), written on this
+    thread only: :meth:`absorb` folds each step's record with the request-steps requests kept,
+    :meth:`plan` takes what the speculation policy observes for the step it plans.
     """
 
     def __init__(
         self,
         table: SlotTable,
         steps: StepRunner,
-        stats: RunStats,
+        ledger: RunLedger,
         reserve: Callable[[Request], int],
     ) -> None:
-        self.table, self.steps, self.stats, self.reserve = table, steps, stats, reserve
+        self.table, self.steps, self.ledger, self.reserve = table, steps, ledger, reserve
         self.waiting: deque[Request] = deque()
         self.prebuilt: deque[TransferBatch] = deque()
-        self._trace: TextIO | None = None
+        self._trace: TraceWriter | None = None
         self._step_index = 0
 
     # -- the forward thread -------------------------------------------------------------------
@@ -72,7 +80,8 @@ class Scheduler:
         if plan.release:
             steps.release(plan.release)
         if plan.running:
-            outputs.append(steps.decode(plan.running, tracing=self._trace is not None))
+            tracing = self._trace is not None
+            outputs.append(steps.decode(plan.running, plan.observed, tracing=tracing))
         if plan.admit:
             outputs.append(steps.prefill(plan.admit))
         outputs.extend(steps.admit_prebuilt(batch, slots) for batch, slots in plan.prebuilt)
@@ -84,6 +93,7 @@ class Scheduler:
         """Slots to release, requests to admit (slots allocated, KV reserved), running ones."""
         table = self.table
         table.unreserve(release)
+        self.ledger.forget(release)
         running = table.running()
         admit: list[tuple[Request, int]] = []
         free = table.free_slots
@@ -102,7 +112,8 @@ class Scheduler:
             self.prebuilt.popleft()
             slots = [table.admit(r, n, "prebuilt") for r, n in zip(requests, needs, strict=True)]
             prebuilt.append((batch, slots))
-        return _Plan(release, admit, running, prebuilt)
+        observed = self.ledger.observation(running) if running else None
+        return _Plan(release, admit, running, prebuilt, observed)
 
     def _take(self, row: SlotRow, tokens: list[int]) -> list[int]:
         """Append what a step produced, cut at the budget and the first stop token; what was
@@ -120,15 +131,15 @@ class Scheduler:
         return kept
 
     def absorb(self, outputs: list[StepOutput]) -> list[int]:
-        """Append step outputs (stop tokens and budgets applied), count the verify statistics
-        of the steps requests keep (a dropped overlapped step counts only as dropped); the
-        slots that finished."""
-        stats, done = self.stats, list[int]()
+        """Append step outputs (stop tokens and budgets applied) and fold them into the run's
+        ledger: a decode step's record counts the request-steps requests keep (a dropped
+        overlapped step counts only as dropped); the slots that finished."""
+        ledger, done = self.ledger, list[int]()
         step, now = self._step_index, time.perf_counter()
         self._step_index += 1
-        counts, made, generated = list[VerifyCount](), 0, 0
+        trace, generated, kept_rids = self._trace, 0, list[str]()
         for out in outputs:
-            rows, kept_rids, dropped = self.table.live_rows(out.slots), list[str](), set[int]()
+            rows, dropped = self.table.live_rows(out.slots), set[int]()
             for i, (row, tokens) in enumerate(zip(rows, out.tokens, strict=True)):
                 if row is None or row.finished:  # an overlapped extra step of a finished one
                     dropped.add(i)
@@ -147,41 +158,13 @@ class Scheduler:
                 if kept:
                     generated += len(kept)
                     kept_rids.append(request.rid)
-                if self._trace is not None:  # a prefill's record: no drafts, D = 0
+                if trace is not None:  # a prefill's record: no drafts, D = 0
                     traced = out.traced[i] if out.traced else Produced(tokens)
-                    self._write_trace(step, row, traced, kept)
-            if out.verify is not None:  # counted only for steps a request keeps
-                verify, tokens_of = out.verify, out.tokens
-                if dropped:
-                    verify = [v for i, v in enumerate(verify) if i not in dropped]
-                    tokens_of = [t for i, t in enumerate(tokens_of) if i not in dropped]
-                counts.extend(verify)
-                made += sum(map(len, tokens_of))
-            stats.dropped_steps += len(dropped)
-            for rid in kept_rids:
-                stats.first_token_at.setdefault(rid, now)
-            stats.last_token_at.update(dict.fromkeys(kept_rids, now))
-        stats.generated_tokens += generated
-        if counts:
-            proposed, accepted, widths = zip(*counts, strict=True)
-            stats.count_verified(list(proposed), list(accepted), made, sum(widths))
+                    trace.write(step, row, traced, kept)
+            if out.record is not None:
+                ledger.fold_step(out.slots, out.record, dropped)
+        ledger.fold_tokens(kept_rids, generated, now)
         return done
-
-    def _write_trace(self, step: int, row: SlotRow, result: Produced, kept: list[int]) -> None:
-        record = {
-            "step": step,
-            "rid": row.request.rid,
-            "width": result.width,  # the step's D (0 for a prefill)
-            "drafts": list(result.drafts),
-            "parents": list(result.parents),
-            "accepted": list(result.accepted),
-            "tokens": kept,  # what the request kept (cut at its budget or stop)
-            "stop": row.finished
-            and bool(row.output)
-            and row.output[-1] in row.request.stop_token_ids,
-        }
-        assert self._trace is not None
-        self._trace.write(json.dumps(record) + "\n")
 
     def busy(self) -> bool:
         """Whether any request waits or runs."""
@@ -218,7 +201,7 @@ class Scheduler:
     ) -> None:
         """Run until nothing waits, runs, or may still come, in sync or overlap mode;
         ``trace`` gets one JSON line per step and request."""
-        self._trace = trace
+        self._trace = TraceWriter(trace) if trace is not None else None
         try:
             if overlap:
                 self._run_overlap(source, progress)

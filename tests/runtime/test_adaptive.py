@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 import specstrat
 from specstrat import EAGLE, NGRAM, InvalidConfig, SpecAlgorithm, StrategyError
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, workload
-from specstrat.runtime._adapt import _Counts
+from specstrat.runtime._stats import _Counts
 from specstrat.speculation import FixedSpeculationPolicy, SpeculationObservation
 from specstrat.strategies import (
     BatchScheduleSpeculationPolicy,

@@ -1,0 +1,129 @@
+"""The admission steps on the forward thread: prefill, and PREBUILT admission of a received
+batch (the decode side of disaggregation). Each starts its requests in the slot table, hands
+the drafter its admission and relays the first tokens; what a hook returns is checked
+(:mod:`specstrat.contracts`) and copied before anything uses it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any, ParamSpec, TypeVar
+
+import torch
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.batch import PrebuiltBatch
+from specstrat.drafting import GREEDY, DraftAdmission
+from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.protocols import Drafter, FutureMap
+from specstrat.relay import RelayPayload
+from specstrat.runtime._admission import TransferBatch
+from specstrat.runtime._answers import frozen_payload
+from specstrat.runtime._forward import ForwardMode
+from specstrat.runtime._guard import call_hook
+from specstrat.runtime._requests import Request
+from specstrat.runtime._slots import SlotTable
+from specstrat.runtime._step_relay import StepRelay
+from specstrat.runtime._step_types import StepOutput, engine_invariant
+from specstrat.runtime._worker import ModelWorker
+from specstrat.sampling import SamplingBatch, choose_tokens
+
+__all__ = ["AdmissionSteps"]
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+class AdmissionSteps:
+    """Prefill and PREBUILT admission for one engine."""
+
+    def __init__(
+        self,
+        algo: SpecAlgorithm[Any],
+        worker: ModelWorker,
+        drafter: Drafter[Any],
+        relay: FutureMap,
+        relay_io: StepRelay,
+        table: SlotTable,
+    ) -> None:
+        self.algo, self.worker, self.drafter = algo, worker, drafter
+        self.relay, self.relay_io, self.table = relay, relay_io, table
+
+    def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
+        return call_hook(self.algo.name, hook, fn, *args, **kwargs)
+
+    def _admit_drafter(self, admission: DraftAdmission[Any]) -> RelayPayload:
+        payload = self._hook("drafter.admit", self.drafter.admit, admission)
+        return frozen_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
+
+    def prefill(self, admit: Sequence[tuple[Request, int]]) -> StepOutput:
+        """EXTEND over the prompts, the first token of each, and the drafter's admission."""
+        slots = [slot for _, slot in admit]
+        prompts = [list(req.prompt) for req, _ in admit]
+        with engine_invariant("prefill"):
+            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
+        lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
+        ends = lens.cumsum(0) - 1
+        params = tuple(req.sampling for req, _ in admit)
+        sampling = SamplingBatch.of(params, self.worker.device)
+        first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
+        tokens = first.tolist()  # before the drafter sees them: it gets a copy
+        admission: DraftAdmission[Any] = DraftAdmission(
+            slots=tuple(slots),
+            bonus_tokens=first.clone(),
+            seq_lens=lens,
+            hidden=hidden[ends],
+            draft_input=None,
+            sampling=params,
+        )
+        self.table.start(slots, prompts, tokens)  # the drafter's admit reads the prompts
+        payload = self._admit_drafter(admission)
+        lengths = self.table.lengths(slots)
+        self.relay_io.write(slots, lengths, first, payload, "drafter.admit")
+        return StepOutput(slots, [[t] for t in tokens])
+
+    def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> StepOutput:
+        """Install the transferred KV, call ``algo.build_disagg_draft_input`` (which relays the
+        first tokens and its draft state itself), then ``drafter.admit`` with what it returned
+        (``None``: no draft state; the first step decodes plainly from the first tokens)."""
+        offset = 0
+        for slot, prompt in zip(slots, batch.prompts, strict=True):
+            end = offset + len(prompt)
+            self.worker.admit_prebuilt(slot, prompt, batch.k[:, offset:end], batch.v[:, offset:end])
+            offset = end
+        dev = self.worker.device
+        first = batch.bonus_tokens.tolist()  # before any hook sees them: each gets a copy
+        self.table.start(slots, batch.prompts, first)
+        lengths = self.table.lengths(slots)
+        seq_lens = torch.tensor(lengths, dtype=torch.int64, device=dev)
+        payload = batch.payload
+        prebuilt = PrebuiltBatch(
+            rids=batch.rids,
+            slots=torch.tensor(slots, dtype=torch.int64, device=dev),
+            seq_lens=seq_lens,
+            topk_p=payload.topk_p,
+            topk_index=payload.topk_index,
+            hidden_states=payload.hidden_states,
+            device=dev,
+        )
+        draft_input = self._hook(
+            "disagg.build_disagg_draft_input",
+            self.algo.build_disagg_draft_input,
+            prebuilt,
+            batch.bonus_tokens.to(dev, copy=True),
+            self.relay,
+        )
+        self.relay_io.built(slots)
+        params = batch.sampling or (GREEDY,) * len(slots)
+        admission: DraftAdmission[Any] = DraftAdmission(
+            slots=tuple(slots),
+            bonus_tokens=batch.bonus_tokens.to(dev, copy=True),
+            seq_lens=seq_lens.clone(),
+            hidden=None,
+            draft_input=draft_input,
+            sampling=tuple(params),
+        )
+        extra = self._admit_drafter(admission)
+        if extra.present():
+            self.relay_io.stash(slots, extra, "drafter.admit")
+        return StepOutput(list(slots), [[t] for t in first])
