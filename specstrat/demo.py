@@ -64,7 +64,9 @@ class DemoSummary:
     ``max_running_requests`` and ``context_len``: the engine's limits. The tokens/s and the
     speed ratio come from :mod:`specstrat.timing` (one round each, target-only first).
     ``width_histogram``: decode steps per D the algorithm's speculation policy chose, keyed by
-    D as a string (``{"4": 44}`` for a fixed D = 4)."""
+    D as a string (``{"4": 44}`` for a fixed D = 4). ``acceptance_length`` is τ over drafted
+    steps (D > 1; ``docs/glossary.md``); ``plain_step_share``: the share of decode
+    request-steps at D = 1 (plain decoding), which τ excludes."""
 
     algorithm: str
     overlap: bool
@@ -95,6 +97,7 @@ class DemoSummary:
     max_running_requests: int = 16
     context_len: int = 512
     width_histogram: dict[str, int] = field(default_factory=dict)
+    plain_step_share: float = 0.0
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -132,6 +135,9 @@ class DemoSummary:
         if len(self.width_histogram) > 1:  # a speculation policy chose D per step
             steps = ", ".join(f"D={w}: {n}" for w, n in self.width_histogram.items())
             rows.insert(-1, ("decode steps by D", steps))
+        if 0.0 < self.plain_step_share < 1.0:  # beside tau, which counts drafted steps only
+            share = f"{self.plain_step_share:.0%} of request-steps (not in the acceptance length)"
+            rows.insert(6, ("plain steps (D=1)", share))
         if self.draft_worker_verify_forwards:
             forwards = f"{self.draft_worker_verify_forwards} forwards"
             rows.insert(
@@ -149,9 +155,12 @@ class ProgressBar:
 
     def __init__(self, label: str, *, stream: Any = None) -> None:
         self.bar = tqdm(
-            desc=f"{label:<24}", unit="req", file=stream if stream is not None else sys.stderr,
-            leave=True, dynamic_ncols=True,
-        )  # fmt: skip
+            desc=f"{label:<24}",
+            unit="req",
+            file=stream if stream is not None else sys.stderr,
+            leave=True,
+            dynamic_ncols=True,
+        )
 
     def __call__(self, done: int, total: int) -> None:
         """Show ``done`` of ``total`` requests."""
@@ -198,13 +207,20 @@ def run_demo(
     :func:`run_comparison` for the rest.
     """
     config = EngineConfig(
-        num_draft_tokens=num_draft_tokens, overlap=overlap, context_len=context_len,
+        num_draft_tokens=num_draft_tokens,
+        overlap=overlap,
+        context_len=context_len,
         max_running_requests=max_running_requests,
-    )  # fmt: skip
+    )
     if prompts:
         budget = max_new_tokens or 64
         requests = [
-            Request.from_text(f"prompt-{i}", text, budget, sampling=replace(sampling, seed=(sampling.seed + i) % 2**63))
+            Request.from_text(
+                f"prompt-{i}",
+                text,
+                budget,
+                sampling=replace(sampling, seed=(sampling.seed + i) % 2**63),
+            )
             for i, text in enumerate(prompts)
         ]
     else:
@@ -318,6 +334,7 @@ def run_comparison(
         max_running_requests=config.max_running_requests,
         context_len=config.context_len,
         width_histogram={str(w): n for w, n in spec_stats.width_histogram.items()},
+        plain_step_share=spec_stats.plain_step_share,
     )
     return DemoRun(summary, spec_out, base_out)
 
@@ -340,9 +357,14 @@ def _lossless(
 
     try:
         report = check_lossless_in_distribution(
-            algo, temperature=sampling.temperature, top_p=sampling.top_p, top_k=sampling.top_k,
-            num_samples=2000, num_draft_tokens=num_draft_tokens, models=models,
-        )  # fmt: skip
+            algo,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            top_k=sampling.top_k,
+            num_samples=2000,
+            num_draft_tokens=num_draft_tokens,
+            models=models,
+        )
     except ConformanceError as exc:
         return False, f"in distribution: {exc}"
     return True, (

@@ -1,8 +1,11 @@
 """The figures of ``specstrat bench``, as formulas over what runs recorded.
 
-- ``tau``: mean accepted tokens per verify step per request, drafts accepted plus the bonus
-  token, ``sum(accepted + 1) / verify steps``, counting what the acceptance rule accepted before
-  any cut at ``max_new_tokens`` or a stop token (1.0 without speculation).
+- ``tau``: mean accepted tokens per drafted verify step (D > 1) per request, drafts accepted
+  plus the bonus token, ``sum(accepted + 1) / drafted verify steps``, counting what the
+  acceptance rule accepted before any cut at ``max_new_tokens`` or a stop token (1.0 without
+  speculation); ``RunStats.acceptance_length`` pooled over runs (``docs/glossary.md``).
+- ``plain_step_share``: the share of kept decode request-steps that ran at D = 1 (plain
+  decoding, excluded from ``tau``), pooled over runs.
 - From ``accepted_histogram`` (``h[p][a]``: verify steps that proposed ``p`` draft positions and
   accepted ``a``), for draft position ``i`` (1 first): *proposed* ``P_i = sum_{p>=i} sum_a
   h[p][a]``, *accepted* ``A_i = sum_{p>=i} sum_{a>=i} h[p][a]``, *reached* ``R_i = sum_{p>=i}
@@ -30,6 +33,7 @@ __all__ = [
     "acceptance_rates",
     "merge_histograms",
     "percentile",
+    "plain_step_share",
     "quantiles",
     "request_latencies",
     "step_split_ms",
@@ -47,6 +51,15 @@ def tau(stats: Iterable[RunStats]) -> float:
     pooled = list(stats)
     steps = sum(s.verified_requests for s in pooled)
     return sum(s.verified_tokens for s in pooled) / steps if steps else 1.0
+
+
+def plain_step_share(stats: Iterable[RunStats]) -> float:
+    """Kept decode request-steps at D = 1 over all kept decode request-steps, pooled (0.0 if
+    none)."""
+    pooled = list(stats)
+    plain = sum(s.plain_steps for s in pooled)
+    steps = plain + sum(s.verified_requests for s in pooled)
+    return plain / steps if steps else 0.0
 
 
 def verified_per_step(stats: Iterable[RunStats]) -> float:

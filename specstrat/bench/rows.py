@@ -29,7 +29,9 @@ class BenchRow:
     """The figures of one algorithm in one cell (or over all categories, ``category ==
     "overall"``). Field names are the JSON keys (``docs/bench.md`` has the schema).
     ``width_histogram``: decode steps per D the speculation policy chose (``{"<D>": steps}``,
-    counted rounds); ``widths``: the D of each decode step of the first counted round."""
+    counted rounds); ``widths``: the D of each decode step of the first counted round;
+    ``plain_step_share``: the share of decode request-steps at D = 1, which ``tau`` excludes
+    (1.0 for ``hf-generate``, ``None`` for ``hf-prompt-lookup``)."""
 
     algorithm: str
     category: str
@@ -56,6 +58,7 @@ class BenchRow:
     acceptance_rule_lossless: bool
     width_histogram: dict[str, int] = field(default_factory=dict)
     widths: list[int] = field(default_factory=list)
+    plain_step_share: float | None = 0.0
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (keys exactly the field names)."""
@@ -92,9 +95,12 @@ class Cell:
 
 
 def _check(
-    cell: Cell, records: Sequence[Record], reference: dict[str, list[int]], lm: Any,
+    cell: Cell,
+    records: Sequence[Record],
+    reference: dict[str, list[int]],
+    lm: Any,
     greedy: bool,
-) -> tuple[bool, str, int]:  # fmt: skip
+) -> tuple[bool, str, int]:
     """Whether every counted run of ``cell`` is lossless against target-only, how that was
     established, and the certified ties."""
     if cell.algorithm == "NONE":
@@ -102,10 +108,11 @@ def _check(
     if not cell.rule_lossless:
         return False, "the acceptance rule is lossy: outputs are not the target's", 0
     if not greedy:
-        return True, (
+        note = (
             "sampling: outputs differ from target-only by design; the rule is lossless in "
             "distribution by declaration (specstrat demo checks it)"
-        ), 0  # fmt: skip
+        )
+        return True, note, 0
     ties, bad = 0, []
     for index, record in enumerate(records):
         if lm is not None:
@@ -148,8 +155,8 @@ def build_rows(
         reference = by_name[cell.baseline].records[config.warmup].outputs
         lossless, note, ties = _check(cell, counted, reference, lm, greedy)
         speed = ratio(timings, cell.name, cell.baseline)
-        rows.append(_row(cell, [cell], timings[cell.name].seconds, speed.per_round,
-                         (lossless, note, ties), config))  # fmt: skip
+        check = (lossless, note, ties)
+        rows.append(_row(cell, [cell], timings[cell.name].seconds, speed.per_round, check, config))
     if len(categories) > 1:
         rows += _overall(cells, rows, timings, config)
     return rows
@@ -190,13 +197,16 @@ def _row(
         made = sum(len(v) for r in records for v in r.outputs.values())
         tau = made / forwards if cell.algorithm == HF_LOOKUP and forwards else 1.0
         width: float | None = 1.0 if cell.algorithm == HF_GENERATE else None
+        plain: float | None = width  # transformers' generate decodes plainly; lookup: unknown
         split = None
     else:
         tau = figures.tau(stats)
         width = figures.verified_per_step(stats)
+        plain = figures.plain_step_share(stats)
         splits = [m.split for m in members if m.split is not None] if config.overlap else stats
         split = figures.step_split_ms(splits)
     median = statistics.median(seconds)
+    widths = Counter(w for s in stats for w in s.widths)
     return BenchRow(
         algorithm=cell.algorithm,
         category=category or cell.category,
@@ -221,15 +231,18 @@ def _row(
         lossless_check=check[1],
         ties=check[2],
         acceptance_rule_lossless=cell.rule_lossless,
-        width_histogram={str(d): n for d, n in sorted(Counter(w for s in stats for w in s.widths).items())},
+        width_histogram={str(d): n for d, n in sorted(widths.items())},
         widths=list(stats[0].widths) if stats else [],
+        plain_step_share=plain,
     )
 
 
 def _overall(
-    cells: Sequence[Cell], rows: Sequence[BenchRow], timings: dict[str, Timings],
+    cells: Sequence[Cell],
+    rows: Sequence[BenchRow],
+    timings: dict[str, Timings],
     config: _Counting,
-) -> list[BenchRow]:  # fmt: skip
+) -> list[BenchRow]:
     """Per (algorithm, batch size, draft width), one row over every category: seconds and
     tokens summed per round, the speedup of those sums within each round."""
     groups: dict[tuple[str, int, int], list[int]] = {}

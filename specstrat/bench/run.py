@@ -54,8 +54,9 @@ __all__ = [
 ]
 
 TAU_FORMULA = (
-    "tau = (drafts accepted + 1 bonus token) per verify step per request, as the acceptance "
-    "rule accepted them, before any cut at max_new_tokens or a stop token"
+    "tau = (drafts accepted + 1 bonus token) per drafted verify step (D > 1) per request, as "
+    "the acceptance rule accepted them, before any cut at max_new_tokens or a stop token; "
+    "plain D = 1 steps are excluded and reported as plain_step_share"
 )
 
 
