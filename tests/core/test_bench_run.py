@@ -24,7 +24,7 @@ ROW_KEYS = [
     "seconds", "tokens_per_s", "speedup", "speedup_range", "tau", "acceptance_by_position",
     "acceptance_conditional", "accepted_histogram", "verified_per_step", "ttft_ms", "tpot_ms",
     "step_split_ms", "lossless", "lossless_check", "ties", "acceptance_rule_lossless",
-    "width_histogram", "widths",
+    "width_histogram", "widths", "plain_step_share",
 ]  # fmt: skip
 TINY: dict[str, Any] = {"requests": 2, "max_new_tokens": 12, "repeats": 1, "warmup": 0}
 

@@ -1,5 +1,6 @@
 """Run statistics count what requests kept: overlap and sync agree, the trace holds the kept
-tokens, tau counts the rule's acceptances before any cut, verify widths per request."""
+tokens, tau counts the rule's acceptances before any cut over drafted steps only, verify widths
+per request; the policy, the trace, demo --json and the bench see the same run."""
 
 import io
 import json
@@ -10,8 +11,11 @@ import pytest
 
 import specstrat
 from specstrat import EAGLE, NGRAM
+from specstrat.bench import figures
+from specstrat.demo import run_comparison
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats, workload
-from specstrat.testing import ForcedAcceptance
+from specstrat.speculation import SpeculationObservation
+from specstrat.testing import ForcedAcceptance, ScriptedSpeculationPolicy
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4)
 #: Six requests, one stopping at its first newline, with budgets that end mid-step.
@@ -107,3 +111,99 @@ def test_first_and_last_token_times_per_request(models: EmbeddedModels) -> None:
     stats = engine.stats
     assert set(stats.first_token_at) == set(stats.last_token_at) == {r.rid for r in REQUESTS}
     assert all(stats.first_token_at[r] <= stats.last_token_at[r] for r in stats.first_token_at)
+
+
+class _Observing:
+    """A speculation policy that records what its chooser observes and answers."""
+
+    per_request_acceptance = False
+
+    def __init__(self, inner: Any) -> None:
+        self.inner, self.seen = inner, list[tuple[SpeculationObservation, int]]()
+
+    def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
+        return tuple(self.inner.candidate_widths(num_draft_tokens))
+
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> Any:
+        chooser, seen = self.inner.create_chooser(candidates, num_draft_tokens), self.seen
+
+        class Chooser:
+            def choose_width(self, observation: SpeculationObservation) -> int:
+                answer = int(chooser.choose_width(observation))
+                seen.append((observation, answer))
+                return answer
+
+        return Chooser()
+
+
+def _decode_widths(trace: str) -> list[int]:
+    """The D of each traced decode step, in step order (a prefill's lines say 0)."""
+    by_step: dict[int, set[int]] = {}
+    for line in trace.splitlines():
+        record = json.loads(line)
+        if record["width"]:
+            by_step.setdefault(record["step"], set()).add(record["width"])
+    assert all(len(w) == 1 for w in by_step.values())  # one D per step
+    return [min(by_step[s]) for s in sorted(by_step)]
+
+
+#: Mixes plain D = 1 steps with drafted ones (D = 2 and 4), then drafts at D = 4.
+SCRIPT = (1, 1, 4, 2, 1, 4, 4, 1, 2, 4, 1, 1, 4)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_policy_stats_trace_demo_and_bench_see_the_same_run(
+    models: EmbeddedModels, overlap: bool
+) -> None:
+    """Under a policy mixing D = 1 and drafted steps, the policy's answers are RunStats.widths
+    and the trace's widths, its last view of acceptance is RunStats', and demo --json and the
+    bench's figures report RunStats' tau (drafted steps only) and plain-step share."""
+    policy = _Observing(ScriptedSpeculationPolicy(SCRIPT))
+    algo = replace(EAGLE, name="EAGLE_MIXED", speculation=policy)
+    config = replace(CONFIG, overlap=overlap)
+    engine, buffer = Engine(algo, models, config), io.StringIO()
+    engine.run(REQUESTS, trace=buffer)
+    stats = engine.stats
+    assert [answer for _, answer in policy.seen] == stats.widths
+    assert [obs.step for obs, _ in policy.seen] == list(range(len(stats.widths)))
+    assert all(obs.current == w for (obs, _), w in zip(policy.seen[1:], stats.widths, strict=False))
+    traced = _decode_widths(buffer.getvalue())
+    if overlap:  # a step whose every request had finished writes no line
+        it = iter(stats.widths)
+        assert all(any(w == v for v in it) for w in traced)
+    else:
+        assert traced == stats.widths
+    # tau counts drafted steps only; the plain ones are their share beside it.
+    assert stats.plain_steps > 0
+    assert stats.verified_requests > 0
+    assert sum(map(sum, stats.accepted_histogram.values())) == stats.verified_requests
+    assert 0 not in stats.accepted_histogram  # no D = 1 step in the drafted figures
+    share = stats.plain_steps / (stats.plain_steps + stats.verified_requests)
+    assert stats.plain_step_share == share
+    assert stats.acceptance_length == stats.verified_tokens / stats.verified_requests > 1.0
+    # What the policy would observe next is RunStats' conditional acceptance.
+    observed = engine._scheduler.ledger.observation([1])
+    assert observed is not None
+    _, conditional = figures.acceptance_rates(stats.accepted_histogram)
+    assert list(observed.acceptance) == conditional
+    # demo --json (its own run of the same workload) and the bench's figures agree.
+    summary = run_comparison(algo, models, REQUESTS, config, progress=False).summary
+    data = json.loads(json.dumps(summary.as_dict()))
+    assert data["acceptance_length"] == stats.acceptance_length == figures.tau([stats])
+    assert data["plain_step_share"] == stats.plain_step_share == figures.plain_step_share([stats])
+    assert data["width_histogram"] == {str(w): n for w, n in stats.width_histogram.items()}
+
+
+def test_non_speculative_steps_are_plain_d1_everywhere(models: EmbeddedModels) -> None:
+    """For NONE every decode step is D = 1: the trace's widths are RunStats.widths, tau is
+    1.0 and every decode request-step is plain."""
+    engine, buffer = Engine(specstrat.NONE, models, CONFIG), io.StringIO()
+    engine.run(REQUESTS, trace=buffer)
+    stats = engine.stats
+    assert set(stats.widths) == {1}
+    assert _decode_widths(buffer.getvalue()) == stats.widths
+    assert (stats.acceptance_length, stats.plain_step_share, stats.verified_requests) == (
+        1.0,
+        1.0,
+        0,
+    )
