@@ -14,7 +14,7 @@ import torch
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.batch import PrebuiltBatch
 from specstrat.drafting import GREEDY, DraftAdmission
-from specstrat.kernels.sampling import DRAW_SAMPLE
+from specstrat.kernels.rejection_sampling import DRAW_SAMPLE
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime._admission import TransferBatch

@@ -136,7 +136,7 @@ def test_module_names_do_not_repeat_across_packages() -> None:
     is without its package."""
     seen: dict[str, list[str]] = {}
     for path in MODULES:
-        if path.name == "__init__.py" or _is_shim(path):
+        if path.name == "__init__.py":
             continue
         seen.setdefault(path.stem.lstrip("_"), []).append(str(path.relative_to(ROOT)))
     assert {k: v for k, v in seen.items() if len(v) > 1} == {}
