@@ -245,7 +245,8 @@ class DraftStep:
 
     ``slots`` are the requests' slots (request-pool rows); ``bonus_tokens`` each request's
     bonus token, its next input, not yet in the target's KV (resolved from the relay);
-    ``seq_lens`` the target's KV lengths, which are also the bonus tokens' absolute positions;
+    ``seq_lens`` the sequence lengths (committed tokens, from the slot table, their one
+    owner), which are also the bonus tokens' absolute positions;
     ``payload`` what the drafter's last ``commit`` or ``admit`` stashed in the relay;
     ``max_nodes`` the most nodes per request the target verifies (T - 1); ``sampling`` each
     request's parameters (a drafter that samples draws node ``j`` with draw index 2 at
@@ -337,9 +338,10 @@ class DrafterContext:
     :class:`~specstrat.models.DraftKV`: take one draft row per request with
     ``alloc_for(admission.slots)`` in ``admit``, read them with ``rows_for(step.slots)``, free
     them with ``free_for(slots)`` in ``release``; the engine's slot table records them, and frees
-    whatever a released slot still holds. ``target_tokens(slot)`` the committed tokens in the target's KV for a request (the request
-    pool owns them); ``num_draft_tokens`` is D; ``device`` where the models run; ``tree`` the
-    shape every step may propose (from the algorithm's tree policy; ``None``: a chain).
+    whatever a released slot still holds. ``target_tokens(slot)`` the committed tokens in the
+    target's KV for a request (the slot table owns them); ``num_draft_tokens`` is D; ``device``
+    where the models run; ``tree`` the shape every step may propose (from the algorithm's tree
+    policy; ``None``: a chain).
     ``new_block_runner(model)`` is ``new_kv_runner`` plus a draft-worker TARGET_VERIFY forward of
     ``T_draft = get_num_tokens_per_req_for_target_verify(D, True)`` tokens per request (it raises
     :class:`~specstrat.errors.InvalidConfig` when the policy refuses draft-worker verify);

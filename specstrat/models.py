@@ -227,7 +227,7 @@ class ModelSet:
 
 class KVRequests(Protocol):
     """Draft rows of a :class:`DraftKV` runner: rows of its own request pool, not the target's
-    (its methods' ``slots``/``slot`` are these rows). A drafter keeping one draft row per
+    (its methods' ``rows``/``row``). A drafter keeping one draft row per
     request takes them through :class:`KVSlotRows` instead, so the engine knows who holds what;
     rows from :meth:`alloc` are the drafter's alone to free."""
 
@@ -235,13 +235,13 @@ class KVRequests(Protocol):
         """``count`` fresh draft rows with empty KV, all or none, held for no request slot."""
         ...
 
-    def free(self, slots: Sequence[int]) -> None:
-        """Release draft rows from :meth:`alloc` and their KV (a row held for a request slot
+    def free(self, rows: Sequence[int]) -> None:
+        """Release draft ``rows`` from :meth:`alloc` and their KV (a row held for a request slot
         is refused: :meth:`KVSlotRows.free_for` releases that)."""
         ...
 
-    def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..`` of draft row ``slot``."""
+    def rewind(self, row: int, new_len: int) -> None:
+        """Drop the KV of positions ``new_len..`` of draft ``row``."""
         ...
 
 
@@ -269,31 +269,33 @@ class KVSlotRows(Protocol):
 
 
 class KVForward(Protocol):
-    """Forwards of a :class:`DraftKV` runner: append tokens to draft rows, read their lengths
-    (``slots`` are the runner's draft rows, as :meth:`KVSlotRows.rows_for` returns them)."""
+    """Forwards of a :class:`DraftKV` runner: append tokens to draft rows, read how many
+    positions each caches (``rows`` are the runner's draft rows, as :meth:`KVSlotRows.rows_for`
+    returns them)."""
 
     def extend(
-        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+        self, rows: Sequence[int], tokens: Sequence[Sequence[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run ``tokens[i]`` after request ``slots[i]``'s cached ones; logits and hidden, one
+        """Run ``tokens[i]`` after draft row ``rows[i]``'s cached ones; logits and hidden, one
         row per token."""
         ...
 
     def extend_tree(
         self,
-        slots: Sequence[int],
+        rows: Sequence[int],
         tokens: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Append ``tokens [bs, k]`` as draft-tree nodes at ``positions [bs, k]`` (prefix +
-        depth): new token ``j`` of request ``i`` sees the columns before the request's last
+        depth): new token ``j`` of draft row ``rows[i]`` sees the columns before the request's last
         ``W = mask.shape[2]`` (the tree, new tokens included) and the tree columns where
         ``mask[i, j]`` is True. Logits and hidden, ``bs * k`` rows."""
         ...
 
-    def lengths(self, slots: Sequence[int]) -> list[int]:
-        """Cached positions per request."""
+    def cached(self, rows: Sequence[int]) -> list[int]:
+        """Positions whose draft KV is written, per draft row: the draft model's own fill, not
+        the target's sequence length (``DrafterContext.target_tokens`` says that)."""
         ...
 
 
@@ -311,9 +313,11 @@ class KVVerify(Protocol):
         the draft worker)."""
         ...
 
-    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """One TARGET_VERIFY forward of ``rows`` ``[bs, tokens_per_req]`` after each request's
-        cached tokens (their KV is kept until rewound); logits and hidden, ``bs * T`` rows."""
+    def verify(
+        self, rows: Sequence[int], tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """One TARGET_VERIFY forward of ``tokens`` ``[bs, tokens_per_req]`` after each draft
+        row's cached tokens (their KV is kept until rewound); logits and hidden, ``bs * T`` rows."""
         ...
 
 

@@ -38,16 +38,16 @@ class KVRunner:
             )
         return [self.worker.alloc_request() for _ in range(count)]
 
-    def free(self, slots: Sequence[int]) -> None:
-        """Release draft rows (``slots`` of this pool) from :meth:`alloc` and their KV; a row
-        held for a target slot is refused."""
-        held = self._table.held_draft_rows(self._pool).intersection(slots)
+    def free(self, rows: Sequence[int]) -> None:
+        """Release draft ``rows`` of this pool from :meth:`alloc` and their KV; a row held for
+        a target slot is refused."""
+        held = self._table.held_draft_rows(self._pool).intersection(rows)
         if held:
             raise InvalidConfig(
                 f"draft rows {sorted(held)} are held for slots (alloc_for); release them with "
                 "free_for(slots), which also clears the record"
             )
-        self._release(slots)
+        self._release(rows)
 
     def alloc_for(self, slots: Sequence[int]) -> list[int]:
         """A fresh draft row for each of the target's ``slots``, all or none, recorded."""
@@ -65,21 +65,21 @@ class KVRunner:
         for row in rows:
             self.worker.free_request(row)
 
-    def rewind(self, slot: int, new_len: int) -> None:
-        """Drop the KV of positions ``new_len..`` of draft row ``slot``."""
-        self.worker.rewind(slot, new_len)
+    def rewind(self, row: int, new_len: int) -> None:
+        """Drop the KV of positions ``new_len..`` of draft ``row``."""
+        self.worker.rewind(row, new_len)
 
     def extend(
-        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+        self, rows: Sequence[int], tokens: Sequence[Sequence[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """DECODE when every request adds one token, DRAFT_EXTEND otherwise."""
+        """DECODE when every draft row adds one token, DRAFT_EXTEND otherwise."""
         single = all(len(t) == 1 for t in tokens)
         mode = ForwardMode.DECODE if single else ForwardMode.DRAFT_EXTEND
-        return self.worker.forward(mode, slots, tokens)
+        return self.worker.forward(mode, rows, tokens)
 
     def extend_tree(
         self,
-        slots: Sequence[int],
+        rows: Sequence[int],
         tokens: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor,
@@ -88,11 +88,11 @@ class KVRunner:
         forward (DECODE or DRAFT_EXTEND), never TARGET_VERIFY, which the algorithm's policy
         may refuse the draft worker."""
         mode = ForwardMode.DECODE if tokens.shape[1] == 1 else ForwardMode.DRAFT_EXTEND
-        return self.worker.forward(mode, slots, tokens.tolist(), tree=TreeTokens(positions, mask))
+        return self.worker.forward(mode, rows, tokens.tolist(), tree=TreeTokens(positions, mask))
 
-    def lengths(self, slots: Sequence[int]) -> list[int]:
-        """Cached positions per request."""
-        return [self.worker.length(s) for s in slots]
+    def cached(self, rows: Sequence[int]) -> list[int]:
+        """Positions whose draft KV is written, per draft row."""
+        return self.worker.cached(rows)
 
 
 class _Replayer(Protocol):
@@ -101,7 +101,7 @@ class _Replayer(Protocol):
     def can_run(self, bs: int) -> bool: ...
 
     def replay(
-        self, slots: Sequence[int], tokens: torch.Tensor
+        self, rows: Sequence[int], tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]: ...
 
 
@@ -128,18 +128,21 @@ class BlockKVRunner(KVRunner):
         """``T_draft``: tokens per request of each verify forward."""
         return self._tokens
 
-    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """TARGET_VERIFY (DECODE when ``T = 1``) of ``rows [bs, T]`` after the cached tokens."""
-        bs, t = rows.shape
+    def verify(
+        self, rows: Sequence[int], tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """TARGET_VERIFY (DECODE when ``T = 1``) of ``tokens [bs, T]`` after the draft rows'
+        cached tokens."""
+        bs, t = tokens.shape
         if t != self._tokens:
             raise InvalidConfig(
-                f"rows have width {t}; this draft worker verifies T_draft={self._tokens} tokens "
-                "per request"
+                f"tokens have {t} per draft row; this draft worker verifies "
+                f"T_draft={self._tokens} tokens per request"
             )
         if self.graphs is not None and self.graphs.can_run(bs):
-            out = self.graphs.replay(slots, rows)
+            out = self.graphs.replay(rows, tokens)
         else:
             mode = ForwardMode.TARGET_VERIFY if t > 1 else ForwardMode.DECODE
-            out = self.worker.forward(mode, slots, rows.tolist())
+            out = self.worker.forward(mode, rows, tokens.tolist())
         self.on_verify()
         return out

@@ -15,17 +15,18 @@ __all__ = ["KVPool", "RequestPool"]
 
 
 class RequestPool:
-    """Per request slot: ``req_to_token[slot, pos]`` (the KV index of that position) and
-    ``lengths[slot]`` (positions whose KV is written: the committed tokens between steps, plus
-    the nodes a forward placed until the step keeps or drops them).
+    """Where each row's tokens sit: ``req_to_token[row, pos]`` (the KV index of that position)
+    and ``cached[row]`` (how many positions of the row hold KV: the page table's fill, the nodes
+    a forward placed included until the step keeps or drops them).
 
-    The token ids themselves are the slot table's (:mod:`specstrat.runtime._slots`); a draft
-    model's pool tracks only positions.
+    It owns no sequence length: committed tokens and their count are the slot table's
+    (:mod:`specstrat.runtime._slots`); between steps the target's fill equals them, which the
+    step checks. A draft model's pool says only where its draft KV sits.
     """
 
     def __init__(self, size: int, context_len: int, device: torch.device) -> None:
         self.req_to_token = torch.zeros(size + 1, context_len, dtype=torch.int32, device=device)
-        self.lengths = [0] * (size + 1)  # host side
+        self.cached = [0] * (size + 1)  # host side
         self.size = size
         self._free = list(range(size, 0, -1))
 
@@ -33,10 +34,6 @@ class RequestPool:
     def available(self) -> int:
         """Free request slots."""
         return len(self._free)
-
-    def length(self, slot: int) -> int:
-        """Positions cached for ``slot``."""
-        return self.lengths[slot]
 
     def alloc(self) -> int:
         """A free slot in ``1..size``."""
@@ -48,12 +45,12 @@ class RequestPool:
 
     def free(self, slot: int) -> None:
         """Return ``slot`` (its KV must be released first)."""
-        self.lengths[slot] = 0
+        self.cached[slot] = 0
         self._free.append(slot)
 
     def reset(self) -> None:
         """Every slot free (after a failed run; the KV pool is reset alongside)."""
-        self.lengths = [0] * (self.size + 1)
+        self.cached = [0] * (self.size + 1)
         self._free = list(range(self.size, 0, -1))
 
 

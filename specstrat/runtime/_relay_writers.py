@@ -2,7 +2,7 @@
 
 The relay (the algorithm's FutureMap) carries what the drafter's ``admit``/``commit`` and the
 disagg builder returned, next to what the engine writes itself (each step's bonus tokens and
-the request pool's sequence lengths). A value that comes back wrong at ``resolve``, or that a
+the slot table's sequence lengths). A value that comes back wrong at ``resolve``, or that a
 relay refuses at ``stash``, is blamed on the hook that wrote it; only a field the engine wrote
 itself is blamed on the relay.
 """

@@ -2,15 +2,16 @@
 :mod:`specstrat.runtime._step_admit`) a prefill or PREBUILT admission.
 
 A decode step reads top to bottom in :meth:`StepRunner.decode` — the step's D from the
-speculation policy (its lane: verify width, tree, buckets), then resolve -> draft -> verify ->
+speculation policy (its lane: tokens per request, tree, buckets), then resolve -> draft -> verify ->
 accept -> keep -> commit -> publish — with one collaborator per stage: the width control, the
 relay (the algorithm's FutureMap), the drafter, the verifier, the acceptance rule, the worker
 (KV rewind), the slot table, the drafter again and the relay again. Each stage returns a frozen
 record (:mod:`specstrat.runtime._step_types`) the later stages read; none calls back into the
 stage before it. Sequence lengths come from the slot table, their one owner: the step publishes
-what it holds after the rewind, and checks what the relay resolves against it. Every hook call
-goes through :func:`~specstrat.runtime._guard.call_hook`, and what a hook returns is checked
-against its contract (:mod:`specstrat.contracts`) before anything uses it. The step emits one
+what it holds after the rewind, and checks the target pool's fill and what the relay resolves
+against it. Every hook call goes through :func:`~specstrat.runtime._guard.call_hook`, and what a
+hook returns is checked against its contract (:mod:`specstrat.contracts`) before anything uses
+it. The step emits one
 :class:`~specstrat.runtime._stats.StepRecord` of what it measured; the run's ledger folds it.
 """
 
@@ -25,6 +26,7 @@ import torch
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.contracts import HostTree, hook_error
 from specstrat.drafting import DraftStep, StepOutcome, VerifyInputs
+from specstrat.errors import InternalError
 from specstrat.protocols import Drafter, FutureMap
 from specstrat.relay import RelayPayload
 from specstrat.runtime._adapt import WidthControl, WidthLane
@@ -132,6 +134,11 @@ class StepRunner:
         """The slots' rows, lengths and bonus tokens, and the relay's payload for them."""
         rows = self.table.rows(slots)
         lengths, bonus = [len(r.committed) for r in rows], [r.bonus for r in rows]
+        if (cached := self.worker.cached(slots)) != lengths:  # the pool mirrors the table
+            raise InternalError(
+                f"the target's KV holds {cached} positions for slots {slots} but they committed "
+                f"{lengths} tokens; a bug in specstrat"
+            )
         relay = self.relay_io.resolve(slots, lengths, bonus)
         assert relay.bonus_tokens is not None  # resolve refused a relay without them
         step = DraftStep(
@@ -184,8 +191,9 @@ class StepRunner:
                 list(resolved.step.slots),
                 last,
                 drafted.drafts,
+                seq_lens=resolved.lengths,
                 chain=drafted.chain,
-                lengths=drafted.tree.lengths,
+                node_counts=drafted.tree.lengths,
             )
         return Verified(logits, hidden, ran, time.perf_counter())
 

@@ -1,7 +1,8 @@
 """The step's relay collaborator: what each step writes into the algorithm's FutureMap, with
-who wrote it, and what the next step resolves, checked against the request pool.
+who wrote it, and what the next step resolves, checked against the slot table (the relay's
+``seq_lens`` mirror its lengths).
 
-The engine publishes the pool's sequence lengths and stashes each step's bonus tokens itself;
+The engine publishes the slot table's sequence lengths and stashes each step's bonus tokens itself;
 the drafter's ``admit``/``commit`` payloads and the disagg builder's writes ride along. Every
 value that comes back wrong, or that the relay refuses, is blamed on the hook that wrote it
 (:class:`~specstrat.runtime._relay_writers.RelayWriters`); only a field the engine wrote is
@@ -74,7 +75,7 @@ class StepRelay:
         payload: RelayPayload,
         writer: str,
     ) -> None:
-        """Publish the pool's ``lengths``, then stash ``writer``'s ``payload`` with the
+        """Publish the slot table's ``lengths``, then stash ``writer``'s ``payload`` with the
         engine's ``bonus`` tokens (which replace any the payload carries)."""
         index = self._index(slots)
         published = torch.tensor(lengths, dtype=torch.int64, device=self.device)
@@ -147,9 +148,9 @@ class StepRelay:
         if payload.seq_lens is not None and (got := payload.seq_lens.tolist()) != lengths:
             bad = [s for s, g, want in zip(slots, got, lengths, strict=True) if g != want]
             self._blame(
-                bad, "seq_lens", f"returned seq_lens={got} but the request pool holds "
+                bad, "seq_lens", f"returned seq_lens={got} but the slot table holds "
                 f"{lengths} for slots {slots}: a stale or aliased relay entry",
-                f"relayed seq_lens={got} for slots {slots}, but the request pool holds {lengths}",
+                f"relayed seq_lens={got} for slots {slots}, but the slot table holds {lengths}",
             )  # fmt: skip
         assert payload.bonus_tokens is not None  # _blame raised otherwise
         resolved = payload.bonus_tokens.tolist()

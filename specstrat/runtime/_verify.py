@@ -45,18 +45,21 @@ class Verifier:
         last: torch.Tensor,
         drafts: DraftTree,
         *,
+        seq_lens: list[int],
         chain: bool | None = None,
-        lengths: list[int] | None = None,
+        node_counts: list[int] | None = None,
     ) -> VerifyResult:
         """Logits ``[bs, T, V]`` and hidden ``[bs, T, H]`` at the root and each node, and how
-        many tokens the target ran. Positions a ragged verify did not run are zeros."""
+        many tokens the target ran. ``seq_lens`` are the slots' committed tokens (the slot
+        table's, read by the caller); ``node_counts`` each request's real draft nodes
+        (``drafts.lengths`` when not given). Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req
         rows = torch.cat([last[:, None], drafts.tokens], dim=1)
         if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
             rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)
         if not (drafts.is_chain() if chain is None else chain):
-            return self._tree(slots, rows, drafts)
-        counts = [n + 1 for n in (drafts.lengths.tolist() if lengths is None else lengths)]
+            return self._tree(slots, rows, drafts, seq_lens)
+        counts = [n + 1 for n in (drafts.lengths.tolist() if node_counts is None else node_counts)]
         if self.ragged and min(counts, default=t) < t:
             return self._ragged(slots, rows, counts)
         if self.graph_runner is not None and self.graph_runner.can_run(bs):
@@ -66,7 +69,9 @@ class Verifier:
             logits, hidden = self.worker.forward(mode, slots, rows.tolist())
         return logits.view(bs, t, -1), hidden.view(bs, t, -1), bs * t
 
-    def _tree(self, slots: list[int], rows: torch.Tensor, drafts: DraftTree) -> VerifyResult:
+    def _tree(
+        self, slots: list[int], rows: torch.Tensor, drafts: DraftTree, seq_lens: list[int]
+    ) -> VerifyResult:
         """Tree verify: through the graph buckets when one fits, else eagerly; positions and
         tree masks from the tree metadata kernel either way."""
         bs, t = rows.shape
@@ -78,9 +83,8 @@ class Verifier:
         if self.graph_runner is not None and self.graph_runner.can_run(bs):
             logits, hidden = self.graph_runner.replay_tree(slots, rows, parents, lengths)
         else:
-            lens = [self.worker.length(s) for s in slots]
             meta = build_tree_verify_metadata(
-                parents, lengths, torch.tensor(lens, device=dev), seq_lens_cpu=lens
+                parents, lengths, torch.tensor(seq_lens, device=dev), seq_lens_cpu=seq_lens
             )
             tree = TreeTokens(meta.positions.view(bs, t), meta.tree_mask)
             logits, hidden = self.worker.forward(

@@ -1,6 +1,7 @@
 """A model worker: one model, its request pool and KV cache, and forwards in every mode.
 
-The worker owns sequence lengths and committed tokens (its request pool). It turns per-request
+The worker owns where tokens sit (its request pool's page table and fill), not sequence lengths
+or committed tokens, which are the slot table's. It turns per-request
 token lists into one :class:`~specstrat.runtime._forward.ForwardBatch`: it allocates KV indices for
 the new tokens, records them and their token ids in the request's rows, and builds the attention
 metadata with the kernels (ragged form for EXTEND/DRAFT_EXTEND and ragged verify, uniform form
@@ -132,20 +133,16 @@ class ModelWorker:
         self.requests.reset()
         self.kv.reset()
 
-    def length(self, slot: int) -> int:
-        """Positions of the request whose KV is written."""
-        return self.requests.lengths[slot]
-
-    def lengths(self, slots: Sequence[int]) -> list[int]:
-        """Positions whose KV is written, per request."""
-        lengths = self.requests.lengths
-        return [lengths[s] for s in slots]
+    def cached(self, slots: Sequence[int]) -> list[int]:
+        """Positions whose KV is written, per request (the page table's fill)."""
+        cached = self.requests.cached
+        return [cached[s] for s in slots]
 
     def keep_path(self, slot: int, start: int, nodes: Sequence[int]) -> None:
         """Keep, after the first ``start`` positions, the tree nodes at offsets ``nodes`` (an
         accepted root-to-node path, in order) and free the rest: the path's KV indices move into
         place in the page table (page size 1: no KV is copied)."""
-        old = self.requests.lengths[slot]
+        old = self.requests.cached[slot]
         if not 0 <= start <= old or any(not 0 <= n < old - start for n in nodes):
             raise InvalidConfig(
                 f"keep_path(slot={slot}, start={start}, nodes={list(nodes)}) outside the "
@@ -160,7 +157,7 @@ class ModelWorker:
         keep = set(nodes)
         self.kv.free([int(x) for i, x in enumerate(locs) if i not in keep])
         row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype, device=row.device)
-        self.requests.lengths[slot] = start + len(kept)
+        self.requests.cached[slot] = start + len(kept)
 
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their indices are reused."""
@@ -168,8 +165,8 @@ class ModelWorker:
 
     def rewind_many(self, slots: Sequence[int], new_lens: Sequence[int]) -> None:
         """:meth:`rewind` for a batch: one gather of every dropped position's KV index."""
-        lengths = self.requests.lengths
-        old = [lengths[s] for s in slots]
+        cached = self.requests.cached
+        old = [cached[s] for s in slots]
         drop = [o - n for o, n in zip(old, new_lens, strict=True)]
         if drop and (min(drop) < 0 or min(new_lens) < 0):
             bad = next(
@@ -190,7 +187,7 @@ class ModelWorker:
             offsets = run_offsets(counts)
             self.kv.free(self.requests.req_to_token[rows, starts + offsets].tolist())
         for slot, n in zip(slots, new_lens, strict=True):
-            lengths[slot] = n
+            cached[slot] = n
 
     # -- forwards -----------------------------------------------------------------------------
 
@@ -198,8 +195,8 @@ class ModelWorker:
         """Allocate KV indices for ``counts[i]`` new tokens after request ``slots[i]`` and
         record them (batched: one indexed write of the page table for the whole batch)."""
         counts = list(counts)
-        lengths = self.requests.lengths
-        prefix = [lengths[s] for s in slots]
+        cached = self.requests.cached
+        prefix = [cached[s] for s in slots]
         ends = [p + c for p, c in zip(prefix, counts, strict=True)]
         if max(ends, default=0) > self.context_len:
             slot, start, count = next(
@@ -225,7 +222,7 @@ class ModelWorker:
             rows = torch.repeat_interleave(rows, per)
         self.requests.req_to_token[rows, positions] = locations.to(torch.int32)
         for slot, end in zip(slots, ends, strict=True):
-            lengths[slot] = end
+            cached[slot] = end
         return PreparedTokens(list(slots), prefix, counts, positions, locations)
 
     def metadata(self, mode: ForwardMode, prepared: PreparedTokens) -> VerifyMetadata:
@@ -336,7 +333,7 @@ class ModelWorker:
 
     def export_kv(self, slot: int) -> tuple[torch.Tensor, torch.Tensor]:
         """K and V of a request, ``[layers, length, kv_heads, head_dim]`` each (for transfer)."""
-        locs = self.requests.req_to_token[slot, : self.length(slot)].long()
+        locs = self.requests.req_to_token[slot, : self.requests.cached[slot]].long()
         return self.kv.k[:, locs].clone(), self.kv.v[:, locs].clone()
 
     def admit_prebuilt(
@@ -350,8 +347,8 @@ class ModelWorker:
                 f"prebuilt KV shapes k={tuple(k.shape)} v={tuple(v.shape)}; expected "
                 f"[layers, length, kv_heads, head_dim] = {want}"
             )
-        if self.length(slot):
-            raise InvalidConfig(f"slot {slot} already holds {self.length(slot)} tokens")
+        if self.requests.cached[slot]:
+            raise InvalidConfig(f"slot {slot} already holds {self.requests.cached[slot]} tokens")
         prepared = self.place([slot], [len(tokens)])
         locs = prepared.locations
         self.kv.k[:, locs] = k.to(self.kv.k.dtype)

@@ -204,7 +204,7 @@ class DraftRows:
     def behind(self, slots: Sequence[int]) -> tuple[list[int], list[list[int]]]:
         """The draft rows of ``slots``, and the committed tokens each one's KV lacks."""
         own = self.runner.rows_for(slots)
-        have = self.runner.lengths(own)
+        have = self.runner.cached(own)
         lacking = [list(self.target_tokens(s)[n:]) for s, n in zip(slots, have, strict=True)]
         return own, lacking
 
@@ -257,7 +257,7 @@ class DraftModelDrafter:
         is dropped afterwards, so the draft KV ends at the root."""
         shape, bs = step.shape, len(step.slots)
         k, dev = shape.topk, root_logits.device
-        root_len = self.runner.lengths(own)
+        root_len = self.runner.cached(own)
         expansion = TreeExpansion(shape)
         expansion.start(root_logits.log_softmax(-1))
         rows = torch.zeros(bs, k, 0, dtype=torch.bool, device=dev)  # frontier's ancestor columns

@@ -161,23 +161,23 @@ def test_mismatched_layouts_are_refused(t_draft: int, t_target: int, message: st
 
 
 class RecordingRunner:
-    """A BlockKV double: lengths per slot, recording catch-ups and blocks; its logits put all
+    """A BlockKV double: tokens per draft row, recording catch-ups and blocks; its logits put all
     mass on each row's own input id, so a draft reveals which row it came from."""
 
     def __init__(self, tokens_per_req: int, vocab: int = 2048) -> None:
         self.tokens_per_req, self.vocab = tokens_per_req, vocab
-        self.cached: dict[int, list[int]] = {}
+        self.tokens: dict[int, list[int]] = {}
         self.held: dict[int, int] = {}  # the target's slot -> its draft row
         self.blocks: list[list[list[int]]] = []
 
     def alloc(self, count: int) -> list[int]:
-        fresh = list(range(len(self.cached), len(self.cached) + count))
-        self.cached.update({s: [] for s in fresh})
+        fresh = list(range(len(self.tokens), len(self.tokens) + count))
+        self.tokens.update({s: [] for s in fresh})
         return fresh
 
-    def free(self, slots: Sequence[int]) -> None:
-        for slot in slots:
-            del self.cached[slot]
+    def free(self, rows: Sequence[int]) -> None:
+        for row in rows:
+            del self.tokens[row]
 
     def alloc_for(self, slots: Sequence[int]) -> list[int]:
         fresh = self.alloc(len(slots))
@@ -190,32 +190,34 @@ class RecordingRunner:
     def free_for(self, slots: Sequence[int]) -> None:
         self.free([self.held.pop(s) for s in slots if s in self.held])
 
-    def rewind(self, slot: int, new_len: int) -> None:
-        del self.cached[slot][new_len:]
+    def rewind(self, row: int, new_len: int) -> None:
+        del self.tokens[row][new_len:]
 
-    def lengths(self, slots: Sequence[int]) -> list[int]:
-        return [len(self.cached[s]) for s in slots]
+    def cached(self, rows: Sequence[int]) -> list[int]:
+        return [len(self.tokens[r]) for r in rows]
 
     def extend(
-        self, slots: Sequence[int], tokens: Sequence[Sequence[int]]
+        self, rows: Sequence[int], tokens: Sequence[Sequence[int]]
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        for slot, new in zip(slots, tokens, strict=True):
-            self.cached[slot].extend(new)
+        for row, new in zip(rows, tokens, strict=True):
+            self.tokens[row].extend(new)
         return self._logits([t for new in tokens for t in new])
 
     def extend_tree(
         self,
-        slots: Sequence[int],
+        rows: Sequence[int],
         tokens: torch.Tensor,
         positions: torch.Tensor,
         mask: torch.Tensor,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         raise AssertionError("a block drafter drafts chains: it never extends a tree")
 
-    def verify(self, slots: Sequence[int], rows: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        assert rows.shape[1] == self.tokens_per_req
-        self.blocks.append(rows.tolist())
-        return self.extend(slots, rows.tolist())
+    def verify(
+        self, rows: Sequence[int], tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        assert tokens.shape[1] == self.tokens_per_req
+        self.blocks.append(tokens.tolist())
+        return self.extend(rows, tokens.tolist())
 
     def _logits(self, ids: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         logits = torch.zeros(len(ids), self.vocab, dtype=torch.float64)
@@ -263,7 +265,7 @@ def test_drafts_come_from_their_placeholders(algo: SpecAlgorithm[Any], d: int) -
     assert tree.lengths.tolist() == [t_target - 1] * 2
     anchor = [[11], [12]] if algo is DFLASH else [[], []]
     assert runner.blocks == [[[*a, *blanks] for a in anchor]]
-    assert list(runner.cached.values()) == [[1, 2, 3, 11], [4, 5, 12]]
+    assert list(runner.tokens.values()) == [[1, 2, 3, 11], [4, 5, 12]]
 
 
 def test_the_confidence_cut_keeps_each_block_up_to_its_first_unsure_draft() -> None:
@@ -390,7 +392,7 @@ def test_block_runner_and_placeholder_errors(models: EmbeddedModels) -> None:
     drafter = keeping.made[0]
     assert isinstance(drafter, BlockDrafter)
     with pytest.raises(
-        InvalidConfig, match=r"rows have width 2; this draft worker verifies T_draft=4"
+        InvalidConfig, match=r"tokens have 2 per draft row; this draft worker verifies T_draft=4"
     ):
         drafter.runner.verify([1], torch.zeros(1, 2, dtype=torch.int64))
     block = models.block

@@ -173,7 +173,7 @@ FAULTS: list[tuple[str, Callable[[], Any], str]] = [
     ("resolve-wrong-type", lambda: relaying("resolve", lambda got: {"bonus": 1}),
      r"EAGLE\.future_map\.resolve: returned dict, not a RelayPayload"),
     ("resolve-stale-lengths", lambda: relaying("resolve", lambda got: replace(got, seq_lens=got.seq_lens + 1)),
-     r"EAGLE\.future_map\.resolve: returned seq_lens=.* but the request pool holds"),
+     r"EAGLE\.future_map\.resolve: returned seq_lens=.* but the slot table holds"),
     ("propose-not-a-tree", lambda: drafting("propose", lambda got: [1, 2, 3]),
      r"EAGLE\.drafter\.propose: returned list, not a DraftTree"),
     ("propose-too-many-nodes", lambda: drafting("propose", more_nodes),

@@ -179,7 +179,7 @@ NAMED: list[tuple[str, Callable[[], Any], str]] = [
      r"not a root-to-node path of the draft tree"),
     ("commit-relays-seq-lens",
      lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "commit", lambda p: replace(p, seq_lens=torch.zeros(p.num_rows, dtype=torch.int64)))),
-     r"EAGLE\.drafter\.commit: relayed seq_lens=\[0, .*\] for slots .* but the request pool holds"),
+     r"EAGLE\.drafter\.commit: relayed seq_lens=\[0, .*\] for slots .* but the slot table holds"),
     ("admit-relays-seq-lens",
      lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "admit", lambda p: replace(p, seq_lens=p.topk_index[:, 0] + 1000))),
      r"EAGLE\.drafter\.admit: relayed seq_lens=\[\d+.*\] for slots"),

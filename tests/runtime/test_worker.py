@@ -88,7 +88,7 @@ def test_rewind_frees_rejected_positions(tiny: TinyLM) -> None:
     worker.forward(M.TARGET_VERIFY, [slot], [[1, 2, 3, 4]])
     assert worker.kv.available == 36
     worker.rewind(slot, 11)
-    assert (worker.length(slot), worker.kv.available) == (11, 39)
+    assert (worker.cached([slot])[0], worker.kv.available) == (11, 39)
     worker.free_request(slot)
     assert worker.kv.available == 50
     assert worker.requests.available == 8
@@ -113,7 +113,7 @@ def test_prebuilt_admission_continues_like_the_original(tiny: TinyLM) -> None:
     k, v = source.export_kv(slot)
     new_slot = dest.alloc_request()
     dest.admit_prebuilt(new_slot, SEQS[1][:-1], k, v)
-    assert dest.length(new_slot) == len(SEQS[1][:-1])
+    assert dest.cached([new_slot])[0] == len(SEQS[1][:-1])
     a, _ = source.forward(M.DECODE, [slot], [SEQS[1][-1:]])
     b, _ = dest.forward(M.DECODE, [new_slot], [SEQS[1][-1:]])
     torch.testing.assert_close(a, b)
@@ -136,7 +136,7 @@ def test_worker_errors(tiny: TinyLM) -> None:
         worker.forward(M.DECODE, [slot, slot], [[1], [1, 2]])
     with pytest.raises(CapacityError, match=r"KV pool has 20 free KV indices, 21 needed"):
         worker.forward(M.EXTEND, [slot], [list(range(21))])
-    assert (worker.length(slot), worker.kv.available) == (0, 20)
+    assert (worker.cached([slot])[0], worker.kv.available) == (0, 20)
     with pytest.raises(InvalidConfig, match=r"mode=PREBUILT runs no forward; use admit_prebuilt"):
         worker.forward(M.PREBUILT, [slot], [[1]])
     with pytest.raises(InvalidConfig, match=r"0 \+ 200 tokens exceed context_len=128"):
@@ -166,10 +166,10 @@ def test_the_request_pool_tracks_positions_written(tiny: TinyLM) -> None:
     slot = worker.alloc_request()
     worker.forward(M.EXTEND, [slot], [[5, 6, 7]])
     worker.forward(M.TARGET_VERIFY, [slot], [[8, 9, 10]])
-    assert worker.length(slot) == 6
+    assert worker.cached([slot])[0] == 6
     free = worker.kv.available
     worker.rewind(slot, 4)
-    assert (worker.length(slot), worker.kv.available) == (4, free + 2)
+    assert (worker.cached([slot])[0], worker.kv.available) == (4, free + 2)
 
 
 def test_kv_larger_than_memory_is_refused_before_allocating(tiny: TinyLM) -> None:

@@ -39,7 +39,7 @@ class GreedyDraftLMDrafter(NoDrafter):  # commit: nothing to learn
         lasts = step.bonus_tokens.tolist()
         feed = [  # what each draft row lacks: committed tokens, then the bonus token
             [*self.tokens(slot)[cached:], last]
-            for slot, cached, last in zip(step.slots, self.runner.lengths(rows), lasts, strict=True)
+            for slot, cached, last in zip(step.slots, self.runner.cached(rows), lasts, strict=True)
         ]
         logits, _ = self.runner.extend(rows, feed)
         token = logits[torch.tensor([len(f) for f in feed]).cumsum(0) - 1].argmax(-1)
