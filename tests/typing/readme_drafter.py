@@ -12,7 +12,7 @@ from specstrat.strategies import NoDrafter, NoDrafterFactory
 
 class BigramDrafter(NoDrafter):  # admit/commit/release: nothing to keep
     def __init__(self, tokens: Callable[[int], Sequence[int]]) -> None:
-        self.tokens = tokens  # the engine's request pool: committed tokens per slot
+        self.tokens = tokens  # the engine's slot table: committed tokens per slot
 
     def propose(self, step: DraftStep) -> DraftTree:
         rows = []
