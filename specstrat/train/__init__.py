@@ -29,7 +29,7 @@ from specstrat.train.capture import (
     token_counts,
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
-from specstrat.train.loop import Agreement, HeadConfig, evaluate, train_head
+from specstrat.train.loop import TTT_DECAY, Agreement, HeadConfig, evaluate, train_head
 from specstrat.train.prompts import (
     CHAT_TOPICS,
     STDLIB_MODULES,
@@ -42,6 +42,7 @@ __all__ = [
     "CHAT_TOPICS",
     "FORMAT",
     "STDLIB_MODULES",
+    "TTT_DECAY",
     "Agreement",
     "CapturedData",
     "CapturedSequence",

@@ -37,7 +37,7 @@ from specstrat.train.capture import (
 )
 from specstrat.train.eagle3 import Eagle3Head
 
-__all__ = ["Agreement", "HeadConfig", "evaluate", "train_head"]
+__all__ = ["TTT_DECAY", "Agreement", "HeadConfig", "evaluate", "train_head"]
 
 #: Step ``i`` of the unrolled head weighs ``TTT_DECAY ** i`` in the loss (EAGLE-3's 0.8).
 TTT_DECAY = 0.8
