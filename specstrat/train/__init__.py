@@ -1,0 +1,71 @@
+"""Train an EAGLE-3-style draft head for any Hugging Face causal LM on a CPU budget.
+
+:func:`train_head` generates the target's own responses to prompts (the license-clean
+:func:`default_prompts` pool, or :func:`read_prompts` of a JSONL file), captures the fused
+layers' hidden states and the target's logits on a reduced draft vocabulary
+(:mod:`~specstrat.train.capture`), and trains an :class:`Eagle3Head` with training-time test;
+:func:`evaluate` measures its chained agreement with the target; :func:`save_head` and
+:func:`load_head` keep it in one safetensors file bound to the target's weights.
+"""
+
+from specstrat.train.artifact import (
+    FORMAT,
+    HeadMismatch,
+    TrainedHead,
+    load_head,
+    save_head,
+    target_name,
+    target_sha256,
+)
+from specstrat.train.capture import (
+    CapturedData,
+    CapturedSequence,
+    Generation,
+    capture,
+    default_layers,
+    draft_vocab,
+    generate,
+    raw_model,
+    token_counts,
+)
+from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
+from specstrat.train.loop import TTT_DECAY, Agreement, HeadConfig, evaluate, train_head
+from specstrat.train.prompts import (
+    CHAT_TOPICS,
+    STDLIB_MODULES,
+    default_prompts,
+    read_prompts,
+    stdlib_prompts,
+)
+
+__all__ = [
+    "CHAT_TOPICS",
+    "FORMAT",
+    "STDLIB_MODULES",
+    "TTT_DECAY",
+    "Agreement",
+    "CapturedData",
+    "CapturedSequence",
+    "Eagle3Config",
+    "Eagle3DraftHead",
+    "Eagle3Head",
+    "Generation",
+    "HeadConfig",
+    "HeadMismatch",
+    "TrainedHead",
+    "capture",
+    "default_layers",
+    "default_prompts",
+    "draft_vocab",
+    "evaluate",
+    "generate",
+    "load_head",
+    "raw_model",
+    "read_prompts",
+    "save_head",
+    "stdlib_prompts",
+    "target_name",
+    "target_sha256",
+    "token_counts",
+    "train_head",
+]

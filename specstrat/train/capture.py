@@ -1,0 +1,241 @@
+"""The target's own generations, and the features a head trains on.
+
+A head learns to predict what *this* target says, so the data is the target's own responses to
+the prompts (greedy, or sampled at a temperature with a seed), not a dataset's answers. For each
+generated sequence one further forward with ``output_hidden_states`` captures, at the response
+positions, the hidden states of the fused layers, the target's logits on the draft vocabulary
+and its greedy choices. That is a second forward over text the generation already ran; capturing
+during generation instead (no second pass) is left to the engine.
+
+Layer ``l`` means the output of decoder layer ``l`` (transformers' ``hidden_states[l + 1]``;
+the last layer's entry is after the final norm in most models).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specstrat._ints import is_int
+from specstrat.errors import InvalidConfig
+from specstrat.hf import HFCausalLM, plain_defaults
+
+__all__ = [
+    "CapturedData",
+    "CapturedSequence",
+    "Generation",
+    "capture",
+    "default_layers",
+    "draft_vocab",
+    "generate",
+    "raw_model",
+    "token_counts",
+]
+
+
+def default_layers(num_layers: int) -> tuple[int, int, int]:
+    """The fused layers for a target of ``num_layers`` decoder layers: ``(1, L // 2, L - 2)``
+    (low, middle, high), each clamped into ``[0, L - 1]``, sorted (a tiny model repeats one)."""
+    if not is_int(num_layers) or num_layers < 1:
+        raise InvalidConfig(f"num_layers={num_layers!r} must be an int >= 1")
+    picked = sorted(min(max(i, 0), num_layers - 1) for i in (1, num_layers // 2, num_layers - 2))
+    return picked[0], picked[1], picked[2]
+
+
+@contextlib.contextmanager
+def raw_model(model: Any) -> Iterator[Any]:
+    """The transformers model behind ``model`` for the block: an
+    :class:`~specstrat.hf.HFCausalLM` on transformers' own attention (its ``reference()``), or
+    ``model`` itself when it already is a transformers model."""
+    if isinstance(model, HFCausalLM):
+        with model.reference() as inner:
+            yield inner
+    else:
+        yield model
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Generation:
+    """One prompt's tokens (``tokens [T]``, CPU int64): ``prompt_len`` prompt ids (the chat
+    template applied), then the target's response."""
+
+    tokens: torch.Tensor
+    prompt_len: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapturedSequence:
+    """What a head trains on for one generation, at rows ``r = 0 .. R - 1`` that stand for
+    sequence positions ``start + r`` (``start = prompt_len - 1``: row 0 predicts the first
+    response token). ``features [R, k * H]``: the fused layers' hidden states, concatenated;
+    ``tokens [R]``: the token at each position; ``logits [R, N]``: the target's logits on the
+    draft vocabulary (``d2t`` order); ``greedy [R]``: the target's greedy next token over its
+    whole vocabulary. CPU tensors."""
+
+    features: torch.Tensor
+    tokens: torch.Tensor
+    logits: torch.Tensor
+    greedy: torch.Tensor
+    start: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CapturedData:
+    """Captured sequences of one target: the fused ``layers``, the draft vocabulary ``d2t``
+    (draft id -> target id) and a description of the prompts' ``source``."""
+
+    sequences: tuple[CapturedSequence, ...]
+    layers: tuple[int, ...]
+    d2t: torch.Tensor
+    source: str
+
+    @property
+    def positions(self) -> int:
+        """Rows over all sequences (the data size)."""
+        return sum(int(s.tokens.numel()) for s in self.sequences)
+
+
+def _vocab(model: Any, tokenizer: Any) -> int:
+    return min(len(tokenizer), int(model.get_output_embeddings().weight.shape[0]))
+
+
+def _eos(model: Any, tokenizer: Any) -> list[int]:
+    ids: set[int] = set()
+    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, list | tuple):
+            ids.update(v for v in value if isinstance(v, int))
+    return sorted(ids)
+
+
+def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
+    """The prompt as one user turn through the chat template (plain text without a template)."""
+    if getattr(tokenizer, "chat_template", None) is None:
+        return [int(t) for t in tokenizer.encode(prompt)]
+    ids = tokenizer.apply_chat_template(
+        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
+    )
+    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
+        ids = ids["input_ids"]
+    return [int(t) for t in ids]
+
+
+def generate(
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    max_new_tokens: int,
+    temperature: float = 0.0,
+    seed: int = 0,
+    deadline: float | None = None,
+) -> tuple[Generation, ...]:
+    """The target's responses to ``prompts`` (one at a time, transformers' ``generate``): greedy
+    at ``temperature=0``, else sampled at it with ``seed + i`` for prompt ``i``; stops at the
+    tokenizer's and generation config's EOS. Logits past the tokenizer's vocabulary (a padded
+    head) are suppressed. Stops early, keeping what it has, once ``time.monotonic()`` passes
+    ``deadline``."""
+    from transformers import GenerationConfig
+
+    if not is_int(max_new_tokens) or max_new_tokens < 1:
+        raise InvalidConfig(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+    out: list[Generation] = []
+    with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
+        vocab, width = _vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
+        eos = _eos(lm, tokenizer)
+        sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
+        config = GenerationConfig(  # type: ignore[no-untyped-call]
+            max_new_tokens=max_new_tokens,
+            eos_token_id=eos or None,
+            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
+            suppress_tokens=list(range(vocab, width)) or None,
+            **(sampled if temperature > 0 else {"do_sample": False}),
+        )
+        device = next(lm.parameters()).device
+        for i, prompt in enumerate(prompts):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            ids = torch.tensor([_prompt_ids(tokenizer, prompt)], device=device)
+            with torch.random.fork_rng(devices=[]):
+                torch.manual_seed(seed + i)
+                done = lm.generate(
+                    ids, attention_mask=torch.ones_like(ids), generation_config=config
+                )
+            out.append(Generation(tokens=done[0].cpu(), prompt_len=ids.shape[1]))
+    return tuple(out)
+
+
+def token_counts(generations: Sequence[Generation], vocab_size: int) -> torch.Tensor:
+    """How often each id ``< vocab_size`` occurs in the responses (``[vocab_size]`` int64)."""
+    counts = torch.zeros(vocab_size, dtype=torch.int64)
+    for g in generations:
+        response = g.tokens[g.prompt_len :]
+        counts += torch.bincount(response[response < vocab_size], minlength=vocab_size)
+    return counts
+
+
+def draft_vocab(counts: torch.Tensor, n: int) -> torch.Tensor:
+    """The draft vocabulary: the ``n`` most frequent ids of ``counts [V]`` (ties broken by the
+    smaller id), most frequent first, as the d2t map ``[n]`` int64 (draft id -> target id)."""
+    if counts.dim() != 1 or counts.dtype.is_floating_point or counts.dtype == torch.bool:
+        raise InvalidConfig(
+            f"token_counts has shape {tuple(counts.shape)} and dtype {counts.dtype}; pass a 1-D "
+            "integer tensor of counts per target id (token_counts(generations, vocab_size))"
+        )
+    if not is_int(n) or not 1 <= n <= counts.numel():
+        raise InvalidConfig(
+            f"draft vocabulary n={n!r} must be an int in [1, {counts.numel()}] (the target's "
+            "vocabulary); pass a smaller draft_vocab"
+        )
+    ids = torch.arange(counts.numel(), dtype=torch.int64)
+    # Stable sort by id first, then by count descending: equal counts keep ascending ids.
+    order = torch.sort(counts.to(torch.int64), descending=True, stable=True).indices
+    return ids[order[:n]].clone()
+
+
+def capture(
+    model: Any,
+    generations: Sequence[Generation],
+    *,
+    layers: Sequence[int],
+    d2t: torch.Tensor,
+    vocab_size: int,
+    source: str = "",
+) -> CapturedData:
+    """One forward per generation with ``output_hidden_states``: the fused ``layers``' hidden
+    states, the logits on ``d2t`` and the greedy next token (over the first ``vocab_size`` ids)
+    at every position from the last prompt token on (:class:`CapturedSequence`)."""
+    picked = tuple(int(x) for x in layers)
+    sequences: list[CapturedSequence] = []
+    with raw_model(model) as lm, torch.inference_mode():
+        num_layers = int(lm.config.num_hidden_layers)
+        bad = [x for x in picked if not 0 <= x < num_layers]
+        if bad or not picked:
+            raise InvalidConfig(
+                f"layers={picked} must be non-empty indices in [0, {num_layers - 1}] (the "
+                f"target's {num_layers} decoder layers); default_layers({num_layers}) = "
+                f"{default_layers(num_layers)}"
+            )
+        device = next(lm.parameters()).device
+        index = d2t.to(device)
+        for g in generations:
+            start = g.prompt_len - 1
+            out = lm(input_ids=g.tokens[None].to(device), output_hidden_states=True)
+            feats = torch.cat([out.hidden_states[x + 1][0, start:] for x in picked], dim=-1)
+            logits = out.logits[0, start:].float()
+            sequences.append(
+                CapturedSequence(
+                    features=feats.float().cpu(),
+                    tokens=g.tokens[start:].clone(),
+                    logits=logits[:, index].cpu(),
+                    greedy=logits[:, :vocab_size].argmax(-1).cpu(),
+                    start=start,
+                )
+            )
+    return CapturedData(sequences=tuple(sequences), layers=picked, d2t=d2t.clone(), source=source)

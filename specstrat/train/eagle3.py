@@ -1,0 +1,265 @@
+"""An EAGLE-3-style draft head for a Hugging Face causal LM, and its one-token drafting form.
+
+The head fuses the hidden states of ``k`` target layers (low, middle, high) with a linear
+``k*H -> H``, concatenates the normed fused feature with the normed embedding of the current
+token (the target's own input embedding, frozen), and runs one decoder layer in the target's
+shape whose attention reads that ``2H``-wide input (RMSNorm, q/k/v from ``2H``, RoPE,
+grouped-query attention, a SiLU-gated MLP), then a final RMSNorm and an LM head over the draft
+vocabulary (``d2t``: draft id -> target id). The layer's output (before the final norm) is the
+head's own hidden state: on later steps it replaces the fused feature, so the input is either
+``[.., k*H]`` fused features or ``[.., H]`` a hidden state of the head's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from specstrat._ints import is_int
+from specstrat.errors import InvalidConfig
+
+__all__ = ["Eagle3Config", "Eagle3DraftHead", "Eagle3Head"]
+
+
+_POSITIVE = (
+    "hidden_size",
+    "heads",
+    "kv_heads",
+    "head_dim",
+    "intermediate_size",
+    "vocab_size",
+    "draft_vocab_size",
+)
+
+
+@dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
+class Eagle3Config:
+    """The head's shape: the target's widths (``hidden_size``, ``heads``, ``kv_heads``,
+    ``head_dim``, ``intermediate_size``, ``rope_theta``, ``rms_eps``), its ``vocab_size``
+    (embedding rows), the fused target ``layers`` and the ``draft_vocab_size``."""
+
+    hidden_size: int
+    heads: int
+    kv_heads: int
+    head_dim: int
+    intermediate_size: int
+    rope_theta: float
+    rms_eps: float
+    vocab_size: int
+    layers: tuple[int, ...]
+    draft_vocab_size: int
+
+    def __post_init__(self) -> None:
+        for name in _POSITIVE:
+            value = getattr(self, name)
+            if not is_int(value) or value < 1:
+                raise InvalidConfig(f"Eagle3Config.{name}={value!r} must be an int >= 1")
+        if self.heads % self.kv_heads:
+            raise InvalidConfig(
+                f"Eagle3Config.heads={self.heads} is not a multiple of kv_heads={self.kv_heads}"
+            )
+        if self.head_dim % 2:
+            raise InvalidConfig(f"Eagle3Config.head_dim={self.head_dim} must be even (RoPE)")
+        if len(self.layers) < 2 or not all(is_int(x) and x >= 0 for x in self.layers):
+            raise InvalidConfig(
+                f"Eagle3Config.layers={self.layers!r} must be at least 2 layer indices >= 0 (the "
+                "fused width k*H must differ from the head's own hidden width H)"
+            )
+        if self.draft_vocab_size > self.vocab_size:
+            raise InvalidConfig(
+                f"Eagle3Config.draft_vocab_size={self.draft_vocab_size} exceeds the target's "
+                f"vocab_size={self.vocab_size}; pass a smaller draft vocabulary"
+            )
+        for name in ("rope_theta", "rms_eps"):
+            value = getattr(self, name)
+            if not isinstance(value, int | float) or not value > 0:
+                raise InvalidConfig(f"Eagle3Config.{name}={value!r} must be a number > 0")
+
+    @classmethod
+    def from_hf(cls, config: Any, *, layers: Sequence[int], draft_vocab_size: int) -> Eagle3Config:
+        """The head's shape from a transformers config (``head_dim`` defaults to
+        ``hidden_size // num_attention_heads``, ``rope_theta`` to 10000, ``rms_eps`` to 1e-6)."""
+        hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
+        rope = getattr(config, "rope_parameters", None) or {}
+        theta = rope.get("rope_theta") or getattr(config, "rope_theta", None) or 10000.0
+        eps = getattr(config, "rms_norm_eps", None) or getattr(config, "layer_norm_eps", None)
+        return cls(
+            hidden_size=hidden,
+            heads=heads,
+            kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
+            head_dim=int(getattr(config, "head_dim", None) or hidden // heads),
+            intermediate_size=int(getattr(config, "intermediate_size", None) or 4 * hidden),
+            rope_theta=float(theta),
+            rms_eps=float(eps or 1e-6),
+            vocab_size=int(config.vocab_size),
+            layers=tuple(int(x) for x in layers),
+            draft_vocab_size=int(draft_vocab_size),
+        )
+
+
+class _RMSNorm(nn.Module):
+    def __init__(self, width: int, eps: float) -> None:
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(width))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
+        return x * scale * self.weight
+
+
+def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
+    """``x [B, heads, T, d]`` rotated by ``positions [B, T]`` (rotate-half form, as Llama)."""
+    d = x.shape[-1]
+    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
+    angles = positions.to(torch.float32)[:, None, :, None] * inv  # [B, 1, T, d/2]
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
+    half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
+    return (x * cos.to(x.dtype)) + (half * sin.to(x.dtype))
+
+
+class Eagle3Head(nn.Module):
+    """The trainable head (see the module docstring); ``d2t [N]`` maps draft ids to target ids
+    and ``embed [vocab_size, H]`` is the target's input embedding (a frozen, unsaved buffer)."""
+
+    def __init__(self, config: Eagle3Config, d2t: torch.Tensor, embed: torch.Tensor) -> None:
+        super().__init__()
+        c, h = config, config.hidden_size
+        if tuple(d2t.shape) != (c.draft_vocab_size,) or d2t.dtype != torch.int64:
+            raise InvalidConfig(
+                f"d2t has shape {tuple(d2t.shape)} and dtype {d2t.dtype}; the head needs "
+                f"[{c.draft_vocab_size}] int64 (draft_vocab(counts, {c.draft_vocab_size}))"
+            )
+        if d2t.numel() and not 0 <= int(d2t.min()) <= int(d2t.max()) < c.vocab_size:
+            raise InvalidConfig(f"d2t holds ids outside the target's vocab [0, {c.vocab_size})")
+        if tuple(embed.shape) != (c.vocab_size, h):
+            raise InvalidConfig(
+                f"embed has shape {tuple(embed.shape)}; the target's input embedding is "
+                f"[{c.vocab_size}, {h}] by its config (pass model.get_input_embeddings().weight)"
+            )
+        self.config = config
+        self.register_buffer("d2t", d2t.clone(), persistent=True)
+        self.register_buffer("embed", embed.detach().float().clone(), persistent=False)
+        self.fc = nn.Linear(len(c.layers) * h, h, bias=False)
+        self.embed_norm, self.hidden_norm = _RMSNorm(h, c.rms_eps), _RMSNorm(h, c.rms_eps)
+        self.q_proj = nn.Linear(2 * h, c.heads * c.head_dim, bias=False)
+        self.k_proj = nn.Linear(2 * h, c.kv_heads * c.head_dim, bias=False)
+        self.v_proj = nn.Linear(2 * h, c.kv_heads * c.head_dim, bias=False)
+        self.o_proj = nn.Linear(c.heads * c.head_dim, h, bias=False)
+        self.post_norm = _RMSNorm(h, c.rms_eps)
+        self.gate_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(h, c.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(c.intermediate_size, h, bias=False)
+        self.norm = _RMSNorm(h, c.rms_eps)
+        self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
+
+    @classmethod
+    def from_target(cls, model: Any, *, layers: Sequence[int], d2t: torch.Tensor) -> Eagle3Head:
+        """A fresh head for a transformers causal LM: its shape from ``model.config``, the
+        frozen embedding copied from the model, and the LM head started from the target's LM
+        head rows at ``d2t`` when the target's head reads ``hidden_size`` wide states (random
+        otherwise; seed torch before calling for a reproducible start)."""
+        config = Eagle3Config.from_hf(model.config, layers=layers, draft_vocab_size=d2t.numel())
+        embed = model.get_input_embeddings().weight
+        config = dataclasses.replace(config, vocab_size=int(embed.shape[0]))  # the rows it has
+        head = cls(config, d2t.to(torch.int64).cpu(), embed.detach().cpu())
+        out = model.get_output_embeddings()
+        if out is not None and int(out.weight.shape[1]) == config.hidden_size:
+            with torch.no_grad():
+                head.lm_head.weight.copy_(out.weight.detach().float().cpu()[d2t.cpu()])
+        return head
+
+    def fuse(self, x: torch.Tensor) -> torch.Tensor:
+        """``[.., k*H]`` fused-layer features through the fusing linear, or ``[.., H]`` the
+        head's own hidden state as it is; any other width raises naming it."""
+        h, k = self.config.hidden_size, len(self.config.layers)
+        if x.shape[-1] == k * h:
+            fused: torch.Tensor = self.fc(x)
+            return fused
+        if x.shape[-1] == h:
+            return x
+        raise InvalidConfig(
+            f"head input width={x.shape[-1]}; pass the {k} fused layers' hidden states "
+            f"concatenated ({k}*{h}={k * h} wide, layers {self.config.layers}) or the head's own "
+            f"hidden state ({h} wide)"
+        )
+
+    def forward(
+        self,
+        features_or_hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        *,
+        causal: bool = True,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits ``[B, T, N]`` and the head's hidden states ``[B, T, H]`` for inputs
+        ``[B, T, k*H or H]``, target ids ``tokens [B, T]`` and ``positions [B, T]``: row ``t``
+        predicts the token after ``tokens[:, t]``. ``causal``: each row attends to the rows up
+        to it; ``False``: to itself only (what :class:`Eagle3DraftHead` runs)."""
+        c = self.config
+        b, t = tokens.shape
+        hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
+        emb = self.get_buffer("embed")[tokens].to(hidden.dtype)
+        x = torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
+        q = self.q_proj(x).view(b, t, c.heads, c.head_dim).transpose(1, 2)
+        k = self.k_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
+        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
+        q, k = _rope(q, positions, c.rope_theta), _rope(k, positions, c.rope_theta)
+        group = c.heads // c.kv_heads
+        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        mask = torch.ones(t, t, dtype=torch.bool, device=x.device)
+        mask = mask.tril() if causal else torch.eye(t, dtype=torch.bool, device=x.device)
+        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c.head_dim**-0.5)
+        hidden = hidden + self.o_proj(attn.transpose(1, 2).reshape(b, t, c.heads * c.head_dim))
+        y = self.post_norm(hidden)
+        hidden = hidden + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        return self.lm_head(self.norm(hidden)), hidden
+
+    def draft_head(self, vocab_size: int | None = None) -> Eagle3DraftHead:
+        """This head as a :class:`~specstrat.models.DraftHead` over ``vocab_size`` target ids
+        (default: the embedding's rows)."""
+        return Eagle3DraftHead(self, self.config.vocab_size if vocab_size is None else vocab_size)
+
+
+class Eagle3DraftHead:
+    """An :class:`Eagle3Head` as a :class:`~specstrat.models.DraftHead`, one token at a time:
+    ``head(hidden [n, k*H or H], tokens [n]) -> (logits [n, vocab_size], new_hidden [n, H])``,
+    logits ``-inf`` outside the draft vocabulary (a token outside it is never drafted).
+
+    Simplification: there is no KV cache, so each row's attention sees only itself (the
+    softmax over one key is 1: the attention is ``o_proj(v_proj(x))``), not the earlier
+    positions a cached EAGLE-3 head attends to. ``positions`` are not passed, which is exact
+    here: RoPE rotates a query and its only key alike. Train with ``causal=False`` (the
+    training loop's default) to train exactly what this drafts.
+    """
+
+    def __init__(self, head: Eagle3Head, vocab_size: int) -> None:
+        d2t = head.get_buffer("d2t")
+        if not is_int(vocab_size) or vocab_size < 1 or int(d2t.max()) >= vocab_size:
+            raise InvalidConfig(
+                f"vocab_size={vocab_size!r} must be an int above the largest draft id's target "
+                f"id {int(d2t.max())}; pass the target's vocabulary (model.shape.vocab_size)"
+            )
+        self.head, self.vocab_size = head, vocab_size
+
+    def __call__(
+        self, hidden: torch.Tensor, tokens: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits for the token after ``tokens`` (target ids), and the head's hidden."""
+        if hidden.dim() != 2 or tokens.shape != hidden.shape[:1]:
+            raise InvalidConfig(
+                f"hidden {tuple(hidden.shape)} and tokens {tuple(tokens.shape)}; pass hidden "
+                "[n, k*H or H] and tokens [n]"
+            )
+        n = tokens.shape[0]
+        zeros = torch.zeros(n, 1, dtype=torch.int64, device=tokens.device)
+        logits, new_hidden = self.head(hidden[:, None], tokens[:, None].long(), zeros, causal=False)
+        full = torch.full((n, self.vocab_size), -math.inf, dtype=logits.dtype, device=logits.device)
+        full[:, self.head.get_buffer("d2t")] = logits[:, 0]
+        return full, new_hidden[:, 0]

@@ -1,0 +1,349 @@
+"""Train an EAGLE-3-style head for a Hugging Face causal LM on a CPU budget, and measure it.
+
+:func:`train_head` generates the target's own responses to the prompts, captures the fused
+layers' features (:mod:`specstrat.train.capture`), picks the draft vocabulary from the tokens
+the target produced, and trains a fresh :class:`~specstrat.train.Eagle3Head` with training-time
+test (TTT): the head is unrolled over its own hidden states for ``ttt_steps`` steps, step ``i``
+fed the sequence's next token and weighted ``0.8 ** i``, each step a soft cross-entropy against
+the target's next-token distribution restricted to the draft vocabulary. AdamW, a linear warm-up
+then cosine learning rate, gradient-norm clipping, everything seeded. A held-out share of the
+prompts is generated greedily and measured with :func:`evaluate` (the file's ``tau``).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, TypedDict
+
+import torch
+import torch.nn.functional as F
+
+from specstrat._ints import is_int
+from specstrat.errors import InvalidConfig
+from specstrat.models import DraftHead
+from specstrat.train.artifact import TrainedHead, target_name, target_sha256
+from specstrat.train.capture import (
+    CapturedData,
+    CapturedSequence,
+    capture,
+    default_layers,
+    draft_vocab,
+    generate,
+    raw_model,
+    token_counts,
+)
+from specstrat.train.eagle3 import Eagle3Head
+
+__all__ = ["TTT_DECAY", "Agreement", "HeadConfig", "evaluate", "train_head"]
+
+#: Step ``i`` of the unrolled head weighs ``TTT_DECAY ** i`` in the loss (EAGLE-3's 0.8).
+TTT_DECAY = 0.8
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadConfig:
+    """How :func:`train_head` builds a head. ``layers``: the fused target layers (``None``:
+    :func:`~specstrat.train.default_layers`); ``draft_vocab``: the draft vocabulary's size
+    (capped at the target's vocabulary); ``ttt_steps``: unrolled steps; ``lr``: AdamW's peak
+    learning rate (``warmup``: the share of training spent warming up); ``batch_size``:
+    sequences per step; ``epochs`` passes over the data and/or ``budget_seconds`` for data
+    generation plus training (generation stops at half the budget, training at all of it);
+    ``seed``; ``temperature`` (0: greedy responses); ``max_new_tokens`` per response;
+    ``held_out``: the share of prompts kept for measuring tau; ``eval_depth``: draft tokens
+    measured per anchor; ``causal``: train with causal attention over the sequence (EAGLE-3's
+    form) instead of each row attending to itself, which is what the one-token
+    :class:`~specstrat.train.Eagle3DraftHead` runs (the default, ``False``)."""
+
+    layers: tuple[int, ...] | None = None
+    draft_vocab: int = 32768
+    ttt_steps: int = 3
+    lr: float = 1e-3
+    warmup: float = 0.05
+    batch_size: int = 8
+    epochs: int | None = 2
+    budget_seconds: float | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    max_new_tokens: int = 128
+    held_out: float = 0.1
+    eval_depth: int = 5
+    clip: float = 1.0
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
+            value = getattr(self, name)
+            if not is_int(value) or value < 1:
+                raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
+        if not is_int(self.seed):
+            raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
+        if self.layers is not None and (
+            len(self.layers) < 2 or not all(is_int(x) and x >= 0 for x in self.layers)
+        ):
+            raise InvalidConfig(
+                f"HeadConfig.layers={self.layers!r} must be None (the default rule) or at least "
+                "2 decoder-layer indices >= 0, e.g. (1, 8, 14)"
+            )
+        if self.epochs is None and self.budget_seconds is None:
+            raise InvalidConfig(
+                "HeadConfig.epochs=None and budget_seconds=None: training would never end; "
+                "set epochs=N, budget_seconds=S, or both"
+            )
+        if self.epochs is not None and (not is_int(self.epochs) or self.epochs < 1):
+            raise InvalidConfig(f"HeadConfig.epochs={self.epochs!r} must be an int >= 1, or None")
+        checks = {
+            "lr": (self.lr, 0.0, math.inf, False),
+            "warmup": (self.warmup, 0.0, 1.0, True),
+            "temperature": (self.temperature, 0.0, math.inf, True),
+            "held_out": (self.held_out, 0.0, 1.0, True),
+            "clip": (self.clip, 0.0, math.inf, False),
+        }
+        if self.budget_seconds is not None:
+            checks["budget_seconds"] = (self.budget_seconds, 0.0, math.inf, False)
+        for name, (value, low, high, closed) in checks.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not (low <= value if closed else low < value) or value >= high:
+                side = ">=" if closed else ">"
+                raise InvalidConfig(
+                    f"HeadConfig.{name}={value!r} must be a number {side} {low} and < {high}"
+                )
+
+
+class Agreement(TypedDict):
+    """:func:`evaluate`'s answer: ``acceptance[i]``, the share of anchors whose first ``i + 1``
+    chained drafts all equal the target's greedy tokens; ``conditional[i]``, that share given
+    the first ``i`` were accepted; ``tau = 1 + sum(acceptance)``, the implied tokens per verify
+    step; ``anchors``, how many anchors were measured."""
+
+    acceptance: list[float]
+    conditional: list[float]
+    tau: float
+    anchors: int
+
+
+def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5) -> Agreement:
+    """The head's chained top-1 agreement with the target's greedy tokens on ``data``.
+
+    From each anchor row ``j`` (every row with ``depth`` rows after it) the head drafts
+    ``depth`` tokens one at a time, as the engine would: first from the target's fused features
+    at ``j`` and the sequence's token at ``j + 1``, then from its own hidden state and its own
+    previous draft. Draft ``i`` agrees when it equals the target's greedy token at row
+    ``j + 1 + i``; a held-out set generated greedily makes these the target's own
+    continuations."""
+    if not is_int(depth) or depth < 1:
+        raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
+    drafter: DraftHead = head.draft_head() if isinstance(head, Eagle3Head) else head
+    hits = torch.zeros(depth, dtype=torch.float64)
+    anchors = 0
+    with torch.inference_mode():
+        for seq in data.sequences:
+            count = seq.tokens.numel() - depth  # anchors j with rows j + 1 .. j + depth
+            if count < 1:
+                continue
+            hidden, token = seq.features[:count], seq.tokens[1 : count + 1]
+            alive = torch.ones(count, dtype=torch.bool)
+            for i in range(depth):
+                logits, hidden = drafter(hidden, token)
+                token = logits.argmax(-1)
+                alive &= token == seq.greedy[1 + i : count + 1 + i]
+                hits[i] += alive.sum()
+            anchors += count
+    acceptance = (hits / max(anchors, 1)).tolist()
+    previous = [1.0, *acceptance[:-1]]
+    conditional = [a / p if p > 0 else 0.0 for a, p in zip(acceptance, previous, strict=True)]
+    return Agreement(
+        acceptance=acceptance, conditional=conditional, tau=1.0 + sum(acceptance), anchors=anchors
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class _Batch:
+    features: torch.Tensor  # [B, R, k*H], zero past each sequence
+    tokens: torch.Tensor  # [B, R]
+    targets: torch.Tensor  # [B, R, N] target logits on the draft vocabulary
+    lengths: torch.Tensor  # [B] rows per sequence
+    starts: torch.Tensor  # [B] absolute position of row 0
+
+
+def _batch(sequences: Sequence[CapturedSequence]) -> _Batch:
+    rows = max(s.tokens.numel() for s in sequences)
+
+    def pad(x: torch.Tensor) -> torch.Tensor:
+        return F.pad(x, [0, 0] * (x.dim() - 1) + [0, rows - x.shape[0]])
+
+    return _Batch(
+        features=torch.stack([pad(s.features) for s in sequences]),
+        tokens=torch.stack([pad(s.tokens) for s in sequences]),
+        targets=torch.stack([pad(s.logits) for s in sequences]),
+        lengths=torch.tensor([s.tokens.numel() for s in sequences]),
+        starts=torch.tensor([s.start for s in sequences]),
+    )
+
+
+def _shift(x: torch.Tensor, by: int, rows: int) -> torch.Tensor:
+    """``x[:, by : by + rows]`` padded with zeros to ``rows`` rows."""
+    part = x[:, by : by + rows]
+    return F.pad(part, [0, 0] * (x.dim() - 2) + [0, rows - part.shape[1]])
+
+
+def _ttt_loss(
+    head: Eagle3Head, batch: _Batch, steps: int, causal: bool
+) -> tuple[torch.Tensor, list[float]]:
+    """The unrolled loss over anchors ``j`` (rows ``0 .. R - 2``) and each step's top-1 accuracy
+    against the target's restricted argmax."""
+    anchors = batch.tokens.shape[1] - 1
+    j = torch.arange(anchors)
+    hidden = batch.features[:, :anchors]
+    total = batch.features.new_zeros(())
+    accuracy: list[float] = []
+    for i in range(steps):
+        valid = (j[None] + 1 + i) < batch.lengths[:, None]  # [B, A]
+        if not bool(valid.any()):
+            break
+        tokens = _shift(batch.tokens, 1 + i, anchors)
+        target = _shift(batch.targets, 1 + i, anchors)
+        positions = batch.starts[:, None] + j[None] + 1 + i
+        logits, hidden = head(hidden, tokens, positions, causal=causal)
+        soft = -(target.softmax(-1) * logits.log_softmax(-1)).sum(-1)
+        total = total + TTT_DECAY**i * soft[valid].mean()
+        agree = logits.argmax(-1) == target.argmax(-1)
+        accuracy.append(float(agree[valid].float().mean()))
+    return total, accuracy
+
+
+def _lr_scale(progress: float, warmup: float) -> float:
+    if progress < warmup:
+        return (progress + 1e-3) / (warmup + 1e-3)
+    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (progress - warmup) / (1.0 - warmup + 1e-9))))
+
+
+def _split(prompts: Sequence[str], share: float) -> tuple[list[str], list[str]]:
+    """Train and held-out prompts: the last ``round(share * n)`` (at least one when ``share``
+    is above zero and there are two prompts or more) are held out."""
+    n = len(prompts)
+    held = 0 if share == 0 or n < 2 else min(n - 1, max(1, round(share * n)))
+    return list(prompts[: n - held]), list(prompts[n - held :])
+
+
+def train_head(
+    config: HeadConfig,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    progress: bool = True,
+    source: str = "prompts",
+    command: str = "",
+) -> TrainedHead:
+    """A head trained for ``model`` (a transformers causal LM, or an
+    :class:`~specstrat.hf.HFCausalLM`) on its own responses to ``prompts`` (see the module
+    docstring); ``source`` and ``command`` are recorded in the result. ``progress``: a tqdm bar
+    showing the loss and each unrolled step's accuracy."""
+    from tqdm.auto import tqdm
+
+    if isinstance(prompts, str) or not prompts:
+        raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
+    start = time.monotonic()
+    budget = config.budget_seconds
+    deadline = None if budget is None else start + budget
+    data_deadline = None if budget is None else start + budget / 2
+    train_prompts, held_prompts = _split(prompts, config.held_out)
+    with raw_model(model) as lm:
+        num_layers = int(lm.config.num_hidden_layers)
+        layers = config.layers if config.layers is not None else default_layers(num_layers)
+        vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
+        gens = generate(
+            lm,
+            tokenizer,
+            train_prompts,
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            seed=config.seed,
+            deadline=data_deadline,
+        )
+        if not gens:
+            raise InvalidConfig(
+                f"budget_seconds={config.budget_seconds} ended before one response was "
+                "generated; raise the budget or lower max_new_tokens"
+            )
+        d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
+        data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+        held_gens = generate(lm, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
+        held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(config.seed)
+            head = Eagle3Head.from_target(lm, layers=layers, d2t=d2t)
+            order_gen = torch.Generator().manual_seed(config.seed)
+        name, digest = target_name(model), target_sha256(lm)
+    steps, loss = _fit(head, data, config, deadline, order_gen, progress and tqdm)
+    tau = evaluate(head, held, depth=config.eval_depth)["tau"] if held.sequences else math.nan
+    return TrainedHead(
+        head=head,
+        target=name,
+        target_sha256=digest,
+        data_size=data.positions,
+        data_source=source,
+        steps=steps,
+        final_loss=loss,
+        tau=tau,
+        command=command,
+    )
+
+
+def _fit(
+    head: Eagle3Head,
+    data: CapturedData,
+    config: HeadConfig,
+    deadline: float | None,
+    order: torch.Generator,
+    bar: Any,
+) -> tuple[int, float]:
+    """AdamW over shuffled batches until the epochs or the deadline end; (steps, final loss),
+    the loss an average of the last steps'."""
+    params = [p for p in head.parameters() if p.requires_grad]
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
+    seqs = [s for s in data.sequences if s.tokens.numel() >= 2]
+    per_epoch = math.ceil(len(seqs) / config.batch_size)
+    total = None if config.epochs is None else config.epochs * per_epoch
+    train_start = time.monotonic()
+    pbar = bar(total=total, desc="train head", unit="step") if bar else None
+    step, recent = 0, list[float]()
+    head.train()
+    try:
+        while total is None or step < total:
+            perm = torch.randperm(len(seqs), generator=order).tolist()
+            for b in range(per_epoch):
+                now = time.monotonic()
+                if (deadline is not None and now > deadline) or (total and step >= total):
+                    return step, _mean(recent)
+                frac = step / total if total else 0.0
+                if deadline is not None:
+                    frac = max(frac, (now - train_start) / max(deadline - train_start, 1e-9))
+                for group in opt.param_groups:
+                    group["lr"] = config.lr * _lr_scale(frac, config.warmup)
+                batch = _batch(
+                    [seqs[i] for i in perm[b * config.batch_size :][: config.batch_size]]
+                )
+                loss, accuracy = _ttt_loss(head, batch, config.ttt_steps, config.causal)
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(params, config.clip)
+                opt.step()
+                step += 1
+                recent = [*recent[-9:], loss.item()]
+                if pbar is not None:
+                    acc = " ".join(f"{a:.2f}" for a in accuracy)
+                    pbar.set_postfix_str(f"loss {recent[-1]:.3f} acc {acc}")
+                    pbar.update(1)
+        return step, _mean(recent)
+    finally:
+        head.eval()
+        if pbar is not None:
+            pbar.close()
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values) if values else math.nan
