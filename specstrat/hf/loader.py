@@ -25,7 +25,7 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf.adapter import HFCausalLM
 from specstrat.hf.text_io import chat_request, decode, text_request
-from specstrat.models import CausalLM
+from specstrat.models import CausalLM, DraftHead
 from specstrat.runtime import Request
 
 __all__ = ["HFModels", "cache_dir", "load"]
@@ -46,16 +46,20 @@ def cache_dir() -> Path:
 @dataclass(frozen=True, slots=True)
 class HFModels:
     """A loaded Hugging Face model for the engine (a :class:`~specstrat.models.LoadedModels`):
-    ``target`` (an :class:`~specstrat.hf.HFCausalLM`), an optional ``draft`` LM, the
-    ``tokenizer``, and the ids that end a request by default (``eos_token_ids``: the
-    tokenizer's and the generation config's EOS)."""
+    ``target`` (an :class:`~specstrat.hf.HFCausalLM`), an optional ``draft`` LM, an optional
+    EAGLE-style ``head``, the ``tokenizer``, and the ids that end a request by default
+    (``eos_token_ids``: the tokenizer's and the generation config's EOS). ``attach``: how these
+    models were made from what :func:`load` returned (e.g. a trained head attached by
+    ``specstrat.train.attach_head``), a picklable callable the prefill process of
+    disaggregation replays after its own :func:`load`; ``None``: nothing was attached."""
 
     target: HFCausalLM
     tokenizer: Any
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     draft: CausalLM | None = None
-    head: None = None
+    head: DraftHead | None = None
     source: str = ""
+    attach: Callable[[HFModels], HFModels] | None = None
 
     def request(
         self,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -17,10 +18,12 @@ class HFLoader:
     """A picklable :class:`~specstrat.runtime.ModelLoader` of the model at
     ``path`` (``dtype`` a torch dtype's name): the prefill process of
     :func:`~specstrat.runtime._disagg.run_disaggregated` loads the same model as the decode side
-    (a ``.gguf`` file from the conversion cache)."""
+    (a ``.gguf`` file from the conversion cache), then replays ``attach`` on it (the decode
+    side's :attr:`HFModels.attach`, e.g. a trained head)."""
 
     path: str
     dtype: str = "float32"
+    attach: Callable[[HFModels], HFModels] | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.path, str) or not self.path:
@@ -34,5 +37,6 @@ class HFLoader:
             )
 
     def __call__(self, device: str) -> HFModels:
-        """``specstrat.hf.load(path, dtype=..., device=device)``."""
-        return load(self.path, dtype=getattr(torch, self.dtype), device=device)
+        """``specstrat.hf.load(path, dtype=..., device=device)``, then ``attach``."""
+        models = load(self.path, dtype=getattr(torch, self.dtype), device=device)
+        return models if self.attach is None else self.attach(models)

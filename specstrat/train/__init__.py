@@ -5,7 +5,8 @@
 layers' hidden states and the target's logits on a reduced draft vocabulary
 (:mod:`~specstrat.train.capture`), and trains an :class:`Eagle3Head` with training-time test;
 :func:`evaluate` measures its chained agreement with the target; :func:`save_head` and
-:func:`load_head` keep it in one safetensors file bound to the target's weights.
+:func:`load_head` keep it in one safetensors file bound to the target's weights;
+:func:`attach_head` attaches a saved head to a loaded model so the engine's EAGLE drafters run it.
 """
 
 from specstrat.train.artifact import (
@@ -17,6 +18,7 @@ from specstrat.train.artifact import (
     target_name,
     target_sha256,
 )
+from specstrat.train.attach import HeadAttacher, attach_head
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
@@ -50,9 +52,11 @@ __all__ = [
     "Eagle3DraftHead",
     "Eagle3Head",
     "Generation",
+    "HeadAttacher",
     "HeadConfig",
     "HeadMismatch",
     "TrainedHead",
+    "attach_head",
     "capture",
     "default_layers",
     "default_prompts",

@@ -1,0 +1,128 @@
+"""A saved head attached to a Hugging Face model: the target returns its layers' fused outputs,
+the EAGLE drafters run the head (chains, EAGLE3, top-k trees) greedy-lossless in sync and
+overlap, and a head for another target, a second head or bad layers are refused by name."""
+
+import pickle
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import specstrat
+from specstrat import InvalidConfig, SpecAlgorithm
+from specstrat.cli import main
+from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
+from specstrat.hf.adapter import _Probe
+from specstrat.hf.process_loader import HFLoader
+from specstrat.runtime import Engine, EngineConfig, Request
+from specstrat.strategies import TopkTree
+from specstrat.train import (
+    Eagle3Head,
+    HeadAttacher,
+    HeadMismatch,
+    TrainedHead,
+    attach_head,
+    save_head,
+    target_name,
+    target_sha256,
+)
+from tests.hf import tiny
+
+LAYERS = (0, 1)
+ALGOS = {
+    "eagle": specstrat.EAGLE,
+    "eagle3": specstrat.EAGLE3,
+    "tree": replace(specstrat.EAGLE, tree=TopkTree(topk=2, num_steps=3)),
+}
+
+
+@pytest.fixture(scope="module")
+def head_file(llama: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained (seeded) head for the tiny llama, saved: losslessness needs no training."""
+    torch.manual_seed(0)
+    head = Eagle3Head.from_target(llama, layers=LAYERS, d2t=torch.arange(200))
+    trained = TrainedHead(
+        head=head,
+        target=target_name(llama),
+        target_sha256=target_sha256(llama),
+        data_size=0,
+        data_source="none",
+        steps=0,
+        final_loss=float("nan"),
+        tau=float("nan"),
+    )
+    return save_head(tmp_path_factory.mktemp("head") / "head.safetensors", trained)
+
+
+@pytest.fixture(scope="module")
+def models(llama: Any, tokenizer: Any, head_file: Path) -> HFModels:
+    """The tiny llama with the head attached."""
+    plain = HFModels(target=HFCausalLM(llama, vocab_size=tiny.VOCAB), tokenizer=tokenizer)
+    return attach_head(plain, head_file)
+
+
+def test_the_target_returns_its_layers_outputs_fused(models: HFModels, llama: Any) -> None:
+    """The attached target's hidden state is layers 0 and 1's outputs side by side, as
+    transformers' output_hidden_states gives them; its shape says 2 * H."""
+    target = models.target
+    assert (target.feature_layers, target.shape.hidden_size) == (LAYERS, 2 * 64)
+    tokens = torch.tensor([5, 9, 11, 3])
+    with target.reference() as lm, torch.inference_mode():
+        want = lm(input_ids=tokens[None], output_hidden_states=True).hidden_states
+    with torch.inference_mode():  # the load-time probe's backend: plain causal attention
+        _, hidden = target(tokens, torch.arange(4), _Probe())
+    fused = torch.cat([want[1][0], want[2][0]], dim=-1)
+    torch.testing.assert_close(hidden, fused, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+@pytest.mark.parametrize("name", sorted(ALGOS))
+def test_the_head_drafts_greedy_lossless(name: str, overlap: bool, models: HFModels) -> None:
+    """EAGLE, EAGLE3 and an EAGLE top-k tree with the attached head give transformers' greedy
+    generate token for token, in sync and overlap."""
+    ids = models.tokenizer("def wrap(text, width=70):\n    return text")["input_ids"]
+    requests = [Request("a", ids[:12], 12), Request("b", ids[:5], 9)]
+    algo: SpecAlgorithm[Any] = ALGOS[name]
+    engine = Engine(algo, models, EngineConfig(context_len=64, overlap=overlap))
+    outputs = engine.run(requests)
+    target = models.target
+    check = compare(target, requests, outputs, generate_reference(target, requests))
+    assert check.lossless, check.line()
+    assert check.compared_tokens == 21
+
+
+def test_a_head_for_another_target_is_refused(head_file: Path, tokenizer: Any) -> None:
+    """A head trained for the tiny llama is refused on another model, naming both hashes."""
+    other = HFCausalLM(tiny.model("llama", seed=3), vocab_size=tiny.VOCAB, name="other")
+    with pytest.raises(HeadMismatch, match=r"was trained for target .* but target 'other'"):
+        attach_head(HFModels(target=other, tokenizer=tokenizer), head_file)
+
+
+def test_a_second_head_is_refused(models: HFModels, head_file: Path) -> None:
+    """Models that already have a head get no second one."""
+    with pytest.raises(InvalidConfig, match=r"the models already have a head"):
+        attach_head(models, head_file)
+
+
+@pytest.mark.parametrize("layers", [(), (0, 0), (2,), (-1,)])
+def test_feature_layers_outside_the_model_are_refused(layers: tuple[int, ...], llama: Any) -> None:
+    """Layer indices must be distinct and inside the model's 2 layers."""
+    lm = HFCausalLM(llama, vocab_size=tiny.VOCAB, name="tiny")
+    with pytest.raises(
+        InvalidConfig, match=r"tiny: layers=.* must be distinct layer indices in 0\.\.1"
+    ):
+        lm.with_feature_layers(layers)
+
+
+def test_the_prefill_loader_carries_the_attacher(head_file: Path) -> None:
+    """The disaggregation prefill process's loader pickles with the head attacher it replays."""
+    loader = HFLoader("some/model", "float32", HeadAttacher(str(head_file)))
+    assert pickle.loads(pickle.dumps(loader)) == loader
+
+
+def test_demo_refuses_a_head_on_the_embedded_models(head_file: Path) -> None:
+    """``demo --head`` without ``--model`` is refused naming the flag and the fix."""
+    with pytest.raises(SystemExit, match=r"--head .* pass --model smollm2 or --model PATH"):
+        main(["demo", "--head", str(head_file)])
