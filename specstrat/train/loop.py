@@ -248,7 +248,8 @@ def _collect(
     config: HeadConfig, lm: Any, tokenizer: Any, prompts: Sequence[str], source: str, start: float
 ) -> tuple[CapturedData, CapturedData]:
     """The training and held-out data: the target's responses, captured (generation stops at
-    half the budget)."""
+    half the budget; when it does, the held-out prompts keep their share of what was
+    generated)."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
@@ -270,6 +271,9 @@ def _collect(
             f"budget_seconds={config.budget_seconds} ended before one response was "
             "generated; raise the budget or lower max_new_tokens"
         )
+    if len(gens) < len(train_prompts) and held_prompts:  # the budget cut generation short
+        share = config.held_out / (1.0 - config.held_out)
+        held_prompts = held_prompts[: max(1, round(len(gens) * share))]
     d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
     data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
     held_gens = generate(lm, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
