@@ -1,9 +1,11 @@
-"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR``, ``demo``, ``bench``."""
+"""The ``specstrat`` command: ``list``, ``check [--sglang] MODULE:ATTR``, ``demo``, ``bench``,
+``train`` (a draft head for a Hugging Face model, :mod:`specstrat.train.train_command`)."""
 
 from __future__ import annotations
 
 import argparse
 import json
+import shlex
 import sys
 import traceback
 from collections.abc import Sequence
@@ -21,6 +23,7 @@ from specstrat.drafting import SamplingParams
 from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
 from specstrat.strategies.tree import TopkTree
+from specstrat.train.train_command import add_train_parser, train_command
 
 __all__ = ["main"]
 
@@ -134,10 +137,10 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     """``demo --model smollm2|PATH``: a Hugging Face model on the code-editing workload."""
     from specstrat.hf import load
     from specstrat.hf.hf_demo import run_hf_demo
-    from specstrat.hf.smollm2 import smollm2_path
+    from specstrat.hf.smollm2 import model_path
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
-    path = smollm2_path() if args.model == "smollm2" else args.model
+    path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
     if args.head is not None:
@@ -286,13 +289,22 @@ def _parser() -> argparse.ArgumentParser:
             "--traceback", action="store_true", help="on a hook's failure, print its traceback"
         )
     add_bench_parser(sub, _positive, _add_sampling_and_tree)
+    add_train_parser(sub, _positive)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specstrat`` console script; returns the exit status."""
-    args = _parser().parse_args(argv)
-    commands = {"list": _list, "check": _check, "demo": _demo, "bench": _bench}
+    words = list(sys.argv[1:] if argv is None else argv)
+    args = _parser().parse_args(words)
+    args.command_line = shlex.join(["specstrat", *words])  # train records it in the head
+    commands = {
+        "list": _list,
+        "check": _check,
+        "demo": _demo,
+        "bench": _bench,
+        "train": train_command,
+    }
     try:
         return commands[args.command](args)
     except SpecstratError as exc:

@@ -57,9 +57,9 @@ def _bench_models(model: str) -> tuple[Any, str]:
 
         return EmbeddedModels.load(), "embedded"
     from specstrat.hf import load
-    from specstrat.hf.smollm2 import smollm2_path
+    from specstrat.hf.smollm2 import model_path
 
-    path = smollm2_path() if model == "smollm2" else model
+    path = model_path(model)
     print(f"loading {path} ...", file=sys.stderr)
     return load(path), str(path)
 
@@ -233,5 +233,3 @@ def add_bench_parser(
     )
     bench.add_argument("--json", metavar="FILE", help="write the result as JSON")
     bench.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (matplotlib)")
-
-

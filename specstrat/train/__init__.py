@@ -5,10 +5,12 @@
 layers' hidden states and the target's logits on a reduced draft vocabulary
 (:mod:`~specstrat.train.capture`), and trains an :class:`Eagle3Head` with training-time test;
 :func:`evaluate` measures its chained agreement with the target; :func:`save_head` and
-:func:`load_head` keep it in one safetensors file bound to the target's weights;
+:func:`load_head` keep it in one safetensors file bound to the target's weights; a run writes a
+:class:`Checkpoint` after each epoch and resumes from one (:func:`read_checkpoint`);
 :func:`attach_head` attaches a saved head to a loaded model so the engine's EAGLE drafters run it.
 """
 
+from specstrat.train.agreement import Agreement, evaluate
 from specstrat.train.artifact import (
     FORMAT,
     HeadMismatch,
@@ -24,14 +26,22 @@ from specstrat.train.capture import (
     CapturedSequence,
     Generation,
     capture,
+    check_layers,
     default_layers,
     draft_vocab,
     generate,
     raw_model,
     token_counts,
 )
+from specstrat.train.checkpoint import (
+    CHECKPOINT_FORMAT,
+    MAY_DIFFER,
+    Checkpoint,
+    read_checkpoint,
+    save_checkpoint,
+)
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
-from specstrat.train.loop import TTT_DECAY, Agreement, HeadConfig, evaluate, train_head
+from specstrat.train.loop import TTT_DECAY, HeadConfig, train_head
 from specstrat.train.prompts import (
     CHAT_TOPICS,
     STDLIB_MODULES,
@@ -42,12 +52,15 @@ from specstrat.train.prompts import (
 
 __all__ = [
     "CHAT_TOPICS",
+    "CHECKPOINT_FORMAT",
     "FORMAT",
+    "MAY_DIFFER",
     "STDLIB_MODULES",
     "TTT_DECAY",
     "Agreement",
     "CapturedData",
     "CapturedSequence",
+    "Checkpoint",
     "Eagle3Config",
     "Eagle3DraftHead",
     "Eagle3Head",
@@ -58,6 +71,7 @@ __all__ = [
     "TrainedHead",
     "attach_head",
     "capture",
+    "check_layers",
     "default_layers",
     "default_prompts",
     "draft_vocab",
@@ -65,7 +79,9 @@ __all__ = [
     "generate",
     "load_head",
     "raw_model",
+    "read_checkpoint",
     "read_prompts",
+    "save_checkpoint",
     "save_head",
     "stdlib_prompts",
     "target_name",

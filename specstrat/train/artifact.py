@@ -3,7 +3,8 @@
 The file holds the head's weights in float16 storage, its ``d2t`` map (int64), and string
 metadata: the format, the head's shape, the target's name and the sha256 of its weights, the
 fused layers, the draft vocabulary size, the data's size and source, the training steps, the
-final loss, the measured tau, the command line and specstrat's version. :func:`load_head`
+final loss, the measured tau and acceptance by position, the command line and specstrat's
+version. :func:`load_head`
 refuses a head whose target hash differs from the model it is loaded for (:class:`HeadMismatch`)
 and a file that is not a whole head (``ModelLoadError`` naming the file).
 
@@ -51,7 +52,9 @@ class HeadMismatch(ModelLoadError):
 class TrainedHead:
     """A head and what it was trained on: the ``target`` model's name and weights' sha256, the
     data (``data_size`` captured positions from ``data_source``), ``steps`` optimiser steps, the
-    ``final_loss``, the held-out ``tau`` (NaN when none was measured) and the ``command``."""
+    ``final_loss``, the held-out ``tau`` (NaN when none was measured) and ``acceptance`` by
+    position (:func:`~specstrat.train.evaluate`'s; empty when none was measured), and the
+    ``command``."""
 
     head: Eagle3Head
     target: str
@@ -61,6 +64,7 @@ class TrainedHead:
     steps: int
     final_loss: float
     tau: float
+    acceptance: tuple[float, ...] = ()
     command: str = ""
 
     @property
@@ -126,6 +130,7 @@ def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
         "steps": str(trained.steps),
         "final_loss": repr(trained.final_loss),
         "tau": repr(trained.tau),
+        "acceptance": json.dumps(list(trained.acceptance)),
         "command": trained.command,
         "specstrat_version": specstrat.__version__,
     }
@@ -192,6 +197,7 @@ def load_head(path: str | os.PathLike[str], target_model: Any) -> TrainedHead:
             steps=int(meta["steps"]),
             final_loss=float(meta["final_loss"]),
             tau=float(meta["tau"]),
+            acceptance=tuple(float(a) for a in json.loads(meta.get("acceptance", "[]"))),
             command=meta.get("command", ""),
         )
     except (KeyError, ValueError, TypeError, RuntimeError) as exc:

