@@ -29,6 +29,7 @@ from specstrat.train import (
     target_sha256,
 )
 from tests.hf import tiny
+from tests.train.conftest import LEARNABLE_INIT
 
 LAYERS = (0, 1)
 ALGOS = {
@@ -39,14 +40,21 @@ ALGOS = {
 
 
 @pytest.fixture(scope="module")
-def head_file(llama: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
+def own_llama() -> Any:
+    """A tiny llama of this module's own: wrapping switches a model's attention to the
+    engine's, which the package's shared ``llama`` must keep for generate."""
+    return tiny.model("llama", initializer_range=LEARNABLE_INIT)
+
+
+@pytest.fixture(scope="module")
+def head_file(own_llama: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained (seeded) head for the tiny llama, saved: losslessness needs no training."""
     torch.manual_seed(0)
-    head = Eagle3Head.from_target(llama, layers=LAYERS, d2t=torch.arange(200))
+    head = Eagle3Head.from_target(own_llama, layers=LAYERS, d2t=torch.arange(200))
     trained = TrainedHead(
         head=head,
-        target=target_name(llama),
-        target_sha256=target_sha256(llama),
+        target=target_name(own_llama),
+        target_sha256=target_sha256(own_llama),
         data_size=0,
         data_source="none",
         steps=0,
@@ -57,13 +65,13 @@ def head_file(llama: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def models(llama: Any, tokenizer: Any, head_file: Path) -> HFModels:
+def models(own_llama: Any, tokenizer: Any, head_file: Path) -> HFModels:
     """The tiny llama with the head attached."""
-    plain = HFModels(target=HFCausalLM(llama, vocab_size=tiny.VOCAB), tokenizer=tokenizer)
+    plain = HFModels(target=HFCausalLM(own_llama, vocab_size=tiny.VOCAB), tokenizer=tokenizer)
     return attach_head(plain, head_file)
 
 
-def test_the_target_returns_its_layers_outputs_fused(models: HFModels, llama: Any) -> None:
+def test_the_target_returns_its_layers_outputs_fused(models: HFModels) -> None:
     """The attached target's hidden state is layers 0 and 1's outputs side by side, as
     transformers' output_hidden_states gives them; its shape says 2 * H."""
     target = models.target
@@ -107,9 +115,9 @@ def test_a_second_head_is_refused(models: HFModels, head_file: Path) -> None:
 
 
 @pytest.mark.parametrize("layers", [(), (0, 0), (2,), (-1,)])
-def test_feature_layers_outside_the_model_are_refused(layers: tuple[int, ...], llama: Any) -> None:
+def test_feature_layers_outside_the_model_are_refused(layers: tuple[int, ...], own_llama: Any) -> None:
     """Layer indices must be distinct and inside the model's 2 layers."""
-    lm = HFCausalLM(llama, vocab_size=tiny.VOCAB, name="tiny")
+    lm = HFCausalLM(own_llama, vocab_size=tiny.VOCAB, name="tiny")
     with pytest.raises(
         InvalidConfig, match=r"tiny: layers=.* must be distinct layer indices in 0\.\.1"
     ):
