@@ -50,9 +50,14 @@ def _with_policies(
     return tuple(with_policy(a, spec, load, "bench") for a in algos for spec in specs)
 
 
-def _bench_models(model: str) -> tuple[Any, str]:
-    """The models ``--model`` names, and how the output names them."""
+def _bench_models(model: str, head: str | None) -> tuple[Any, str]:
+    """The models ``--model`` names (with ``--head`` attached), and how the output names them."""
     if model == "embedded":
+        if head is not None:
+            raise InvalidConfig(
+                f"--head {head} is a head trained for a Hugging Face model; pass --model "
+                "smollm2 or --model PATH (the embedded models have their own head)"
+            )
         from specstrat.runtime import EmbeddedModels
 
         return EmbeddedModels.load(), "embedded"
@@ -61,7 +66,12 @@ def _bench_models(model: str) -> tuple[Any, str]:
 
     path = model_path(model)
     print(f"loading {path} ...", file=sys.stderr)
-    return load(path), str(path)
+    models = load(path)
+    if head is None:
+        return models, str(path)
+    from specstrat.train import attach_head
+
+    return attach_head(models, head), f"{path} (head {head})"
 
 
 def bench_command(args: argparse.Namespace, load: Loader) -> int:
@@ -97,7 +107,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         from specstrat.bench.plots import _pyplot
 
         _pyplot()  # a missing matplotlib is refused before any run
-    models, name = _bench_models(args.model)
+    models, name = _bench_models(args.model, args.head)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
         result = run_bench(config, models, model_name=name, progress=bar.write, bar=bar)
     plots: list[str] = []
@@ -172,6 +182,11 @@ def add_bench_parser(
     )
     bench.add_argument(
         "--model", default="embedded", help="embedded (default), smollm2, or a model path"
+    )
+    bench.add_argument(
+        "--head",
+        help="a draft head trained for --model (specstrat train --out FILE.safetensors) for the "
+        "EAGLE drafters",
     )
     bench.add_argument(
         "--workload",

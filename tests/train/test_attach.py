@@ -134,3 +134,12 @@ def test_demo_refuses_a_head_on_the_embedded_models(head_file: Path) -> None:
     """``demo --head`` without ``--model`` is refused naming the flag and the fix."""
     with pytest.raises(SystemExit, match=r"--head .* pass --model smollm2 or --model PATH"):
         main(["demo", "--head", str(head_file)])
+
+
+def test_bench_refuses_a_head_on_the_embedded_models(
+    head_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``bench --head`` without ``--model`` exits 2 naming the flag and the fix, before a run."""
+    assert main(["bench", "--head", str(head_file), "--requests", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--head" in err and "pass --model smollm2 or --model PATH" in err
