@@ -140,6 +140,7 @@ def test_bench_refuses_a_head_on_the_embedded_models(
     head_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """``bench --head`` without ``--model`` exits 2 naming the flag and the fix, before a run."""
-    assert main(["bench", "--head", str(head_file), "--requests", "1"]) == 2
+    assert main(["bench", "--algo", "EAGLE", "--head", str(head_file), "--requests", "1"]) == 2
     err = capsys.readouterr().err
-    assert "--head" in err and "pass --model smollm2 or --model PATH" in err
+    assert "specstrat bench: InvalidConfig: --head" in err
+    assert "pass --model smollm2 or --model PATH" in err
