@@ -148,16 +148,23 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     deadline: float | None = None,
+    batch: int = 16,
 ) -> tuple[Generation, ...]:
-    """The target's responses to ``prompts`` (one at a time, transformers' ``generate``): greedy
-    at ``temperature=0``, else sampled at it with ``seed + i`` for prompt ``i``; stops at the
-    tokenizer's and generation config's EOS. Logits past the tokenizer's vocabulary (a padded
-    head) are suppressed. Stops early, keeping what it has, once ``time.monotonic()`` passes
-    ``deadline``."""
+    """The target's responses to ``prompts``: greedy at ``temperature=0``, else sampled at it
+    with ``seed + i`` for prompt ``i``; stops at the tokenizer's and generation config's EOS.
+    Logits past the tokenizer's vocabulary (a padded head) are never chosen. An
+    :class:`~specstrat.hf.HFCausalLM` generates through specstrat's own engine, ``batch``
+    prompts at a time (greedy output equal to transformers' ``generate``, batched); a bare
+    transformers model through its ``generate``, one prompt at a time. Stops early, keeping
+    what it has, once ``time.monotonic()`` passes ``deadline`` (checked between batches)."""
     from transformers import GenerationConfig
 
     if not is_int(max_new_tokens) or max_new_tokens < 1:
         raise InvalidConfig(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
+    if isinstance(model, HFCausalLM):
+        return _engine_generate(
+            model, tokenizer, prompts, max_new_tokens, temperature, seed, deadline, batch
+        )
     out: list[Generation] = []
     with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
         vocab, width = _vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
@@ -181,6 +188,56 @@ def generate(
                     ids, attention_mask=torch.ones_like(ids), generation_config=config
                 )
             out.append(Generation(tokens=done[0].cpu(), prompt_len=ids.shape[1]))
+    return tuple(out)
+
+
+def _engine_generate(
+    model: HFCausalLM,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    max_new_tokens: int,
+    temperature: float,
+    seed: int,
+    deadline: float | None,
+    batch: int,
+) -> tuple[Generation, ...]:
+    """:func:`generate` through specstrat's engine (target-only decoding, ``batch`` requests
+    running at once)."""
+    from specstrat.builtins import NONE
+    from specstrat.drafting import SamplingParams
+    from specstrat.models import ModelSet
+    from specstrat.runtime import Engine, EngineConfig, Request, kv_reservation
+
+    with raw_model(model) as lm:
+        eos = frozenset(_eos(lm, tokenizer))
+    requests = [
+        Request(
+            f"p{i}",
+            _prompt_ids(tokenizer, prompt),
+            max_new_tokens,
+            stop_token_ids=eos,
+            sampling=SamplingParams(temperature=temperature, seed=(seed + i) % 2**63),
+        )
+        for i, prompt in enumerate(prompts)
+    ]
+    context = kv_reservation(NONE, 1).context_len_for(requests)
+    if context > model.shape.max_positions:
+        raise InvalidConfig(
+            f"the longest prompt plus max_new_tokens={max_new_tokens} needs context_len="
+            f"{context}, past the model's {model.shape.max_positions} positions; lower "
+            "max_new_tokens or shorten the prompts"
+        )
+    config = EngineConfig(context_len=context, max_running_requests=batch)
+    engine = Engine(NONE, ModelSet(target=model), config)
+    out: list[Generation] = []
+    for first in range(0, len(requests), batch):
+        if deadline is not None and time.monotonic() > deadline:
+            break
+        chunk = requests[first : first + batch]
+        outputs = engine.run(chunk)
+        for r in chunk:
+            tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
+            out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
     return tuple(out)
 
 

@@ -218,15 +218,15 @@ def train_head(
     deadline = None if budget is None else start + budget
     with raw_model(model) as lm:
         name, digest = target_name(model), target_sha256(lm)
-        if resume is not None:
-            resume.check_target(name, digest)
-            data, held = resume.data, resume.held
-        else:
-            data, held = _collect(config, lm, tokenizer, prompts, source, start)
-        with torch.random.fork_rng(devices=[]):
-            torch.manual_seed(config.seed)
-            head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t)
-            order_gen = torch.Generator().manual_seed(config.seed)
+    if resume is not None:
+        resume.check_target(name, digest)
+        data, held = resume.data, resume.held
+    else:  # outside raw_model: an HFCausalLM generates through the engine's own attention
+        data, held = _collect(config, model, tokenizer, prompts, source, start)
+    with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(config.seed)
+        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t)
+        order_gen = torch.Generator().manual_seed(config.seed)
     state = _State(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
     agreement = evaluate(head, held, depth=config.eval_depth) if held.sequences else None
@@ -245,7 +245,12 @@ def train_head(
 
 
 def _collect(
-    config: HeadConfig, lm: Any, tokenizer: Any, prompts: Sequence[str], source: str, start: float
+    config: HeadConfig,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    source: str,
+    start: float,
 ) -> tuple[CapturedData, CapturedData]:
     """The training and held-out data: the target's responses, captured (generation stops at
     half the budget; when it does, the held-out prompts keep their share of what was
@@ -253,12 +258,13 @@ def _collect(
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
-    num_layers = int(lm.config.num_hidden_layers)
+    with raw_model(model) as lm:
+        num_layers = int(lm.config.num_hidden_layers)
+        vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
     layers = config.layers if config.layers is not None else default_layers(num_layers)
     check_layers(layers, num_layers)
-    vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
     gens = generate(
-        lm,
+        model,
         tokenizer,
         train_prompts,
         max_new_tokens=config.max_new_tokens,
@@ -275,9 +281,10 @@ def _collect(
         share = config.held_out / (1.0 - config.held_out)
         held_prompts = held_prompts[: max(1, round(len(gens) * share))]
     d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
-    data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
-    held_gens = generate(lm, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
-    held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+    held_gens = generate(model, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
+    with raw_model(model) as lm:
+        data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+        held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
     return data, held
 
 
