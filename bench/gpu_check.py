@@ -327,15 +327,15 @@ def check_tree_kernel_against_twin() -> None:
 
 
 def bucketed_inputs(bs: int, t: int, pad: int, seed: int) -> dict[str, Any]:
-    """A ragged step of ``bs`` rows (widths 1..T) for a bucket of ``bs + pad`` rows; with
+    """A ragged step of ``bs`` rows (counts 1..T) for a bucket of ``bs + pad`` rows; with
     ``pad == 0`` every row is full, so the bucket's ``bs * T`` tokens leave nothing over."""
     gen = torch.Generator().manual_seed(seed)
-    widths = torch.randint(1, t + 1, (bs,), generator=gen) if pad else torch.full((bs,), t)
+    counts = torch.randint(1, t + 1, (bs,), generator=gen) if pad else torch.full((bs,), t)
     padded_bs = bs + pad
-    # SGLang's bucket (B * T tokens), or a tight one that leaves some padding rows width 0.
-    tight = int(widths.sum()) + pad // 2
+    # SGLang's bucket (B * T tokens), or a tight one that leaves some padding rows 0 tokens.
+    tight = int(counts.sum()) + pad // 2
     tokens = padded_bs * t if seed % 2 or not pad else tight
-    return {"widths": widths.to(DEV), "padded_bs": padded_bs, "padded_tokens": tokens}
+    return {"counts": counts.to(DEV), "padded_bs": padded_bs, "padded_tokens": tokens}
 
 
 def check_bucketed_ragged_against_twin() -> None:
@@ -358,7 +358,7 @@ def check_bucketed_ragged_against_twin() -> None:
                             build_ragged_verify_metadata_into(
                                 bufs,
                                 x["seq_lens"],
-                                r["widths"],
+                                r["counts"],
                                 padded_tokens=r["padded_tokens"],
                                 backend=b,
                                 paging=paging(x),
@@ -463,19 +463,19 @@ def check_tree_graph_capture() -> None:
 def check_bucketed_graph_capture() -> None:
     padded, bs, t = 64, 48, 4
     x = inputs(bs, t)
-    seq, widths = x["seq_lens"].clone(), torch.ones(bs, dtype=torch.int64, device=DEV)
+    seq, counts = x["seq_lens"].clone(), torch.ones(bs, dtype=torch.int64, device=DEV)
     bufs = VerifyMetadataBuffers.allocate(padded, max_pages=CTX // PAGE, device=DEV)
 
     def build(out: VerifyMetadataBuffers, backend: Any) -> VerifyMetadata:
         return build_ragged_verify_metadata_into(
-            out, seq, widths, padded_tokens=padded * t, backend=backend, paging=paging(x)
+            out, seq, counts, padded_tokens=padded * t, backend=backend, paging=paging(x)
         )
 
     replay = capture(lambda: build(bufs, "triton"))
 
     def update() -> None:
         seq.copy_(torch.randint(0, CTX - t, (bs,), device=DEV))
-        widths.copy_(torch.randint(1, t + 1, (bs,), device=DEV))
+        counts.copy_(torch.randint(1, t + 1, (bs,), device=DEV))
 
     def want() -> bool:
         ref = build(
@@ -550,7 +550,7 @@ def bucketed_pair(bs: int, t: int) -> tuple[Callable[[], object], Callable[[], o
     """The fused bucketed ragged build and SGLang's eager padding, for ``bs`` rows of 1..T
     tokens in ``bench/metadata.py``'s bucket: ``bs + max(1, bs // 8)`` rows of ``T`` tokens."""
     x = inputs(bs, t)
-    widths = x["ntok"].clamp(max=t)
+    counts = x["ntok"].clamp(max=t)
     padded_bs = bs + max(1, bs // 8)
     bufs = VerifyMetadataBuffers.allocate(padded_bs, max_pages=CTX // PAGE, device=DEV)
     tup = (bufs.cu_seqlens_q, bufs.cache_seqlens, bufs.cu_seqlens_k, bufs.page_table)
@@ -558,11 +558,11 @@ def bucketed_pair(bs: int, t: int) -> tuple[Callable[[], object], Callable[[], o
 
     def fused() -> object:
         return build_ragged_verify_metadata_into(
-            bufs, seq, widths, padded_tokens=tokens, backend="triton", paging=paging(x)
+            bufs, seq, counts, padded_tokens=tokens, backend="triton", paging=paging(x)
         )
 
     def eager() -> object:
-        return eager_ragged_graph(tup, seq, widths, tokens, x["rpi"], x["rtt"], PAGE)  # type: ignore[arg-type]
+        return eager_ragged_graph(tup, seq, counts, tokens, x["rpi"], x["rtt"], PAGE)  # type: ignore[arg-type]
 
     return fused, eager
 

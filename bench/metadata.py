@@ -266,7 +266,7 @@ def bucket(bs: int) -> tuple[int, int]:
 
 
 def ragged_graph_inputs(bs: int, device: str) -> dict[str, Any]:
-    """Inputs of one bucketed ragged build: widths 1..T and static buffers for the bucket."""
+    """Inputs of one bucketed ragged build: token counts 1..T and static buffers for the bucket."""
     x: dict[str, Any] = inputs(bs, device)
     padded_bs, padded_tokens = bucket(bs)
     bufs = vm.VerifyMetadataBuffers.allocate(padded_bs, max_pages=-(-CTX // PAGE), device=device)

@@ -149,8 +149,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
             )
         if not isinstance(self.capabilities, Capabilities):
             raise InvalidConfig(
-                f"{self.name}: capabilities={self.capabilities!r}; pass "
-                "specstrat.Capabilities(...)"
+                f"{self.name}: capabilities={self.capabilities!r}; pass specstrat.Capabilities(...)"
             )
         for hook, protocol in HOOKS.items():
             try:
@@ -257,7 +256,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
             raise InvalidConfig(f"is_draft_worker={is_draft_worker!r} must be True or False")
         if self.is_none():
             raise InvalidConfig(
-                f"algorithm {self.name} is not speculative; it has no TARGET_VERIFY width "
+                f"algorithm {self.name} is not speculative; it verifies no tokens per request "
                 "(check algo.is_speculative() before sizing verify graphs)"
             )
         tokens = self._call(

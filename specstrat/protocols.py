@@ -81,7 +81,7 @@ class TargetVerifyPolicy(Protocol):
 class TreePolicy(Protocol):
     """The draft tree an algorithm verifies: top-k expansion, depth and budget (EAGLE-2 style).
 
-    Called once at engine start with the target's verify width ``T`` (the budget, root
+    Called once at engine start with the target's tokens per request ``T`` (the budget, root
     included); the engine hands the answer to the drafter in every
     :class:`~specstrat.drafting.DraftStep` and refuses, naming the drafter, a ``topk > 1``
     shape for a drafter whose ``needs.trees`` is False.
@@ -293,7 +293,7 @@ class WidthChooser(Protocol):
     Guarantees: returns an ``int`` among ``observation.candidates`` (the declared widths;
     anything else, a ``bool`` included, is a :class:`~specstrat.errors.StrategyError` naming
     the policy); the same state and observation give the same answer. ``1`` decodes plainly.
-    Where the algorithm verifies ragged, the answer bounds every request's width.
+    Where the algorithm verifies ragged, the answer bounds every request's token count.
     """
 
     def choose_width(self, observation: SpeculationObservation) -> int:

@@ -42,7 +42,7 @@ class Verifier:
     def verify(
         self,
         slots: list[int],
-        last: torch.Tensor,
+        bonus: torch.Tensor,
         drafts: DraftTree,
         *,
         seq_lens: list[int],
@@ -54,7 +54,7 @@ class Verifier:
         table's, read by the caller); ``node_counts`` each request's real draft nodes
         (``drafts.lengths`` when not given). Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req
-        rows = torch.cat([last[:, None], drafts.tokens], dim=1)
+        rows = torch.cat([bonus[:, None], drafts.tokens], dim=1)
         if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
             rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)
         if not (drafts.is_chain() if chain is None else chain):

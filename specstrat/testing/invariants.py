@@ -90,7 +90,7 @@ class VerifyBatch:
 
     def padding_tokens(self) -> torch.Tensor:
         """Query tokens of each padding row, ``[padded_bs - bs]`` int64: ``T`` in the graph form;
-        in the ragged graph form the bucket's leftover ``L = padded_tokens - sum(widths)`` split
+        in the ragged graph form the bucket's leftover ``L = padded_tokens - sum(num_tokens_per_req)`` split
         as SGLang's ``padded_to_bucket`` does: ``L // pad + 1`` for the first ``L % pad`` rows,
         ``L // pad`` for the rest (so 0 when ``L < pad``)."""
         pad = (self.padded_bs or self.bs) - self.bs
@@ -207,7 +207,7 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
     if batch.padded_tokens is not None:
         _require(
             int(cu_q[-1]) == batch.padded_tokens and bool((tokens >= 0).all()),
-            "the bucket's padded_tokens are all covered, padding rows of width >= 0",
+            "the bucket's padded_tokens are all covered, padding rows of >= 0 tokens",
             f"cu_seqlens_q[-1]={int(cu_q[-1])}, padded_tokens={batch.padded_tokens}",
         )
     if batch.form not in ("ragged", "ragged_graph"):
