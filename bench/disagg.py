@@ -54,15 +54,24 @@ def builders(repeats: int) -> None:
             torch.randint(0, 256, (bs,), generator=gen),
         )
         batch = PrebuiltBatch(
-            rids=tuple(f"r{i}" for i in range(bs)), slots=torch.arange(1, bs + 1), seq_lens=seq_lens,
-            topk_p=topk_p, topk_index=topk_index, hidden_states=hidden,
-        )  # fmt: skip
+            rids=tuple(f"r{i}" for i in range(bs)),
+            slots=torch.arange(1, bs + 1),
+            seq_lens=seq_lens,
+            topk_p=topk_p,
+            topk_index=topk_index,
+            hidden_states=hidden,
+        )
         # What the engines received per request: one record each, tensors per field.
         reqs = [
-            {"topk_p": topk_p[i].clone(), "topk_index": topk_index[i].clone(), "hidden": hidden[i].clone(),
-             "last": int(last[i]), "seq_len": int(seq_lens[i])}
+            {
+                "topk_p": topk_p[i].clone(),
+                "topk_index": topk_index[i].clone(),
+                "hidden": hidden[i].clone(),
+                "last": int(last[i]),
+                "seq_len": int(seq_lens[i]),
+            }
             for i in range(bs)
-        ]  # fmt: skip
+        ]
 
         def batched() -> object:
             return builder.build_disagg_draft_input(batch, last, None)  # noqa: B023

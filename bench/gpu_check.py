@@ -168,11 +168,13 @@ def sampling_inputs(bs: int, n: int, vocab: int) -> dict[str, Any]:
     p = torch.softmax(torch.randn(bs, n + 1, vocab, generator=gen, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(bs, n, vocab, generator=gen, dtype=torch.float64), -1)
     cpu = {
-        "p": p, "q": q, "tokens": torch.randint(0, vocab, (bs, n), generator=gen),
+        "p": p,
+        "q": q,
+        "tokens": torch.randint(0, vocab, (bs, n), generator=gen),
         "lengths": torch.randint(0, n + 1, (bs,), generator=gen),
         "seeds": torch.randint(0, 2**62, (bs,), generator=gen),
         "positions": torch.randint(0, 4000, (bs,), generator=gen),
-    }  # fmt: skip
+    }
     return {k: v.to(DEV) for k, v in cpu.items()}
 
 

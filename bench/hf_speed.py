@@ -105,8 +105,9 @@ def engine_run(
     return engine, run
 
 
-def _checks(models: HFModels, requests: Sequence[Request], timings: Mapping[str, Any],
-            reference: str) -> dict[str, str]:  # fmt: skip
+def _checks(
+    models: HFModels, requests: Sequence[Request], timings: Mapping[str, Any], reference: str
+) -> dict[str, str]:
     want = timings[reference].outputs
     return {n: compare(models.target, requests, t.outputs, want).line() for n, t in timings.items()}
 
@@ -274,10 +275,14 @@ def main() -> None:
         "5": section_per_prompt,
     }
     report: dict[str, Any] = {
-        "model": models.source, "threads": args.threads, "requests": args.requests,
-        "max_new_tokens": args.max_new_tokens, "draft_tokens": args.draft_tokens,
-        "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
-    }  # fmt: skip
+        "model": models.source,
+        "threads": args.threads,
+        "requests": args.requests,
+        "max_new_tokens": args.max_new_tokens,
+        "draft_tokens": args.draft_tokens,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": os.getloadavg(),
+    }
     for key in args.sections.split(","):
         print(f"section {key}: {sections[key].__name__}", flush=True)
         report[sections[key].__name__] = sections[key](models, requests, args)

@@ -32,9 +32,13 @@ def inputs(bs: int, device: str) -> dict[str, torch.Tensor]:
     p = torch.softmax(torch.randn(bs, N + 1, V, generator=gen, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(bs, N, V, generator=gen, dtype=torch.float64), -1)
     batch = {
-        "p": p, "q": q, "tokens": torch.randint(0, V, (bs, N), generator=gen),
-        "lengths": torch.full((bs,), N), "seeds": torch.arange(bs), "positions": torch.arange(bs),
-    }  # fmt: skip
+        "p": p,
+        "q": q,
+        "tokens": torch.randint(0, V, (bs, N), generator=gen),
+        "lengths": torch.full((bs,), N),
+        "seeds": torch.arange(bs),
+        "positions": torch.arange(bs),
+    }
     return {k: v.to(device) for k, v in batch.items()}
 
 

@@ -233,5 +233,3 @@ def add_bench_parser(
     )
     bench.add_argument("--json", metavar="FILE", help="write the result as JSON")
     bench.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (matplotlib)")
-
-

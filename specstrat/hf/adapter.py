@@ -207,9 +207,7 @@ class HFCausalLM:
         # attention implementation and gets no hook.
         head = model.get_output_embeddings()
         width = int(head.weight.shape[0])
-        if vocab_size is not None and (
-            not is_int(vocab_size) or vocab_size < 1
-        ):
+        if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
             raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
         positions = getattr(model.config, "max_position_embeddings", None)
         if not isinstance(positions, int):
@@ -232,7 +230,9 @@ class HFCausalLM:
         # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
         # around the base model, so a hook on the base model would never fire).
         hooked = getattr(head, "_specstrat_hidden_hook", False)
-        handle = None if hooked else head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
+        handle = (
+            None if hooked else head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
+        )
         model.set_attn_implementation(ATTENTION_NAME)
         try:
             layers = self._probe()

@@ -246,9 +246,14 @@ class RejectionSamplingAcceptance:
             at = chain.nodes.clamp(min=0)[:, :, None].expand(-1, -1, drafts.q.shape[2])
             q = drafts.q.gather(1, at)
         accepted, bonus = rejection_sample(
-            chain.p, chain.tokens, chain.length, sampling.seed, inputs.positions, q,
+            chain.p,
+            chain.tokens,
+            chain.length,
+            sampling.seed,
+            inputs.positions,
+            q,
             backend=self.backend,
-        )  # fmt: skip
+        )
         return Acceptance(_along(chain.nodes, chain.length, accepted), accepted, bonus)
 
 
