@@ -42,7 +42,8 @@ def per_request_baseline(reqs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 def builders(repeats: int) -> None:
     print(f"1. decode-side draft-input build, EAGLE fields (topk {TOPK}, hidden {HIDDEN})")
     print(
-        f"{'bs':>5} | {'batched µs':>10} {'per-request µs':>15} {'ratio':>7} | {'batched ops':>11} {'per-request ops':>15}"
+        f"{'bs':>5} | {'batched µs':>10} {'per-request µs':>15} "
+        f"{'ratio':>7} | {'batched ops':>11} {'per-request ops':>15}"
     )
     builder = EagleDisaggDraftBuilder()
     for bs in (1, 64, 256, 1024):
@@ -89,7 +90,8 @@ def builders(repeats: int) -> None:
         with OpCounter() as slow_ops:
             per_request()
         print(
-            f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} {slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
+            f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} "
+            f"{slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
         )
 
 

@@ -596,14 +596,18 @@ def timings() -> None:
         f"tree forms: N={TIMED_TREE_NODES} draft nodes (T={TIMED_TREE_NODES + 1}); "
         "bucketed: bs ragged rows of 1..T padded to bs + max(1, bs // 8) rows of T"
     )
-    head = f"{'form':<10} {'bs':>5} | {'fused µs':>9} {'eager µs':>9} {'eager/fused':>11} | {'fused kernels':>13} {'eager kernels':>13}"
+    head = (
+        f"{'form':<10} {'bs':>5} | {'fused µs':>9} {'eager µs':>9} "
+        f"{'eager/fused':>11} | {'fused kernels':>13} {'eager kernels':>13}"
+    )
     print(head)
     print("-" * len(head))
     for form, bs, fused, eager in rows:
         f_us, e_us = do_bench(fused) * 1e3, do_bench(eager) * 1e3
         fk, ek = kernels_per_call(fused), kernels_per_call(eager)
         print(
-            f"{form:<10} {bs:>5} | {f_us:>9.1f} {e_us:>9.1f} {e_us / f_us:>10.2f}x | {fk:>13} {ek:>13}"
+            f"{form:<10} {bs:>5} | {f_us:>9.1f} {e_us:>9.1f} "
+            f"{e_us / f_us:>10.2f}x | {fk:>13} {ek:>13}"
         )
 
 
@@ -617,8 +621,8 @@ def counted(fn: Callable[..., Any], name: str, calls: Counter[str]) -> Callable[
 
 def check_engine() -> None:
     """EAGLE with a top-k tree and a ragged prompt lookup (NGRAM_RAGGED, docs/concepts/builtins.md)
-    on the embedded models: outputs equal target-only greedy, through ``GraphRunner.replay_tree`` and
-    ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
+    on the embedded models: outputs equal target-only greedy, through ``GraphRunner.replay_tree``
+    and ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
     what = "engine on CUDA (EAGLE top-k tree via replay_tree, NGRAM_RAGGED via replay_ragged)"
     if not (DRY_RUN or ENGINE):
         skip(what, "--engine runs it (the engine has not run on CUDA yet; a failure is a FAIL)")

@@ -83,7 +83,8 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"1. one accept/resample step, D={N + 1} (3 drafts), vocab {V}")
     print(
-        f"{'bs':>5} | {'fused launches syncs':>21} | {'twin launches syncs':>20} | {'loop launches syncs':>20}"
+        f"{'bs':>5} | {'fused launches syncs':>21} "
+        f"| {'twin launches syncs':>20} | {'loop launches syncs':>20}"
     )
     for bs in (1, 16, 64, 256):
         (fl, fs), (tl_, ts), (ll, ls) = counts(bs)

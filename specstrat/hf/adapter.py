@@ -315,7 +315,8 @@ class HFCausalLM:
 
     def early_exit(self, exit_layer: int) -> HFCausalLM:
         """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's
-        weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit_view`)."""
+        weights (an :class:`~specstrat.models.EarlyExitModel`; see
+        :mod:`specstrat.hf.early_exit_view`)."""
         top = truncated_model(self.model, self.shape.layers, exit_layer, self.name)
         view = HFCausalLM(top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]")
         view.reference_attention = self.reference_attention  # the shared config says ours now
@@ -363,8 +364,9 @@ def _check_model(model: Any, name: str) -> None:
     meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
     if meta is not None:
         raise ModelLoadError(
-            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were never "
-            "loaded; load them (from_pretrained, load_state_dict) or move the model to a real device"
+            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were "
+            "never loaded; load them (from_pretrained, load_state_dict) or move the model to a "
+            "real device"
         )
     if not model.is_backend_compatible():
         raise ModelLoadError(

@@ -25,10 +25,10 @@ _BLOCK_PAGES: Final = 64
 
 @jit
 def _bucket_tokens(tok, rows, bs, padded_bs, leftover):  # type: ignore[no-untyped-def]
-    """Token counts of ``rows`` in a bucket: real rows keep ``tok``; the ``leftover`` tokens go to the
-    padding rows, ``base + 1`` to the first ``rem`` of them and ``base`` to the rest (0 when
-    ``leftover`` is smaller than the number of padding rows); with no padding row the last real
-    row takes them (SGLang's rule; the launchers refuse that case wherever they can check)."""
+    """Token counts of ``rows`` in a bucket: real rows keep ``tok``; the ``leftover`` tokens go to
+    the padding rows, ``base + 1`` to the first ``rem`` of them and ``base`` to the rest (0 when
+    ``leftover`` is smaller than the number of padding rows); with no padding row the last real row
+    takes them (SGLang's rule; the launchers refuse that case wherever they can check)."""
     # A tensor even where Triton specialises padded_bs or bs (== 1) to a constexpr.
     num_pad = tl.zeros((), dtype=tl.int64) + padded_bs - bs
     safe = tl.maximum(num_pad, 1)
@@ -143,11 +143,11 @@ def bucket_token_counts_ref(
     host read.
 
     SGLang 0.5.23's ``PaddedToBucket`` rule (full-coverage variant): real rows keep
-    ``num_tokens_per_req``; ``leftover = padded_tokens - sum(num_tokens_per_req)`` (0 if negative) is split over the
-    ``padded_bs - bs`` padding rows as ``base = leftover // num_pad`` each plus one more for the
-    first ``leftover % num_pad`` of them, so a padding row gets 0 when ``leftover < num_pad``.
-    With no padding row the last real row takes the leftover (the launchers refuse that case
-    wherever they can read the counts).
+    ``num_tokens_per_req``; ``leftover = padded_tokens - sum(num_tokens_per_req)`` (0 if negative)
+    is split over the ``padded_bs - bs`` padding rows as ``base = leftover // num_pad`` each plus
+    one more for the first ``leftover % num_pad`` of them, so a padding row gets 0 when
+    ``leftover < num_pad``. With no padding row the last real row takes the leftover (the launchers
+    refuse that case wherever they can read the counts).
     """
     bs = num_tokens_per_req.shape[0]
     tok = num_tokens_per_req.to(torch.int64)
@@ -172,11 +172,11 @@ def verify_metadata_ref(
 ) -> None:
     """Torch twin of the kernel: writes the metadata for ``seq_lens`` into ``out``.
 
-    ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor:
-    ragged form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the
-    bucketed ragged form, whose padding rows share the bucket's leftover tokens as
-    :func:`bucket_token_counts_ref` says). With ``paging`` (and ``out.page_table``) the page table is
-    written too. The launchers validate; this only computes.
+    ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor: ragged
+    form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the bucketed ragged
+    form, whose padding rows share the bucket's leftover tokens as :func:`bucket_token_counts_ref`
+    says). With ``paging`` (and ``out.page_table``) the page table is written too. The launchers
+    validate; this only computes.
     """
     bs, padded_bs = seq_lens.shape[0], out.padded_bs
     dev = seq_lens.device

@@ -260,23 +260,23 @@ def build_ragged_verify_metadata_into(
     """Bucketed ragged form: ragged metadata written in place into a token bucket.
 
     The buffers hold ``padded_bs`` rows for ``padded_tokens`` query tokens (a captured graph's
-    shape). Rows ``0..bs`` are the real requests with their token counts ``num_tokens_per_req[i] >= 1``,
-    exactly as :func:`build_ragged_verify_metadata` writes them. The ``leftover = padded_tokens -
-    sum(num_tokens_per_req)`` tokens are spread over the ``padded_bs - bs`` padding rows as
-    SGLang 0.5.23's ``padded_to_bucket`` does: ``base = leftover // (padded_bs - bs)`` tokens
-    each, plus one for the first ``leftover % (padded_bs - bs)`` padding rows, so a padding row
-    may get 0 tokens and ``cu_seqlens_q[-1] == padded_tokens``. Padding rows are harmless as in
-    the graph form: length :data:`PAD_SEQ_LEN`, ``cache_seqlens`` = their token count, every page
-    :data:`PAD_PAGE`.
+    shape). Rows ``0..bs`` are the real requests with their token counts
+    ``num_tokens_per_req[i] >= 1``, exactly as :func:`build_ragged_verify_metadata` writes them. The
+    ``leftover = padded_tokens - sum(num_tokens_per_req)`` tokens are spread over the
+    ``padded_bs - bs`` padding rows as SGLang 0.5.23's ``padded_to_bucket`` does:
+    ``base = leftover // (padded_bs - bs)`` tokens each, plus one for the first
+    ``leftover % (padded_bs - bs)`` padding rows, so a padding row may get 0 tokens and
+    ``cu_seqlens_q[-1] == padded_tokens``. Padding rows are harmless as in the graph form: length
+    :data:`PAD_SEQ_LEN`, ``cache_seqlens`` = their token count, every page :data:`PAD_PAGE`.
 
-    Refused with :class:`~specstrat.errors.InvalidConfig`: ``padded_tokens < bs``, ``bs >
-    padded_bs``, real token counts summing past ``padded_tokens``, and leftover tokens with no padding
-    row (``padded_bs == bs``; SGLang would widen the last real row). The last two read the
-    counts, so they run on the host mirror ``num_tokens_per_req_cpu`` when given, on CPU tensors,
-    and on CUDA only with ``validate=True``; unchecked on CUDA, the kernel follows SGLang's rule.
-    The other value checks are those of :func:`build_verify_metadata_into`. The Triton path is
-    one launch, no allocation, no host sync. ``max_seq_len_q``/``max_seq_len_k`` cover every
-    row, padding included, and need the mirrors (``max_seq_len_q``: ``num_tokens_per_req_cpu``;
+    Refused with :class:`~specstrat.errors.InvalidConfig`: ``padded_tokens < bs``,
+    ``bs > padded_bs``, real token counts summing past ``padded_tokens``, and leftover tokens with
+    no padding row (``padded_bs == bs``; SGLang would widen the last real row). The last two read
+    the counts, so they run on the host mirror ``num_tokens_per_req_cpu`` when given, on CPU
+    tensors, and on CUDA only with ``validate=True``; unchecked on CUDA, the kernel follows SGLang's
+    rule. The other value checks are those of :func:`build_verify_metadata_into`. The Triton path is
+    one launch, no allocation, no host sync. ``max_seq_len_q``/``max_seq_len_k`` cover every row,
+    padding included, and need the mirrors (``max_seq_len_q``: ``num_tokens_per_req_cpu``;
     ``max_seq_len_k``: both).
     """
     buffers = _static(buffers)

@@ -1,13 +1,13 @@
 """Per-step draft widths: the algorithm's speculation policy, checked.
 
-At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of
-D (checked: distinct ints >= 1; :func:`top_tokens_per_req` checks the largest fits the context; a
-non-speculative algorithm has the one lane D = 1, plain decoding) and :func:`build_lanes`
-builds one :class:`WidthLane` per candidate: its tokens per request T (from the
-target-verify policy), its tree shape and a verifier with graph buckets of its own. Before each decode step
-:meth:`WidthControl.choose` asks the policy's chooser for the step's D (checked to be a
-declared candidate) from the :class:`~specstrat.speculation.SpeculationObservation` the run's
-ledger (:mod:`specstrat.runtime._stats`) folded from the request-steps requests kept.
+At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of D
+(checked: distinct ints >= 1; :func:`top_tokens_per_req` checks the largest fits the context; a
+non-speculative algorithm has the one lane D = 1, plain decoding) and :func:`build_lanes` builds one
+:class:`WidthLane` per candidate: its tokens per request T (from the target-verify policy), its tree
+shape and a verifier with graph buckets of its own. Before each decode step
+:meth:`WidthControl.choose` asks the policy's chooser for the step's D (checked to be a declared
+candidate) from the :class:`~specstrat.speculation.SpeculationObservation` the run's ledger
+(:mod:`specstrat.runtime._stats`) folded from the request-steps requests kept.
 """
 
 from __future__ import annotations

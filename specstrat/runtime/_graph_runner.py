@@ -245,7 +245,8 @@ class GraphRunner:
             raise InvalidConfig(f"{len(slots)} slots but {len(counts)} token rows; pass one each")
         if (bad := next((c for c in counts if not 1 <= c <= t), None)) is not None:
             raise InvalidConfig(
-                f"a ragged row has {bad} tokens; each verifies 1..T={t} (the runner's tokens per request)"
+                f"a ragged row has {bad} tokens; each verifies 1..T={t} (the runner's tokens "
+                "per request)"
             )
         bs, total = len(counts), sum(counts)
         size = self.ragged_bucket(bs, total)

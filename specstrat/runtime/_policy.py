@@ -1,6 +1,7 @@
-"""What an engine checks of an algorithm's strategies at start: the tokens per request ``T``
-it verifies (pure, and leaving room in the context), the draft tree (a shape of budget ``T`` that the drafter can
-draft) and the drafter its factory creates (a whole :class:`~specstrat.protocols.Drafter`)."""
+"""What an engine checks of an algorithm's strategies at start: the tokens per request ``T`` it
+verifies (pure, and leaving room in the context), the draft tree (a shape of budget ``T`` that the
+drafter can draft) and the drafter its factory creates (a whole
+:class:`~specstrat.protocols.Drafter`)."""
 
 from __future__ import annotations
 

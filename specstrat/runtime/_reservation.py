@@ -1,11 +1,11 @@
 """The KV an engine reserves per request: its prompt, its output and a margin past them.
 
-The margin is ``2 * T + tree columns``: ``T`` is the target's tokens per request at the largest D the
-algorithm's speculation policy may choose (a verify row and one more overlapped step of ``T``),
-and the tree columns (``topk * (num_steps - 1)``, none for a chain) are what a drafter's own
-KV holds while it expands a draft tree. :func:`kv_reservation` asks the algorithm's strategies
-exactly as :class:`~specstrat.runtime.Engine` does at start, and the engine admits against the
-answer, so a caller sizing ``context_len`` and the engine agree by construction.
+The margin is ``2 * T + tree columns``: ``T`` is the target's tokens per request at the largest D
+the algorithm's speculation policy may choose (a verify row and one more overlapped step of ``T``),
+and the tree columns (``topk * (num_steps - 1)``, none for a chain) are what a drafter's own KV
+holds while it expands a draft tree. :func:`kv_reservation` asks the algorithm's strategies exactly
+as :class:`~specstrat.runtime.Engine` does at start, and the engine admits against the answer, so a
+caller sizing ``context_len`` and the engine agree by construction.
 """
 
 from __future__ import annotations
@@ -30,12 +30,11 @@ __all__ = ["KVReservation", "kv_reservation"]
 class KVReservation:
     """What an engine reserves per request for one algorithm and D (from :func:`kv_reservation`).
 
-    ``widths``: the D values the speculation policy may choose, ascending (the configured D
-    alone for an algorithm that does not speculate); ``tokens_per_req``: ``T``, the target's
-    tokens per request at the largest of them (1 without speculation); ``tree``: the draft tree at that
-    ``T``. A request may occupy :meth:`for_request` KV positions: its prompt, its
-    ``max_new_tokens`` and :attr:`margin`; the engine refuses one for which that exceeds
-    ``context_len``.
+    ``widths``: the D values the speculation policy may choose, ascending (the configured D alone
+    for an algorithm that does not speculate); ``tokens_per_req``: ``T``, the target's tokens per
+    request at the largest of them (1 without speculation); ``tree``: the draft tree at that ``T``.
+    A request may occupy :meth:`for_request` KV positions: its prompt, its ``max_new_tokens`` and
+    :attr:`margin`; the engine refuses one for which that exceeds ``context_len``.
     """
 
     widths: tuple[int, ...]

@@ -126,7 +126,8 @@ def _along(nodes: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor) ->
     return torch.where(cols < accepted[:, None], nodes, -1)
 
 
-#: Draw indices of tree acceptance: node ``j``'s accept/reject decision uses draw ``_DRAW_NODE + j``.
+#: Draw indices of tree acceptance: node ``j``'s accept/reject decision uses draw
+#: ``_DRAW_NODE + j``.
 _DRAW_NODE = 8
 
 

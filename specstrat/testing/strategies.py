@@ -119,8 +119,8 @@ def verify_batches(
     for a drawn ``D`` and worker, so T may differ from D. Paged batches draw a context of at most
     4096 tokens (the request-to-token table is materialised); unpaged ones reach ``max_seq_len``.
     Ragged and ragged-graph token counts are drawn in ``1..D + 1``. A ragged-graph batch adds up to
-    ``max_pad`` padding rows and a token bucket of ``sum(num_tokens_per_req)`` plus up to ``D + 1`` tokens
-    per padding row (none without padding rows), so padding rows of 0 tokens are drawn too.
+    ``max_pad`` padding rows and a token bucket of ``sum(num_tokens_per_req)`` plus up to ``D + 1``
+    tokens per padding row (none without padding rows), so padding rows of 0 tokens are drawn too.
     """
     form = draw(st.sampled_from(list(forms)))
     bs = draw(st.integers(0, max_bs))

@@ -1,12 +1,13 @@
 """Train the embedded models on the Python standard library's own source (deterministic).
 
-``python -m specstrat.runtime._models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
-the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
-speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
+``python -m specstrat.runtime._models.train [--out PATH] [--steps N]`` trains, in order: the target
+LM on the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices
+(what speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
 against the frozen target and draft LM of ``embedded.pt``, which it leaves untouched: on the
-target's greedy continuations of stdlib prompts (see :func:`train_block_head`). Seeds, file list and the math library's settings are fixed (one thread;
-MKL on one code path, see ``REPRODUCIBLE_ENV``), so the same Python, torch and CPU reproduce the
-same weights bit for bit. Weights are stored in float16 beside their configs.
+target's greedy continuations of stdlib prompts (see :func:`train_block_head`). Seeds, file list and
+the math library's settings are fixed (one thread; MKL on one code path, see ``REPRODUCIBLE_ENV``),
+so the same Python, torch and CPU reproduce the same weights bit for bit. Weights are stored in
+float16 beside their configs.
 """
 
 from __future__ import annotations
@@ -228,7 +229,8 @@ def greedy_rollouts(
 
 #: Block offsets the head learns (D - 1 placeholders: D up to 9 without reusing the last one).
 BLOCK = 8
-#: Context bytes a training example keeps before its anchor (cost: an example is WINDOW + BLOCK rows).
+#: Context bytes a training example keeps before its anchor (cost: an example is WINDOW + BLOCK
+#: rows).
 WINDOW = 96
 #: Steps of the shipped block head, and its transformer layers.
 BLOCK_STEPS, HEAD_LAYERS = 3000, 2
