@@ -22,9 +22,7 @@ def test_kv_running_out_mid_run_is_a_capacity_error(
     monkeypatch.setattr(Engine, "_reserve", lambda self, request: 1)
     engine = Engine(NGRAM, models, CONFIG)
     before = (engine.free_slots, engine.free_kv_tokens)
-    with pytest.raises(
-        CapacityError, match=r"KV pool has \d+ free KV indices, \d+ needed"
-    ) as info:
+    with pytest.raises(CapacityError, match=r"KV pool has \d+ free KV indices, \d+ needed") as info:
         engine.run(REQUESTS)
     assert not isinstance(info.value, InvalidConfig)
     assert (engine.free_slots, engine.free_kv_tokens) == before
