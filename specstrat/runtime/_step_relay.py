@@ -40,7 +40,7 @@ _FIX = {
     "drafter.commit": "relay only the draft state the next propose reads; the engine relays "
     "bonus tokens and sequence lengths itself",
     "drafter.admit": "relay only the draft state the first propose reads; the engine relays "
-    "first tokens and sequence lengths itself",
+    "bonus tokens and sequence lengths itself",
 }
 
 

@@ -1,6 +1,6 @@
 """One verify entry: the target's logits at the root and every draft node of a step.
 
-The verify row of a request is the last verified token followed by its draft nodes, ``T`` tokens
+The verify row of a request is its bonus token followed by its draft nodes, ``T`` tokens
 wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
 batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
 each request's real nodes (ragged metadata, replayed from the buckets' token buckets too). A
