@@ -152,8 +152,7 @@ def _is_d(use: Name) -> bool:
 
 
 def test_the_walk_reaches_the_public_api() -> None:
-    """The walk sees parameters, fields, assigned attributes and docstrings of the public API,
-    so the checks below are not vacuous."""
+    """The walk sees the public API's parameters, fields, attributes and docstrings."""
     assert Name("specstrat.runtime.RunStats.count_verify", "forward_tokens") in NAMES
     assert Name("specstrat.runtime.RunStats", "widths") in NAMES
     assert Name("specstrat.hf.adapter.HFCausalLM", "head_width") in NAMES
@@ -162,22 +161,19 @@ def test_the_walk_reaches_the_public_api() -> None:
 
 
 def test_width_names_only_d() -> None:
-    """A public parameter or attribute with "width" in its name is the speculation policy's D
-    (T is tokens_per_req, a per-request count is a token count)."""
+    """A public name with "width" in it is the speculation policy's D, never T or a count."""
     widths = [u for u in NAMES if "width" in u.name.lower()]
     assert [u for u in widths if not _is_d(u) and u.name not in TENSOR_WIDTHS] == []
 
 
 def test_no_docstring_calls_t_a_verify_width() -> None:
-    """No public docstring says "verify width": T is the tokens per request the target
-    verifies."""
+    """No public docstring says "verify width": T is the tokens per request verified."""
     found = [path for path, doc in DOCSTRINGS if re.search(r"verify\s+width", doc, re.I)]
     assert found == []
 
 
 def test_bonus_tokens_are_not_called_last_or_first() -> None:
-    """No public parameter or attribute holding bonus tokens is named last, last_tokens or
-    first_tokens, except SGLang's build_disagg_draft_input(batch, last_tokens, future_map)."""
+    """No public name is last, last_tokens or first_tokens, bar SGLang's disagg builder hook."""
     retired = [
         u
         for u in NAMES
