@@ -1,6 +1,7 @@
 """Speculation policies for the adaptive-speculation measurement in
-docs/guides/speculation-policy.md: each fixed D as its own contender, and goodput over the
-same widths, so one ``specstrat bench`` run compares them (``--adaptive bench.adaptive_policies:FIXED3``)."""
+docs/guides/speculation-policy.md: each fixed D as its own contender, and goodput over the same
+widths, so one ``specstrat bench`` run compares them
+(``--adaptive bench.adaptive_policies:FIXED3``)."""
 
 from specstrat.protocols import SpeculationPolicy
 from specstrat.strategies import (

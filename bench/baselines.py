@@ -59,7 +59,7 @@ def eager_ragged(
     req_to_token: torch.Tensor,
     page_size: int,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, int, int]:
-    """Per-request widths, rebuilt eagerly on every replay as the engines do."""
+    """Per-request token counts, rebuilt eagerly on every replay as the engines do."""
     cu_q = F.pad(torch.cumsum(num_tokens_per_req, dim=0, dtype=torch.int32), (1, 0))
     cache = (seq_lens + num_tokens_per_req).to(torch.int32)
     cu_k = F.pad(torch.cumsum(cache, dim=0, dtype=torch.int32), (1, 0))
@@ -163,23 +163,23 @@ def eager_ragged_graph(
     req_to_token: torch.Tensor,
     page_size: int,
 ) -> tuple[int, int]:
-    """A ragged step padded to a token bucket the way SGLang's eager path does it: the padding
-    widths (``padded_to_bucket``), the query offsets (``build_qo_indptr``), the key geometry, then
+    """A ragged step padded to a token bucket the way SGLang's eager path does it: the padding token
+    counts (``padded_to_bucket``), the query offsets (``build_qo_indptr``), the key geometry, then
     copies into the static buffers; ``max().item()`` sizes the page table."""
     cu_q, cache_buf, cu_k, page_buf = bufs
     bs, padded_bs = seq_lens.shape[0], cache_buf.shape[0]
     num_pad = padded_bs - bs
-    widths = num_tokens_per_req.to(torch.int32)
-    leftover = padded_tokens - widths.to(torch.int64).sum()
+    counts = num_tokens_per_req.to(torch.int32)
+    leftover = padded_tokens - counts.to(torch.int64).sum()
     base = leftover // num_pad
     rem = leftover - base * num_pad
-    pad_block = base + (torch.arange(num_pad, device=widths.device) < rem)
-    widths = torch.cat([widths, pad_block.to(torch.int32)])
-    cu_q.copy_(F.pad(torch.cumsum(widths, dim=0, dtype=torch.int32), (1, 0)))
+    pad_block = base + (torch.arange(num_pad, device=counts.device) < rem)
+    counts = torch.cat([counts, pad_block.to(torch.int32)])
+    cu_q.copy_(F.pad(torch.cumsum(counts, dim=0, dtype=torch.int32), (1, 0)))
     cache_buf[:bs].copy_(seq_lens + num_tokens_per_req)
     cache_buf[bs:].copy_(pad_block)
     cu_k[1:].copy_(torch.cumsum(cache_buf, dim=0, dtype=torch.int32))
-    max_q = int(widths.max().item())
+    max_q = int(counts.max().item())
     max_k = int(cache_buf.max().item())
     pages = req_to_token[req_pool_indices, :max_k][:, ::page_size] // page_size
     page_buf[:bs, : pages.shape[1]].copy_(pages)

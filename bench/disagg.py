@@ -42,7 +42,8 @@ def per_request_baseline(reqs: list[dict[str, Any]]) -> dict[str, torch.Tensor]:
 def builders(repeats: int) -> None:
     print(f"1. decode-side draft-input build, EAGLE fields (topk {TOPK}, hidden {HIDDEN})")
     print(
-        f"{'bs':>5} | {'batched µs':>10} {'per-request µs':>15} {'ratio':>7} | {'batched ops':>11} {'per-request ops':>15}"
+        f"{'bs':>5} | {'batched µs':>10} {'per-request µs':>15} "
+        f"{'ratio':>7} | {'batched ops':>11} {'per-request ops':>15}"
     )
     builder = EagleDisaggDraftBuilder()
     for bs in (1, 64, 256, 1024):
@@ -54,15 +55,24 @@ def builders(repeats: int) -> None:
             torch.randint(0, 256, (bs,), generator=gen),
         )
         batch = PrebuiltBatch(
-            rids=tuple(f"r{i}" for i in range(bs)), slots=torch.arange(1, bs + 1), seq_lens=seq_lens,
-            topk_p=topk_p, topk_index=topk_index, hidden_states=hidden,
-        )  # fmt: skip
+            rids=tuple(f"r{i}" for i in range(bs)),
+            slots=torch.arange(1, bs + 1),
+            seq_lens=seq_lens,
+            topk_p=topk_p,
+            topk_index=topk_index,
+            hidden_states=hidden,
+        )
         # What the engines received per request: one record each, tensors per field.
         reqs = [
-            {"topk_p": topk_p[i].clone(), "topk_index": topk_index[i].clone(), "hidden": hidden[i].clone(),
-             "last": int(last[i]), "seq_len": int(seq_lens[i])}
+            {
+                "topk_p": topk_p[i].clone(),
+                "topk_index": topk_index[i].clone(),
+                "hidden": hidden[i].clone(),
+                "last": int(last[i]),
+                "seq_len": int(seq_lens[i]),
+            }
             for i in range(bs)
-        ]  # fmt: skip
+        ]
 
         def batched() -> object:
             return builder.build_disagg_draft_input(batch, last, None)  # noqa: B023
@@ -80,7 +90,8 @@ def builders(repeats: int) -> None:
         with OpCounter() as slow_ops:
             per_request()
         print(
-            f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} {slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
+            f"{bs:>5} | {fast / 3:>10.1f} {slow / 3:>15.1f} "
+            f"{slow / fast:>6.1f}x | {fast_ops.ops:>11} {slow_ops.ops:>15}"
         )
 
 

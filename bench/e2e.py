@@ -152,7 +152,8 @@ def overlap(models: EmbeddedModels, repeats: int) -> None:
     print("\n3. overlap vs synchronous, bs 64 (64 requests, all admitted at once)")
     requests = workload(64, seed=7)
     print(
-        f"{'algorithm':<10} {'sync s':>7} {'overlap s':>10} {'overlap/sync':>13} {'model s':>8} {'overlap/model':>14}"
+        f"{'algorithm':<10} {'sync s':>7} {'overlap s':>10} "
+        f"{'overlap/sync':>13} {'model s':>8} {'overlap/model':>14}"
     )
     for name in ("NONE", "EAGLE"):
         sync_s, over_s, forward_s = [], [], []

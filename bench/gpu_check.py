@@ -168,11 +168,13 @@ def sampling_inputs(bs: int, n: int, vocab: int) -> dict[str, Any]:
     p = torch.softmax(torch.randn(bs, n + 1, vocab, generator=gen, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(bs, n, vocab, generator=gen, dtype=torch.float64), -1)
     cpu = {
-        "p": p, "q": q, "tokens": torch.randint(0, vocab, (bs, n), generator=gen),
+        "p": p,
+        "q": q,
+        "tokens": torch.randint(0, vocab, (bs, n), generator=gen),
         "lengths": torch.randint(0, n + 1, (bs,), generator=gen),
         "seeds": torch.randint(0, 2**62, (bs,), generator=gen),
         "positions": torch.randint(0, 4000, (bs,), generator=gen),
-    }  # fmt: skip
+    }
     return {k: v.to(DEV) for k, v in cpu.items()}
 
 
@@ -327,15 +329,15 @@ def check_tree_kernel_against_twin() -> None:
 
 
 def bucketed_inputs(bs: int, t: int, pad: int, seed: int) -> dict[str, Any]:
-    """A ragged step of ``bs`` rows (widths 1..T) for a bucket of ``bs + pad`` rows; with
+    """A ragged step of ``bs`` rows (counts 1..T) for a bucket of ``bs + pad`` rows; with
     ``pad == 0`` every row is full, so the bucket's ``bs * T`` tokens leave nothing over."""
     gen = torch.Generator().manual_seed(seed)
-    widths = torch.randint(1, t + 1, (bs,), generator=gen) if pad else torch.full((bs,), t)
+    counts = torch.randint(1, t + 1, (bs,), generator=gen) if pad else torch.full((bs,), t)
     padded_bs = bs + pad
-    # SGLang's bucket (B * T tokens), or a tight one that leaves some padding rows width 0.
-    tight = int(widths.sum()) + pad // 2
+    # SGLang's bucket (B * T tokens), or a tight one that leaves some padding rows 0 tokens.
+    tight = int(counts.sum()) + pad // 2
     tokens = padded_bs * t if seed % 2 or not pad else tight
-    return {"widths": widths.to(DEV), "padded_bs": padded_bs, "padded_tokens": tokens}
+    return {"counts": counts.to(DEV), "padded_bs": padded_bs, "padded_tokens": tokens}
 
 
 def check_bucketed_ragged_against_twin() -> None:
@@ -358,7 +360,7 @@ def check_bucketed_ragged_against_twin() -> None:
                             build_ragged_verify_metadata_into(
                                 bufs,
                                 x["seq_lens"],
-                                r["widths"],
+                                r["counts"],
                                 padded_tokens=r["padded_tokens"],
                                 backend=b,
                                 paging=paging(x),
@@ -463,19 +465,19 @@ def check_tree_graph_capture() -> None:
 def check_bucketed_graph_capture() -> None:
     padded, bs, t = 64, 48, 4
     x = inputs(bs, t)
-    seq, widths = x["seq_lens"].clone(), torch.ones(bs, dtype=torch.int64, device=DEV)
+    seq, counts = x["seq_lens"].clone(), torch.ones(bs, dtype=torch.int64, device=DEV)
     bufs = VerifyMetadataBuffers.allocate(padded, max_pages=CTX // PAGE, device=DEV)
 
     def build(out: VerifyMetadataBuffers, backend: Any) -> VerifyMetadata:
         return build_ragged_verify_metadata_into(
-            out, seq, widths, padded_tokens=padded * t, backend=backend, paging=paging(x)
+            out, seq, counts, padded_tokens=padded * t, backend=backend, paging=paging(x)
         )
 
     replay = capture(lambda: build(bufs, "triton"))
 
     def update() -> None:
         seq.copy_(torch.randint(0, CTX - t, (bs,), device=DEV))
-        widths.copy_(torch.randint(1, t + 1, (bs,), device=DEV))
+        counts.copy_(torch.randint(1, t + 1, (bs,), device=DEV))
 
     def want() -> bool:
         ref = build(
@@ -550,7 +552,7 @@ def bucketed_pair(bs: int, t: int) -> tuple[Callable[[], object], Callable[[], o
     """The fused bucketed ragged build and SGLang's eager padding, for ``bs`` rows of 1..T
     tokens in ``bench/metadata.py``'s bucket: ``bs + max(1, bs // 8)`` rows of ``T`` tokens."""
     x = inputs(bs, t)
-    widths = x["ntok"].clamp(max=t)
+    counts = x["ntok"].clamp(max=t)
     padded_bs = bs + max(1, bs // 8)
     bufs = VerifyMetadataBuffers.allocate(padded_bs, max_pages=CTX // PAGE, device=DEV)
     tup = (bufs.cu_seqlens_q, bufs.cache_seqlens, bufs.cu_seqlens_k, bufs.page_table)
@@ -558,11 +560,11 @@ def bucketed_pair(bs: int, t: int) -> tuple[Callable[[], object], Callable[[], o
 
     def fused() -> object:
         return build_ragged_verify_metadata_into(
-            bufs, seq, widths, padded_tokens=tokens, backend="triton", paging=paging(x)
+            bufs, seq, counts, padded_tokens=tokens, backend="triton", paging=paging(x)
         )
 
     def eager() -> object:
-        return eager_ragged_graph(tup, seq, widths, tokens, x["rpi"], x["rtt"], PAGE)  # type: ignore[arg-type]
+        return eager_ragged_graph(tup, seq, counts, tokens, x["rpi"], x["rtt"], PAGE)  # type: ignore[arg-type]
 
     return fused, eager
 
@@ -594,14 +596,18 @@ def timings() -> None:
         f"tree forms: N={TIMED_TREE_NODES} draft nodes (T={TIMED_TREE_NODES + 1}); "
         "bucketed: bs ragged rows of 1..T padded to bs + max(1, bs // 8) rows of T"
     )
-    head = f"{'form':<10} {'bs':>5} | {'fused µs':>9} {'eager µs':>9} {'eager/fused':>11} | {'fused kernels':>13} {'eager kernels':>13}"
+    head = (
+        f"{'form':<10} {'bs':>5} | {'fused µs':>9} {'eager µs':>9} "
+        f"{'eager/fused':>11} | {'fused kernels':>13} {'eager kernels':>13}"
+    )
     print(head)
     print("-" * len(head))
     for form, bs, fused, eager in rows:
         f_us, e_us = do_bench(fused) * 1e3, do_bench(eager) * 1e3
         fk, ek = kernels_per_call(fused), kernels_per_call(eager)
         print(
-            f"{form:<10} {bs:>5} | {f_us:>9.1f} {e_us:>9.1f} {e_us / f_us:>10.2f}x | {fk:>13} {ek:>13}"
+            f"{form:<10} {bs:>5} | {f_us:>9.1f} {e_us:>9.1f} "
+            f"{e_us / f_us:>10.2f}x | {fk:>13} {ek:>13}"
         )
 
 
@@ -615,8 +621,8 @@ def counted(fn: Callable[..., Any], name: str, calls: Counter[str]) -> Callable[
 
 def check_engine() -> None:
     """EAGLE with a top-k tree and a ragged prompt lookup (NGRAM_RAGGED, docs/concepts/builtins.md)
-    on the embedded models: outputs equal target-only greedy, through ``GraphRunner.replay_tree`` and
-    ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
+    on the embedded models: outputs equal target-only greedy, through ``GraphRunner.replay_tree``
+    and ``replay_ragged`` (CUDA graphs captured on CUDA, eager static buffers in the dry run)."""
     what = "engine on CUDA (EAGLE top-k tree via replay_tree, NGRAM_RAGGED via replay_ragged)"
     if not (DRY_RUN or ENGINE):
         skip(what, "--engine runs it (the engine has not run on CUDA yet; a failure is a FAIL)")

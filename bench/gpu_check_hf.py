@@ -43,9 +43,12 @@ def smollm2_shaped(device: str, dtype: torch.dtype, tiny: bool) -> HFCausalLM:
         else dict(hidden_size=576, intermediate_size=1536, num_hidden_layers=30, vocab_size=49152)
     )
     size.update(
-        num_attention_heads=4 if tiny else 9, num_key_value_heads=2 if tiny else 3,
-        max_position_embeddings=2048, tie_word_embeddings=True, initializer_range=0.1,
-    )  # fmt: skip
+        num_attention_heads=4 if tiny else 9,
+        num_key_value_heads=2 if tiny else 3,
+        max_position_embeddings=2048,
+        tie_word_embeddings=True,
+        initializer_range=0.1,
+    )
     config = LlamaConfig(**size)
     torch.manual_seed(0)
     model = LlamaForCausalLM(config).to(device=device, dtype=dtype).eval()  # type: ignore[call-arg]
@@ -80,13 +83,16 @@ def run(lm: HFCausalLM, label: str, n: int, new: int) -> None:
                 tps = sum(len(v) for v in out.values()) / (time.perf_counter() - start)
                 got = {k[:-1]: v for k, v in out.items()}
                 result = compare(lm, reqs, got, want)
-                print(f"  {what}: {tps:.1f} tokens/s ({tps / hf_tps:.2f}x generate bs=1), "
-                      f"acceptance {engine.stats.acceptance_length:.2f}; {result.line()}")  # fmt: skip
+                speed = f"{tps:.1f} tokens/s ({tps / hf_tps:.2f}x generate bs=1)"
+                tau = f"acceptance {engine.stats.acceptance_length:.2f}"
+                print(f"  {what}: {speed}, {tau}; {result.line()}")
                 if label.endswith("float32"):
                     check(result.lossless, f"{what} lossless")
                 else:  # bf16 rounds logits far past TIE_EPSILON: reported, never a pass
-                    print(f"INFO {what}: not certified in bf16 ({len(result.mismatches)} "
-                          "divergences from generate)")  # fmt: skip
+                    diverged = len(result.mismatches)
+                    print(
+                        f"INFO {what}: not certified in bf16 ({diverged} divergences from generate)"
+                    )
             except Exception as exc:  # a failure on the device is a finding: report, go on
                 traceback.print_exc()
                 check(False, f"{what}: {type(exc).__name__}: {exc}")

@@ -105,8 +105,9 @@ def engine_run(
     return engine, run
 
 
-def _checks(models: HFModels, requests: Sequence[Request], timings: Mapping[str, Any],
-            reference: str) -> dict[str, str]:  # fmt: skip
+def _checks(
+    models: HFModels, requests: Sequence[Request], timings: Mapping[str, Any], reference: str
+) -> dict[str, str]:
     want = timings[reference].outputs
     return {n: compare(models.target, requests, t.outputs, want).line() for n, t in timings.items()}
 
@@ -170,10 +171,10 @@ def section_forward(
     slot = worker.alloc_request()
     worker.forward(ForwardMode.EXTEND, [slot], [prompt])
 
-    def ours(width: int) -> float:
-        mode = ForwardMode.DECODE if width == 1 else ForwardMode.TARGET_VERIFY
+    def ours(tokens: int) -> float:
+        mode = ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY
         start = time.perf_counter()
-        worker.forward(mode, [slot], [prompt[:width]])
+        worker.forward(mode, [slot], [prompt[:tokens]])
         elapsed = time.perf_counter() - start
         worker.rewind(slot, len(prompt))
         return elapsed
@@ -184,21 +185,21 @@ def section_forward(
         cache = DynamicCache(config=model.config)
         model(torch.tensor([prompt]), cache=cache, use_cache=True)
 
-    def theirs(width: int) -> float:
+    def theirs(tokens: int) -> float:
         with lm.reference() as model, torch.inference_mode():  # switched outside the timing
             start = time.perf_counter()
-            model(torch.tensor([prompt[:width]]), cache=cache, use_cache=True)
+            model(torch.tensor([prompt[:tokens]]), cache=cache, use_cache=True)
             elapsed = time.perf_counter() - start
-        cache.crop(-width)  # drop what this forward appended
+        cache.crop(-tokens)  # drop what this forward appended
         return elapsed
 
     samples: dict[str, list[float]] = {
         k: [] for k in ("ours1", f"ours{t}", "theirs1", f"theirs{t}")
     }
     for _ in range(args.rounds * 5):  # interleaved: each kind of sample beside the others
-        for width in (1, t):
-            samples[f"theirs{width}"].append(theirs(width))
-            samples[f"ours{width}"].append(ours(width))
+        for tokens in (1, t):
+            samples[f"theirs{tokens}"].append(theirs(tokens))
+            samples[f"ours{tokens}"].append(ours(tokens))
     med = {k: statistics.median(v) for k, v in samples.items()}
     return {
         "median_ms": {k: 1000 * v for k, v in med.items()},
@@ -274,10 +275,14 @@ def main() -> None:
         "5": section_per_prompt,
     }
     report: dict[str, Any] = {
-        "model": models.source, "threads": args.threads, "requests": args.requests,
-        "max_new_tokens": args.max_new_tokens, "draft_tokens": args.draft_tokens,
-        "date": time.strftime("%Y-%m-%d %H:%M"), "load_average": os.getloadavg(),
-    }  # fmt: skip
+        "model": models.source,
+        "threads": args.threads,
+        "requests": args.requests,
+        "max_new_tokens": args.max_new_tokens,
+        "draft_tokens": args.draft_tokens,
+        "date": time.strftime("%Y-%m-%d %H:%M"),
+        "load_average": os.getloadavg(),
+    }
     for key in args.sections.split(","):
         print(f"section {key}: {sections[key].__name__}", flush=True)
         report[sections[key].__name__] = sections[key](models, requests, args)

@@ -220,7 +220,10 @@ def main() -> None:
         f"T={T}, page_size={PAGE}, context={CTX}; CPU time: {args.stat} of {args.repeats}, "
         f"interleaved, {torch.get_num_threads()} torch threads"
     )
-    header = f"{'form':<8} {'bs':>5} | {'fused launches':>14} {'syncs':>5} | {'eager launches':>14} {'syncs':>5} | {'eager/twin CPU time':>19}"
+    header = (
+        f"{'form':<8} {'bs':>5} | {'fused launches':>14} {'syncs':>5} "
+        f"| {'eager launches':>14} {'syncs':>5} | {'eager/twin CPU time':>19}"
+    )
     print(header)
     print("-" * len(header))
     for form in ("uniform", "graph", "ragged"):
@@ -235,12 +238,16 @@ def main() -> None:
                 twin_s += seconds(twin, args.repeats)
                 eager_s += seconds(base, args.repeats)
             print(
-                f"{form:<8} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | {eager_s / twin_s:>18.2f}x"
+                f"{form:<8} {bs:>5} | {fl:>14} {fs:>5} "
+                f"| {el:>14} {es:>5} | {eager_s / twin_s:>18.2f}x"
             )
     ragged_graph_rows(args.repeats)
     print()
     print(f"tree forms: N={TREE_NODES} draft nodes, T={TREE_NODES + 1} verify tokens per request")
-    header = f"{'form':<10} {'bs':>5} | {'fused launches':>14} {'syncs':>5} | {'eager launches':>14} {'syncs':>5} | {'SGLang-shaped':>13} | {'eager/twin CPU time':>19}"
+    header = (
+        f"{'form':<10} {'bs':>5} | {'fused launches':>14} {'syncs':>5} | {'eager launches':>14} "
+        f"{'syncs':>5} | {'SGLang-shaped':>13} | {'eager/twin CPU time':>19}"
+    )
     print(header)
     print("-" * len(header))
     for form in ("tree", "tree-graph"):
@@ -254,7 +261,8 @@ def main() -> None:
                 twin_s += seconds(twin, args.repeats)
                 eager_s += seconds(base, args.repeats)
             print(
-                f"{form:<10} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} {es:>5} | {sl:>13} | {eager_s / twin_s:>18.2f}x"
+                f"{form:<10} {bs:>5} | {fl:>14} {fs:>5} | {el:>14} "
+                f"{es:>5} | {sl:>13} | {eager_s / twin_s:>18.2f}x"
             )
 
 
@@ -266,7 +274,7 @@ def bucket(bs: int) -> tuple[int, int]:
 
 
 def ragged_graph_inputs(bs: int, device: str) -> dict[str, Any]:
-    """Inputs of one bucketed ragged build: widths 1..T and static buffers for the bucket."""
+    """Inputs of one bucketed ragged build: token counts 1..T and static buffers for the bucket."""
     x: dict[str, Any] = inputs(bs, device)
     padded_bs, padded_tokens = bucket(bs)
     bufs = vm.VerifyMetadataBuffers.allocate(padded_bs, max_pages=-(-CTX // PAGE), device=device)

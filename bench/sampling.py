@@ -32,9 +32,13 @@ def inputs(bs: int, device: str) -> dict[str, torch.Tensor]:
     p = torch.softmax(torch.randn(bs, N + 1, V, generator=gen, dtype=torch.float64), -1)
     q = torch.softmax(torch.randn(bs, N, V, generator=gen, dtype=torch.float64), -1)
     batch = {
-        "p": p, "q": q, "tokens": torch.randint(0, V, (bs, N), generator=gen),
-        "lengths": torch.full((bs,), N), "seeds": torch.arange(bs), "positions": torch.arange(bs),
-    }  # fmt: skip
+        "p": p,
+        "q": q,
+        "tokens": torch.randint(0, V, (bs, N), generator=gen),
+        "lengths": torch.full((bs,), N),
+        "seeds": torch.arange(bs),
+        "positions": torch.arange(bs),
+    }
     return {k: v.to(device) for k, v in batch.items()}
 
 
@@ -79,7 +83,8 @@ def main() -> None:
     torch.set_num_threads(1)
     print(f"1. one accept/resample step, D={N + 1} (3 drafts), vocab {V}")
     print(
-        f"{'bs':>5} | {'fused launches syncs':>21} | {'twin launches syncs':>20} | {'loop launches syncs':>20}"
+        f"{'bs':>5} | {'fused launches syncs':>21} "
+        f"| {'twin launches syncs':>20} | {'loop launches syncs':>20}"
     )
     for bs in (1, 16, 64, 256):
         (fl, fs), (tl_, ts), (ll, ls) = counts(bs)

@@ -73,7 +73,10 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
-    header = f"{'algorithm':<14} {'steps':>5} {'reads/step':>10} | {'copied ms/step':>14} {'uncopied':>8} {'cost':>6}"
+    header = (
+        f"{'algorithm':<14} {'steps':>5} {'reads/step':>10} "
+        f"| {'copied ms/step':>14} {'uncopied':>8} {'cost':>6}"
+    )
     print(header)
     print("-" * len(header))
     for name, algo, temperature in ALGOS:

@@ -142,5 +142,3 @@ def check_command(args: argparse.Namespace) -> int:
             if not ok:
                 print("\n".join(f"    {line}" for line in report.splitlines()))
     return 1 if failed else 0
-
-

@@ -26,11 +26,10 @@ _P = ParamSpec("_P")
 _R = TypeVar("_R")
 
 #: Frames that are not the user's: specstrat's own, the standard library's, installed packages'.
+_INSTALLED = tuple(sysconfig.get_paths()[k] for k in ("stdlib", "purelib", "platlib"))
 _NOT_USERS = tuple(
-    {str(Path(__file__).resolve().parent) + os.sep, *(
-        str(Path(sysconfig.get_paths()[k]).resolve()) + os.sep for k in ("stdlib", "purelib", "platlib")
-    )}
-)  # fmt: skip
+    {str(Path(p).resolve()) + os.sep for p in (str(Path(__file__).resolve().parent), *_INSTALLED)}
+)
 
 
 def user_location(exc: BaseException) -> str:

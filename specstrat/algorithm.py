@@ -149,8 +149,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
             )
         if not isinstance(self.capabilities, Capabilities):
             raise InvalidConfig(
-                f"{self.name}: capabilities={self.capabilities!r}; pass "
-                "specstrat.Capabilities(...)"
+                f"{self.name}: capabilities={self.capabilities!r}; pass specstrat.Capabilities(...)"
             )
         for hook, protocol in HOOKS.items():
             try:
@@ -239,10 +238,9 @@ class SpecAlgorithm(Generic[DraftT_co]):
             self.target_verify.supports_target_verify_for_draft,
         )
         if not isinstance(allowed, bool):
-            raise hook_error(
-                self.name, "target_verify.supports_target_verify_for_draft",
-                f"returned {allowed!r}; the policy must return True or False",
-            )  # fmt: skip
+            hook = "target_verify.supports_target_verify_for_draft"
+            message = f"returned {allowed!r}; the policy must return True or False"
+            raise hook_error(self.name, hook, message)
         return allowed
 
     def get_num_tokens_per_req_for_target_verify(
@@ -257,7 +255,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
             raise InvalidConfig(f"is_draft_worker={is_draft_worker!r} must be True or False")
         if self.is_none():
             raise InvalidConfig(
-                f"algorithm {self.name} is not speculative; it has no TARGET_VERIFY width "
+                f"algorithm {self.name} is not speculative; it verifies no tokens per request "
                 "(check algo.is_speculative() before sizing verify graphs)"
             )
         tokens = self._call(
@@ -269,16 +267,18 @@ class SpecAlgorithm(Generic[DraftT_co]):
         # A wrong answer is the policy's, not a value the caller passed: a StrategyError.
         hook = "target_verify.get_num_tokens_per_req_for_target_verify"
         if not is_int(tokens):
-            raise hook_error(
-                self.name, hook, f"returned tokens per request={tokens!r} "
+            message = (
+                f"returned tokens per request={tokens!r} "
                 f"({type(tokens).__name__}) for num_draft_tokens={num_draft_tokens}; the policy "
                 "must return an int"
-            )  # fmt: skip
+            )
+            raise hook_error(self.name, hook, message)
         if not 1 <= tokens <= num_draft_tokens + 1:
-            raise hook_error(
-                self.name, hook, f"returned tokens per request={tokens} for num_draft_tokens="
+            message = (
+                f"returned tokens per request={tokens} for num_draft_tokens="
                 f"{num_draft_tokens}, outside 1..{num_draft_tokens + 1}; fix the policy"
-            )  # fmt: skip
+            )
+            raise hook_error(self.name, hook, message)
         return tokens
 
     def get_num_tokens_per_bs_for_target_verify(

@@ -1,14 +1,17 @@
 """The built-in algorithms, composed from built-in strategies.
 
-| name       | verify on draft worker | T (target, draft worker) | disagg builder | topk | hidden | draft KV | ragged | drafter       |
-|------------|------------------------|--------------------------|----------------|------|--------|----------|--------|---------------|
-| NONE       | no                     | -                        | none           | no   | no     | no       | no     | none          |
-| EAGLE      | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | no     | EAGLE head    |
-| EAGLE3     | no                     | D, D                     | EAGLE          | yes  | yes    | yes      | no     | EAGLE head    |
-| STANDALONE | no                     | D, D                     | none           | yes  | no     | yes      | no     | draft LM      |
-| NGRAM      | no                     | D, D                     | none           | no   | no     | no       | no     | prompt lookup |
-| DFLASH     | yes                    | D, D                     | DFLASH         | no   | no     | yes      | no     | block         |
-| DSPARK     | yes                    | D, D-1                   | DSPARK         | no   | no     | yes      | yes    | block, cut    |
+| name       | on draft | T      | builder | topk | hidden | draft KV | ragged | drafter       |
+|------------|----------|--------|---------|------|--------|----------|--------|---------------|
+| NONE       | no       | -      | none    | no   | no     | no       | no     | none          |
+| EAGLE      | no       | D, D   | EAGLE   | yes  | yes    | yes      | no     | EAGLE head    |
+| EAGLE3     | no       | D, D   | EAGLE   | yes  | yes    | yes      | no     | EAGLE head    |
+| STANDALONE | no       | D, D   | none    | yes  | no     | yes      | no     | draft LM      |
+| NGRAM      | no       | D, D   | none    | no   | no     | no       | no     | prompt lookup |
+| DFLASH     | yes      | D, D   | DFLASH  | no   | no     | yes      | no     | block         |
+| DSPARK     | yes      | D, D-1 | DSPARK  | no   | no     | yes      | yes    | block, cut    |
+
+"on draft": whether a draft worker may run TARGET_VERIFY; "T": the tokens per request the
+target and a draft worker verify; "builder": the disagg draft builder.
 
 DFLASH and DSPARK draft a block per step in one TARGET_VERIFY forward on the draft worker
 (:class:`~specstrat.strategies.block.BlockDrafterFactory`, ``T_draft`` positions: D for DFLASH,

@@ -139,15 +139,14 @@ def check_drafts_shape(
     if not isinstance(drafts, DraftTree):
         raise hook_error(algorithm, hook, f"returned {type(drafts).__name__}, not a DraftTree")
     if device is not None and drafts.tokens.device != device:
-        raise hook_error(
-            algorithm, hook, f"proposed a tree on {drafts.tokens.device}; the engine runs on "
+        message = (
+            f"proposed a tree on {drafts.tokens.device}; the engine runs on "
             f"{device}: put its tensors there"
-        )  # fmt: skip
+        )
+        raise hook_error(algorithm, hook, message)
     if drafts.q is not None and drafts.q.shape[2] != vocab:
-        raise hook_error(
-            algorithm, hook, f"q has {drafts.q.shape[2]} columns; the target's vocabulary has "
-            f"{vocab}"
-        )  # fmt: skip
+        message = f"q has {drafts.q.shape[2]} columns; the target's vocabulary has {vocab}"
+        raise hook_error(algorithm, hook, message)
     if drafts.bs != bs:
         raise hook_error(algorithm, hook, f"proposed {drafts.bs} rows for {bs} requests")
     if drafts.num_nodes > max_nodes:
@@ -199,16 +198,18 @@ def check_drafts_host(algorithm: str, tree: HostTree, vocab: int) -> None:
     hook = "drafter.propose"
     n = len(tree.parents[0]) if tree.parents else 0
     if any(not 0 <= length <= n for length in tree.lengths):
-        raise hook_error(
-            algorithm, hook, f"proposed lengths={tree.lengths}; each must lie in 0..{n} (the "
+        message = (
+            f"proposed lengths={tree.lengths}; each must lie in 0..{n} (the "
             "tree's nodes per request)"
-        )  # fmt: skip
+        )
+        raise hook_error(algorithm, hook, message)
     for row, parents in enumerate(tree.parents):
         if any(not -1 <= p < j for j, p in enumerate(parents)):
-            raise hook_error(
-                algorithm, hook, f"request {row}: parents={parents} break parent-before-child "
+            message = (
+                f"request {row}: parents={parents} break parent-before-child "
                 "(node j's parent must lie in -1..j-1, -1 = the root)"
-            )  # fmt: skip
+            )
+            raise hook_error(algorithm, hook, message)
     bad = _outside([t for row in tree.tokens for t in row], vocab)
     if bad:
         raise hook_error(
@@ -227,16 +228,18 @@ def check_q(algorithm: str, drafts: DraftTree, lengths: list[int]) -> None:
         raise hook_error(algorithm, hook, "q holds negative, NaN or infinite probabilities")
     sums = q.sum(-1)
     if bool(((sums - 1).abs() > 1e-3).any()):
-        raise hook_error(
-            algorithm, hook, f"q rows sum to {sums.min().item():.4g}..{sums.max().item():.4g}; "
+        message = (
+            f"q rows sum to {sums.min().item():.4g}..{sums.max().item():.4g}; "
             "each real node's q must be a probability distribution (sum 1)"
-        )  # fmt: skip
+        )
+        raise hook_error(algorithm, hook, message)
     at_token = q.gather(1, drafts.tokens[real][:, None]).squeeze(1)
     if bool((at_token <= 0).any()):
-        raise hook_error(
-            algorithm, hook, "q gives a drafted token no probability: q must be the "
+        message = (
+            "q gives a drafted token no probability: q must be the "
             "distribution the token was drawn from"
-        )  # fmt: skip
+        )
+        raise hook_error(algorithm, hook, message)
 
 
 def check_drafts(
@@ -281,10 +284,11 @@ def check_acceptance_shape(
             got = describe(tensor)
             raise hook_error(algorithm, hook, f"{name} is {got}; expected torch.int64 {shape}")
         if device is not None and tensor.device != device:
-            raise hook_error(
-                algorithm, hook, f"answered {name} on {tensor.device}; the engine runs on "
+            message = (
+                f"answered {name} on {tensor.device}; the engine runs on "
                 f"{device}: put the answer's tensors there"
-            )  # fmt: skip
+            )
+            raise hook_error(algorithm, hook, message)
     return acceptance
 
 
@@ -302,10 +306,8 @@ def check_acceptance_host(
             )
     for row, index in enumerate(answer.index):
         if any(not -1 <= j < n for j in index):
-            raise hook_error(
-                algorithm, hook, f"request {row}: accept_index={index} holds node "
-                f"indices outside -1..{n - 1}"
-            )  # fmt: skip
+            message = f"request {row}: accept_index={index} holds node indices outside -1..{n - 1}"
+            raise hook_error(algorithm, hook, message)
     for row, index in enumerate(answer.index):
         count, parents, real = answer.counts[row], tree.parents[row], tree.lengths[row]
         path, rest = index[:count], index[count:]

@@ -2,7 +2,7 @@
 accepted paths, and the context a drafter is created with.
 
 A draft is always a **tree** per request: node ``j`` holds a token and the index of its parent
-(``-1``: the root, i.e. the last verified token that is not yet in the target's KV). A chain is
+(``-1``: the root, i.e. the bonus token, not yet in the target's KV). A chain is
 the tree whose parents are ``j - 1``. Rows may be ragged: ``lengths[i]`` nodes of row ``i`` are
 real, the rest is filler that no acceptance rule may accept.
 """
@@ -131,7 +131,7 @@ class ChainTree:
 
 @dataclass(frozen=True, slots=True)
 class DraftTree:
-    """A drafter's proposal: ``n`` nodes per request, as a tree under the last verified token.
+    """A drafter's proposal: ``n`` nodes per request, as a tree under the bonus token.
 
     ``tokens`` ``[bs, n]`` int64 token ids; ``parents`` ``[bs, n]`` int64 with
     ``-1 <= parents[i, j] < j`` (parents come before children; -1 is the root); ``lengths``

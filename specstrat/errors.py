@@ -62,7 +62,8 @@ class InvalidConfig(SpecstratError, ValueError):
 
 
 class RegistrationError(InvalidConfig):
-    """An algorithm could not be registered (duplicate or reserved name); the registry is unchanged."""
+    """An algorithm could not be registered (duplicate or reserved name); the registry is
+    unchanged."""
 
 
 class ModelLoadError(InvalidConfig):
@@ -83,7 +84,8 @@ class UnknownAlgorithm(SpecstratError, KeyError):
 
 
 class PluginLoadError(SpecstratError, ImportError):
-    """An entry point in the ``specstrat.algorithms`` group failed to load or is not an algorithm."""
+    """An entry point in the ``specstrat.algorithms`` group failed to load or is not an
+    algorithm."""
 
 
 class IntegrationError(SpecstratError, ImportError):

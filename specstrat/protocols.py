@@ -81,7 +81,7 @@ class TargetVerifyPolicy(Protocol):
 class TreePolicy(Protocol):
     """The draft tree an algorithm verifies: top-k expansion, depth and budget (EAGLE-2 style).
 
-    Called once at engine start with the target's verify width ``T`` (the budget, root
+    Called once at engine start with the target's tokens per request ``T`` (the budget, root
     included); the engine hands the answer to the drafter in every
     :class:`~specstrat.drafting.DraftStep` and refuses, naming the drafter, a ``topk > 1``
     shape for a drafter whose ``needs.trees`` is False.
@@ -210,8 +210,9 @@ class DraftProposer(Protocol):
 
     Guarantees: ``propose`` returns a :class:`~specstrat.drafting.DraftTree` with one row per
     request of ``step.slots``, at most ``step.max_nodes`` nodes, token ids in the target's
-    vocabulary (the plain scheduler verifies chains: node ``j``'s parent is ``j - 1``); a deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every
-    node. ``commit`` returns the relay fields the next ``propose`` reads (as ``step.payload``).
+    vocabulary (the plain scheduler verifies chains: node ``j``'s parent is ``j - 1``); a
+    deterministic drafter leaves ``q`` None, a sampling one gives ``q`` for every node. ``commit``
+    returns the relay fields the next ``propose`` reads (as ``step.payload``).
     """
 
     def propose(self, step: DraftStep) -> DraftTree:
@@ -293,7 +294,7 @@ class WidthChooser(Protocol):
     Guarantees: returns an ``int`` among ``observation.candidates`` (the declared widths;
     anything else, a ``bool`` included, is a :class:`~specstrat.errors.StrategyError` naming
     the policy); the same state and observation give the same answer. ``1`` decodes plainly.
-    Where the algorithm verifies ragged, the answer bounds every request's width.
+    Where the algorithm verifies ragged, the answer bounds every request's token count.
     """
 
     def choose_width(self, observation: SpeculationObservation) -> int:
@@ -305,11 +306,11 @@ class WidthChooser(Protocol):
 class SpeculationPolicy(Protocol):
     """The ``speculation`` field of an algorithm: how many tokens each decode step drafts.
 
-    ``candidate_widths`` is called once at engine start with ``EngineConfig.num_draft_tokens``;
-    the engine sizes KV reservations, relay widths and graph buckets for the largest answer and
-    keeps a verify path (buckets, tree shape) per candidate. ``create_chooser`` is then called
-    once per engine with the checked candidates, ascending, and the configured D, for the
-    chooser that answers each step. Not consulted for a non-speculative algorithm (NONE decodes plainly).
+    ``candidate_widths`` is called once at engine start with ``EngineConfig.num_draft_tokens``; the
+    engine sizes KV reservations, relay widths and graph buckets for the largest answer and keeps a
+    verify path (buckets, tree shape) per candidate. ``create_chooser`` is then called once per
+    engine with the checked candidates, ascending, and the configured D, for the chooser that
+    answers each step. Not consulted for a non-speculative algorithm (NONE decodes plainly).
 
     Guarantees: ``candidate_widths`` returns a non-empty sequence of distinct ints ``>= 1``
     (checked; a bad one, or one whose largest value the context cannot hold, is refused at

@@ -1,9 +1,9 @@
 """Choosing tokens under per-request sampling parameters, the same way everywhere.
 
-The engine's prefill (the first token), drafters that sample and the acceptance rules all go
-through these helpers, so a request's tokens depend only on its parameters, seed and prompt:
-every random number is :func:`~specstrat.kernels.rejection_sampling.uniform` of (seed, absolute position,
-draw index).
+The engine's prefill (the first token), drafters that sample and the acceptance rules all go through
+these helpers, so a request's tokens depend only on its parameters, seed and prompt: every random
+number is :func:`~specstrat.kernels.rejection_sampling.uniform` of (seed, absolute position, draw
+index).
 """
 
 from __future__ import annotations

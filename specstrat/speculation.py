@@ -1,12 +1,12 @@
 """What a speculation policy sees before each decode step, and the default policy.
 
 A :class:`~specstrat.protocols.SpeculationPolicy` (the ``speculation`` field of an algorithm)
-declares at engine start the values of D (``num_draft_tokens``, root included) it may answer,
-and creates, once per engine, a :class:`~specstrat.protocols.WidthChooser` that answers each
-decode step's D from a :class:`SpeculationObservation`. ``D = 1`` is a plain decode step (no
-drafting, verify width 1). :class:`FixedSpeculationPolicy`, the default, answers the configured
-D every step, which is how every algorithm ran before the hook existed. The other built-ins are
-in :mod:`specstrat.strategies.speculation_policies`.
+declares at engine start the values of D (``num_draft_tokens``, root included) it may answer, and
+creates, once per engine, a :class:`~specstrat.protocols.WidthChooser` that answers each decode
+step's D from a :class:`SpeculationObservation`. ``D = 1`` is a plain decode step (no drafting,
+``T = 1`` token verified). :class:`FixedSpeculationPolicy`, the default, answers the configured D
+every step, which is how every algorithm ran before the hook existed. The other built-ins are in
+:mod:`specstrat.strategies.speculation_policies`.
 """
 
 from __future__ import annotations

@@ -28,8 +28,11 @@ def _commit() -> str | None:
     try:
         done = subprocess.run(
             ["git", "-C", str(root), "rev-parse", "HEAD"],
-            capture_output=True, text=True, check=False, timeout=10,
-        )  # fmt: skip
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=10,
+        )
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() or None if done.returncode == 0 else None

@@ -81,9 +81,12 @@ def generate_run(
                 mask[i, width - len(r.prompt) :] = 1
             stops = frozenset().union(*(r.stop_token_ids for r in batch))
             config = generation_config(
-                lm, max(r.max_new_tokens for r in batch), stops, pad_token_id=pad,
+                lm,
+                max(r.max_new_tokens for r in batch),
+                stops,
+                pad_token_id=pad,
                 prompt_lookup_num_tokens=lookup,
-            )  # fmt: skip
+            )
             clock = _Clock()
             done = model.generate(
                 ids, attention_mask=mask, generation_config=config, streamer=clock

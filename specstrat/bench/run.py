@@ -217,9 +217,14 @@ def run_bench(
             if cell.spec is not None:
                 cell.split = _sync_split(cell, models, context_len)
     rows = build_rows(
-        cells, timings, categories, warmup=config.warmup, greedy=config.sampling.greedy,
-        split_apart=config.overlap, lm=models.target if hf else None,
-    )  # fmt: skip
+        cells,
+        timings,
+        categories,
+        warmup=config.warmup,
+        greedy=config.sampling.greedy,
+        split_apart=config.overlap,
+        lm=models.target if hf else None,
+    )
     notes = [TAU_FORMULA]
     if encoder.note:
         notes.append(encoder.note)

@@ -209,9 +209,7 @@ class HFCausalLM:
         # attention implementation and gets no hook.
         head = model.get_output_embeddings()
         width = int(head.weight.shape[0])
-        if vocab_size is not None and (
-            not is_int(vocab_size) or vocab_size < 1
-        ):
+        if vocab_size is not None and (not is_int(vocab_size) or vocab_size < 1):
             raise InvalidConfig(f"vocab_size={vocab_size!r} must be an int >= 1, or None")
         positions = getattr(model.config, "max_position_embeddings", None)
         if not isinstance(positions, int):
@@ -236,7 +234,9 @@ class HFCausalLM:
         # The hidden state is what the LM head reads (some models, such as OPT, call their decoder
         # around the base model, so a hook on the base model would never fire).
         hooked = getattr(head, "_specstrat_hidden_hook", False)
-        handle = None if hooked else head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
+        handle = (
+            None if hooked else head.register_forward_pre_hook(_capture_hidden, with_kwargs=True)
+        )
         model.set_attn_implementation(ATTENTION_NAME)
         try:
             layers = self._probe()
@@ -337,7 +337,8 @@ class HFCausalLM:
 
     def early_exit(self, exit_layer: int) -> HFCausalLM:
         """The first ``exit_layer`` layers plus the final norm and LM head, sharing this model's
-        weights (an :class:`~specstrat.models.EarlyExitModel`; see :mod:`specstrat.hf.early_exit_view`)."""
+        weights (an :class:`~specstrat.models.EarlyExitModel`; see
+        :mod:`specstrat.hf.early_exit_view`)."""
         top = truncated_model(self.model, self.shape.layers, exit_layer, self.name)
         view = HFCausalLM(top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]")
         view.reference_attention = self.reference_attention  # the shared config says ours now
@@ -385,8 +386,9 @@ def _check_model(model: Any, name: str) -> None:
     meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
     if meta is not None:
         raise ModelLoadError(
-            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were never "
-            "loaded; load them (from_pretrained, load_state_dict) or move the model to a real device"
+            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were "
+            "never loaded; load them (from_pretrained, load_state_dict) or move the model to a "
+            "real device"
         )
     if not model.is_backend_compatible():
         raise ModelLoadError(

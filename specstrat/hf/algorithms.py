@@ -32,5 +32,7 @@ EARLY_EXIT = early_exit_algorithm(8)
 #: request (SGLang 0.5.23's NGRAM row has no ragged verify; the composition of
 #: docs/concepts/builtins.md).
 NGRAM_RAGGED = replace(
-    NGRAM, name="NGRAM_RAGGED", capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True)
+    NGRAM,
+    name="NGRAM_RAGGED",
+    capabilities=replace(NGRAM.capabilities, supports_ragged_verify=True),
 )

@@ -54,7 +54,9 @@ def prompt_requests(
         params = replace(sampling, seed=(sampling.seed + i) % 2**63)
         if chat:
             messages = [{"role": "user", "content": text}]
-            out.append(models.request(f"prompt-{i}", max_new_tokens, messages=messages, sampling=params))
+            out.append(
+                models.request(f"prompt-{i}", max_new_tokens, messages=messages, sampling=params)
+            )
         else:
             out.append(models.request(f"prompt-{i}", max_new_tokens, text=text, sampling=params))
     return out
@@ -145,9 +147,17 @@ def run_hf_demo(
         max_running_requests=max_running_requests,
     )
     run = run_comparison(
-        algo, models, requests, config, progress=progress, trace=trace, sampling=sampling,
-        model_name=models.source, disagg=disagg, loader=_loader(models) if disagg else None,
-    )  # fmt: skip
+        algo,
+        models,
+        requests,
+        config,
+        progress=progress,
+        trace=trace,
+        sampling=sampling,
+        model_name=models.source,
+        disagg=disagg,
+        loader=_loader(models) if disagg else None,
+    )
     summary = run.summary
     reference = None
     generate_tps = 0.0
@@ -185,6 +195,3 @@ def _loader(models: HFModels) -> HFLoader:
 def _pad(models: HFModels) -> int | None:
     pad = getattr(models.tokenizer, "pad_token_id", None)
     return pad if isinstance(pad, int) else None
-
-
-

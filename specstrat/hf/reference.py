@@ -73,7 +73,9 @@ def generation_config(
 
     stops = sorted(stop_token_ids)
     padded = list(range(lm.shape.vocab_size, lm.head_width))
-    extra = {"prompt_lookup_num_tokens": prompt_lookup_num_tokens} if prompt_lookup_num_tokens else {}
+    extra = (
+        {"prompt_lookup_num_tokens": prompt_lookup_num_tokens} if prompt_lookup_num_tokens else {}
+    )
     return GenerationConfig(  # type: ignore[no-untyped-call]
         do_sample=False,
         max_new_tokens=max_new_tokens,
@@ -99,9 +101,12 @@ def generate_reference(
     with lm.reference() as model, plain_defaults(model), torch.inference_mode():
         for r in requests:
             config = generation_config(
-                lm, r.max_new_tokens, r.stop_token_ids, pad_token_id=pad_token_id,
+                lm,
+                r.max_new_tokens,
+                r.stop_token_ids,
+                pad_token_id=pad_token_id,
                 prompt_lookup_num_tokens=prompt_lookup_num_tokens,
-            )  # fmt: skip
+            )
             ids = torch.tensor([list(r.prompt)], device=device)
             done = model.generate(
                 ids, attention_mask=torch.ones_like(ids), generation_config=config

@@ -204,7 +204,7 @@ class SpecstratSpecAlgo:
         return self.specstrat.algorithm.capabilities.has_draft_kv
 
     def supports_ragged_verify(self) -> bool:
-        """Whether verify may carry per-request widths (SGLang's ragged verify graphs)."""
+        """Whether verify may carry per-request token counts (SGLang's ragged verify graphs)."""
         return self.specstrat.algorithm.capabilities.supports_ragged_verify
 
     def need_topk(self) -> bool:

@@ -210,7 +210,8 @@ def check_sglang(
     """
     if not isinstance(algo, SpecAlgorithm):
         raise InvalidConfig(
-            f"algo={algo!r} is a {type(algo).__name__}; check_sglang checks a specstrat.SpecAlgorithm"
+            f"algo={algo!r} is a {type(algo).__name__}; check_sglang checks a "
+            "specstrat.SpecAlgorithm"
         )
     modules = load_sglang()
     checks = [

@@ -3,7 +3,7 @@
 The launchers in :mod:`specstrat.kernels.tree_metadata` validate the inputs and pick the path;
 the kernel and :func:`tree_verify_metadata_ref` only compute, and compute the same outputs.
 
-A verify row holds ``T = N + 1`` tokens: token 0 is the root (the last verified token) and token
+A verify row holds ``T = N + 1`` tokens: token 0 is the root (the bonus token) and token
 ``i >= 1`` is draft node ``i - 1``, whose parent token is ``parents[b, i - 1] + 1`` (so the
 DraftTree convention's ``-1`` becomes token 0, the root).
 """

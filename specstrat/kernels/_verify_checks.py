@@ -52,7 +52,7 @@ def uniform_tokens(num_tokens: int, bs: int) -> int:
     if num_tokens % bs != 0:
         raise InvalidConfig(
             f"num_tokens={num_tokens} is not a multiple of bs={bs}; "
-            "pass bs * tokens_per_req tokens (use the ragged form for per-request widths)"
+            "pass bs * tokens_per_req tokens (use the ragged form for per-request token counts)"
         )
     if num_tokens == 0:
         raise InvalidConfig(
@@ -71,7 +71,7 @@ def bucket_tokens(padded_tokens: int, bs: int, padded_bs: int) -> int:
             "token, so pick a token bucket >= sum(num_tokens_per_req)"
         )
     check_total("cu_seqlens_q", padded_tokens, "query tokens of the bucket")
-    if bs == 0:  # no widths to read: the real tokens are known to be 0
+    if bs == 0:  # no token counts to read: the real tokens are known to be 0
         check_bucket(
             0, "num_tokens_per_req", bs=0, padded_bs=padded_bs, padded_tokens=padded_tokens
         )
@@ -81,7 +81,7 @@ def bucket_tokens(padded_tokens: int, bs: int, padded_bs: int) -> int:
 def check_bucket(real: int, source: str, *, bs: int, padded_bs: int, padded_tokens: int) -> None:
     """``real`` tokens (the sum of ``source``) fit the bucket, and any leftover has a padding
     row to go to (SGLang would widen the last real row instead; here real rows keep their
-    widths)."""
+    token counts)."""
     if real > padded_tokens:
         raise InvalidConfig(
             f"{source} sums to {real} tokens, more than padded_tokens={padded_tokens}; "
@@ -185,16 +185,16 @@ def _check_pages(cache: torch.Tensor, paging: Paging, page_cols: int | None) -> 
             f"buffers with max_pages >= {int(num_pages.max())}"
         )
     if rtt.dtype != torch.int64:
-        return  # an int32 token slot // page_size always fits int32
+        return  # an int32 KV index // page_size always fits int32
     # Reads the first KV index of each page a row uses, as the kernel does.
     pages = torch.arange(int(num_pages.max()), device=rtt.device)
     used = pages[None, :] < num_pages[:, None]
-    slots = rtt[rpi.long()[:, None], (pages * size)[None, :]]
-    if (flat := first_true(used & (slots // size > INT32_MAX))) is not None:
+    indices = rtt[rpi.long()[:, None], (pages * size)[None, :]]
+    if (flat := first_true(used & (indices // size > INT32_MAX))) is not None:
         row, page = divmod(flat, pages.shape[0])
-        slot = int(slots[row, page])
+        index = int(indices[row, page])
         raise InvalidConfig(
-            f"req_to_token[{int(rpi[row])}, {page * size}]={slot} gives page id {slot // size}, "
+            f"req_to_token[{int(rpi[row])}, {page * size}]={index} gives page id {index // size}, "
             f"past the int32 max {INT32_MAX}; KV indices must be < {(INT32_MAX + 1) * size}"
         )
 

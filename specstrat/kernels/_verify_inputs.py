@@ -1,10 +1,10 @@
 """The setup every TARGET_VERIFY metadata builder shares, written once.
 
-A builder checks what is its own (its width argument, per-request counts, tree parents, the type
-of its buffers) and hands the rest to :func:`check_batch`: ``seq_lens``, the
-:class:`~specstrat.kernels.Paging` against them and, for the in-place forms, whether the batch
-fits the buffers. The :class:`Batch` it returns carries those through the value checks, the host
-bound from the mirror, the allocation and the returned :class:`VerifyMetadata`.
+A builder checks what is its own (its tokens-per-request argument, per-request counts, tree parents,
+the type of its buffers) and hands the rest to :func:`check_batch`: ``seq_lens``, the
+:class:`~specstrat.kernels.Paging` against them and, for the in-place forms, whether the batch fits
+the buffers. The :class:`Batch` it returns carries those through the value checks, the host bound
+from the mirror, the allocation and the returned :class:`VerifyMetadata`.
 """
 
 from __future__ import annotations

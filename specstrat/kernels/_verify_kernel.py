@@ -15,7 +15,7 @@ from specstrat.kernels._paging import Paging
 from specstrat.kernels._triton import jit, tl
 from specstrat.kernels._verify_buffers import PAD_PAGE, PAD_SEQ_LEN, VerifyMetadataBuffers
 
-__all__ = ["bucket_widths_ref", "verify_metadata_ref"]
+__all__ = ["bucket_token_counts_ref", "verify_metadata_ref"]
 
 # One program covers 128 rows: decode batches of <=128 need a single program and no prefix loop.
 # Not yet swept on a GPU (no device was lent to the session that wrote this).
@@ -25,10 +25,10 @@ _BLOCK_PAGES: Final = 64
 
 @jit
 def _bucket_tokens(tok, rows, bs, padded_bs, leftover):  # type: ignore[no-untyped-def]
-    """Widths of ``rows`` in a bucket: real rows keep ``tok``; the ``leftover`` tokens go to the
-    padding rows, ``base + 1`` to the first ``rem`` of them and ``base`` to the rest (0 when
-    ``leftover`` is smaller than the number of padding rows); with no padding row the last real
-    row takes them (SGLang's rule; the launchers refuse that case wherever they can check)."""
+    """Token counts of ``rows`` in a bucket: real rows keep ``tok``; the ``leftover`` tokens go to
+    the padding rows, ``base + 1`` to the first ``rem`` of them and ``base`` to the rest (0 when
+    ``leftover`` is smaller than the number of padding rows); with no padding row the last real row
+    takes them (SGLang's rule; the launchers refuse that case wherever they can check)."""
     # A tensor even where Triton specialises padded_bs or bs (== 1) to a constexpr.
     num_pad = tl.zeros((), dtype=tl.int64) + padded_bs - bs
     safe = tl.maximum(num_pad, 1)
@@ -65,15 +65,15 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
     pid = tl.program_id(0).to(tl.int64)
     row0 = pid * BLOCK_ROWS
     # Bucketed ragged form: the tokens the real rows leave in the bucket, split over padding rows
-    # as SGLang's PaddedToBucket does (see _bucket_tokens). Every program sums all real widths:
+    # as SGLang's PaddedToBucket does (see _bucket_tokens). Every program sums all real counts:
     # O(bs) per program, like the carry loop below, and still one launch.
     leftover = tl.zeros((), dtype=tl.int64)
     if BUCKETED:
         real_sum = tl.zeros((), dtype=tl.int64)
         for start in range(0, bs, BLOCK_ROWS):
             real_rows = start + tl.arange(0, BLOCK_ROWS)
-            widths = tl.load(tokens_ptr + real_rows, mask=real_rows < bs, other=0)
-            real_sum += tl.sum(widths.to(tl.int64), axis=0)
+            counts = tl.load(tokens_ptr + real_rows, mask=real_rows < bs, other=0)
+            real_sum += tl.sum(counts.to(tl.int64), axis=0)
         leftover = tl.maximum(padded_tokens - real_sum, 0)
     # Rows before this program's block: their token and key totals are this block's carries.
     # O(bs) per program, and bs / BLOCK_ROWS programs: cheaper than a second launch.
@@ -136,19 +136,22 @@ def _verify_metadata_kernel(  # type: ignore[no-untyped-def]
             )
 
 
-def bucket_widths_ref(widths: torch.Tensor, padded_bs: int, padded_tokens: int) -> torch.Tensor:
-    """Per-row widths of a token bucket, ``[padded_bs]`` int64, on ``widths.device``, no host read.
+def bucket_token_counts_ref(
+    num_tokens_per_req: torch.Tensor, padded_bs: int, padded_tokens: int
+) -> torch.Tensor:
+    """Per-row token counts of a token bucket, ``[padded_bs]`` int64, on the counts' device, no
+    host read.
 
-    SGLang 0.5.23's ``PaddedToBucket`` rule (full-coverage variant): real rows keep ``widths``;
-    ``leftover = padded_tokens - sum(widths)`` (0 if negative) is split over the
-    ``padded_bs - bs`` padding rows as ``base = leftover // num_pad`` each plus one more for the
-    first ``leftover % num_pad`` of them, so a padding row gets 0 when ``leftover < num_pad``.
-    With no padding row the last real row takes the leftover (the launchers refuse that case
-    wherever they can read the widths).
+    SGLang 0.5.23's ``PaddedToBucket`` rule (full-coverage variant): real rows keep
+    ``num_tokens_per_req``; ``leftover = padded_tokens - sum(num_tokens_per_req)`` (0 if negative)
+    is split over the ``padded_bs - bs`` padding rows as ``base = leftover // num_pad`` each plus
+    one more for the first ``leftover % num_pad`` of them, so a padding row gets 0 when
+    ``leftover < num_pad``. With no padding row the last real row takes the leftover (the launchers
+    refuse that case wherever they can read the counts).
     """
-    bs = widths.shape[0]
-    tok = widths.to(torch.int64)
-    # Reads every real width (one reduction on the device); leftover stays a 0-d device tensor.
+    bs = num_tokens_per_req.shape[0]
+    tok = num_tokens_per_req.to(torch.int64)
+    # Reads every real count (one reduction on the device); leftover stays a 0-d device tensor.
     leftover = (padded_tokens - tok.sum()).clamp(min=0)
     num_pad = padded_bs - bs
     if num_pad == 0:
@@ -156,7 +159,7 @@ def bucket_widths_ref(widths: torch.Tensor, padded_bs: int, padded_tokens: int) 
             return tok
         return torch.cat([tok[:-1], tok[-1:] + leftover])
     base = leftover // num_pad
-    extra = torch.arange(num_pad, device=widths.device) < leftover - base * num_pad
+    extra = torch.arange(num_pad, device=tok.device) < leftover - base * num_pad
     return torch.cat([tok, base + extra.to(torch.int64)])
 
 
@@ -169,11 +172,11 @@ def verify_metadata_ref(
 ) -> None:
     """Torch twin of the kernel: writes the metadata for ``seq_lens`` into ``out``.
 
-    ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor:
-    ragged form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the
-    bucketed ragged form, whose padding rows share the bucket's leftover tokens as
-    :func:`bucket_widths_ref` says). With ``paging`` (and ``out.page_table``) the page table is
-    written too. The launchers validate; this only computes.
+    ``tokens`` is ``T`` (an int: uniform and graph forms) or per-request counts (a tensor: ragged
+    form, where ``out.padded_bs == bs`` unless ``padded_tokens`` is given: then the bucketed ragged
+    form, whose padding rows share the bucket's leftover tokens as :func:`bucket_token_counts_ref`
+    says). With ``paging`` (and ``out.page_table``) the page table is written too. The launchers
+    validate; this only computes.
     """
     bs, padded_bs = seq_lens.shape[0], out.padded_bs
     dev = seq_lens.device
@@ -182,7 +185,7 @@ def verify_metadata_ref(
     if isinstance(tokens, int):
         tok = torch.full((padded_bs,), tokens, dtype=torch.int64, device=dev)
     elif padded_tokens is not None:
-        tok = bucket_widths_ref(tokens, padded_bs, padded_tokens)
+        tok = bucket_token_counts_ref(tokens, padded_bs, padded_tokens)
     else:
         tok = tokens.to(torch.int64)
     # Per-row prefix length: seq_lens, then PAD_SEQ_LEN for each padding row.

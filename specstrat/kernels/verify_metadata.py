@@ -20,13 +20,14 @@ for the ``ceil(cache_seqlens[i] / P)`` pages row ``i`` uses and :data:`PAD_PAGE`
 Padding rows ``bs..padded_bs`` of the graph form are requests of length :data:`PAD_SEQ_LEN` that
 still take ``T`` query tokens (the captured graph runs ``padded_bs * T`` tokens), so
 ``cu_seqlens_q`` keeps striding by ``T``, ``cache_seqlens`` is ``T`` and every page is
-:data:`PAD_PAGE` (page 0 holds the pool's padding slot, which padded rows may read harmlessly).
+:data:`PAD_PAGE` (page 0 holds the pool's padding KV index, which padded rows may read
+harmlessly).
 Padding rows of the ragged graph form are the same, with their share of the bucket for ``T``.
 
-Strides always follow ``T``, the target-verify width, never the draft width ``D``: one engine
-backend strode ``cu_seqlens_q`` by ``D`` while offsetting keys by ``T``. Nothing here reads
-device data on the host: ``max_seq_len_k`` comes from a CPU mirror of ``seq_lens`` when the caller
-has one and is ``None`` otherwise.
+Strides always follow ``T``, the tokens per request the target verifies, never ``D``, the
+draft tokens: one engine backend strode ``cu_seqlens_q`` by ``D`` while offsetting keys by
+``T``. Nothing here reads device data on the host: ``max_seq_len_k`` comes from a CPU mirror of
+``seq_lens`` when the caller has one and is ``None`` otherwise.
 
 Every builder (the tree builders of :mod:`specstrat.kernels.tree_metadata` too) takes, after its
 own inputs, the same keywords:
@@ -78,7 +79,7 @@ from specstrat.kernels._verify_kernel import (
     _BLOCK_PAGES,
     _BLOCK_ROWS,
     _verify_metadata_kernel,
-    bucket_widths_ref,
+    bucket_token_counts_ref,
 )
 from specstrat.kernels._verify_kernel import verify_metadata_ref as verify_metadata_ref
 
@@ -146,8 +147,8 @@ def _static(buffers: object) -> VerifyMetadataBuffers:
     return buffers
 
 
-def _widths(batch: Batch, num_tokens_per_req: object) -> torch.Tensor:
-    """The ragged forms' per-request widths: one per request, on the batch's device."""
+def _token_counts(batch: Batch, num_tokens_per_req: object) -> torch.Tensor:
+    """The ragged forms' per-request token counts: one per request, on the batch's device."""
     device = batch.seq_lens.device
     return index_tensor(
         "num_tokens_per_req", num_tokens_per_req, ndim=1, device=device, rows=batch.bs
@@ -234,7 +235,7 @@ def build_ragged_verify_metadata(
     ``max_seq_len_k`` both.
     """
     batch = check_batch(seq_lens, paging)
-    ntok = _widths(batch, num_tokens_per_req)
+    ntok = _token_counts(batch, num_tokens_per_req)
     read = batch.reads_values(validate, ntok)
     if read:
         batch.check_values(ntok)
@@ -259,28 +260,28 @@ def build_ragged_verify_metadata_into(
     """Bucketed ragged form: ragged metadata written in place into a token bucket.
 
     The buffers hold ``padded_bs`` rows for ``padded_tokens`` query tokens (a captured graph's
-    shape). Rows ``0..bs`` are the real requests with their widths ``num_tokens_per_req[i] >= 1``,
-    exactly as :func:`build_ragged_verify_metadata` writes them. The ``leftover = padded_tokens -
-    sum(num_tokens_per_req)`` tokens are spread over the ``padded_bs - bs`` padding rows as
-    SGLang 0.5.23's ``padded_to_bucket`` does: ``base = leftover // (padded_bs - bs)`` tokens
-    each, plus one for the first ``leftover % (padded_bs - bs)`` padding rows, so a padding row
-    may get width 0 and ``cu_seqlens_q[-1] == padded_tokens``. Padding rows are harmless as in
-    the graph form: length :data:`PAD_SEQ_LEN`, ``cache_seqlens`` = their width, every page
-    :data:`PAD_PAGE`.
+    shape). Rows ``0..bs`` are the real requests with their token counts
+    ``num_tokens_per_req[i] >= 1``, exactly as :func:`build_ragged_verify_metadata` writes them. The
+    ``leftover = padded_tokens - sum(num_tokens_per_req)`` tokens are spread over the
+    ``padded_bs - bs`` padding rows as SGLang 0.5.23's ``padded_to_bucket`` does:
+    ``base = leftover // (padded_bs - bs)`` tokens each, plus one for the first
+    ``leftover % (padded_bs - bs)`` padding rows, so a padding row may get 0 tokens and
+    ``cu_seqlens_q[-1] == padded_tokens``. Padding rows are harmless as in the graph form: length
+    :data:`PAD_SEQ_LEN`, ``cache_seqlens`` = their token count, every page :data:`PAD_PAGE`.
 
-    Refused with :class:`~specstrat.errors.InvalidConfig`: ``padded_tokens < bs``, ``bs >
-    padded_bs``, real widths summing past ``padded_tokens``, and leftover tokens with no padding
-    row (``padded_bs == bs``; SGLang would widen the last real row). The last two read the
-    widths, so they run on the host mirror ``num_tokens_per_req_cpu`` when given, on CPU tensors,
-    and on CUDA only with ``validate=True``; unchecked on CUDA, the kernel follows SGLang's rule.
-    The other value checks are those of :func:`build_verify_metadata_into`. The Triton path is
-    one launch, no allocation, no host sync. ``max_seq_len_q``/``max_seq_len_k`` cover every
-    row, padding included, and need the mirrors (``max_seq_len_q``: ``num_tokens_per_req_cpu``;
+    Refused with :class:`~specstrat.errors.InvalidConfig`: ``padded_tokens < bs``,
+    ``bs > padded_bs``, real token counts summing past ``padded_tokens``, and leftover tokens with
+    no padding row (``padded_bs == bs``; SGLang would widen the last real row). The last two read
+    the counts, so they run on the host mirror ``num_tokens_per_req_cpu`` when given, on CPU
+    tensors, and on CUDA only with ``validate=True``; unchecked on CUDA, the kernel follows SGLang's
+    rule. The other value checks are those of :func:`build_verify_metadata_into`. The Triton path is
+    one launch, no allocation, no host sync. ``max_seq_len_q``/``max_seq_len_k`` cover every row,
+    padding included, and need the mirrors (``max_seq_len_q``: ``num_tokens_per_req_cpu``;
     ``max_seq_len_k``: both).
     """
     buffers = _static(buffers)
     batch = check_batch(seq_lens, paging, buffers)
-    ntok = _widths(batch, num_tokens_per_req)
+    ntok = _token_counts(batch, num_tokens_per_req)
     total = bucket_tokens(padded_tokens, batch.bs, batch.padded_bs)
     read = batch.reads_values(validate, ntok)
     if read:
@@ -291,6 +292,6 @@ def build_ragged_verify_metadata_into(
     if tok_mirror is not None:
         real, name = int(tok_mirror.sum()), "num_tokens_per_req_cpu"
         check_bucket(real, name, bs=batch.bs, padded_bs=batch.padded_bs, padded_tokens=total)
-        tok_mirror = bucket_widths_ref(tok_mirror, batch.padded_bs, total)
+        tok_mirror = bucket_token_counts_ref(tok_mirror, batch.padded_bs, total)
     _run(batch, ntok, buffers, backend, total)
     return batch.metadata(buffers, None, *ragged_bounds(seq_mirror, tok_mirror))

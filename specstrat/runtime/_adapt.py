@@ -1,13 +1,13 @@
 """Per-step draft widths: the algorithm's speculation policy, checked.
 
-At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of
-D (checked: distinct ints >= 1; :func:`top_width` checks the largest fits the context; a
-non-speculative algorithm has the one lane D = 1, plain decoding) and :func:`build_lanes`
-builds one :class:`WidthLane` per candidate: its verify width T (from the target-verify
-policy), its tree shape and a verifier with graph buckets of its own. Before each decode step
-:meth:`WidthControl.choose` asks the policy's chooser for the step's D (checked to be a
-declared candidate) from the :class:`~specstrat.speculation.SpeculationObservation` the run's
-ledger (:mod:`specstrat.runtime._stats`) folded from the request-steps requests kept.
+At engine start :func:`candidate_widths` asks ``algo.speculation`` for its candidate values of D
+(checked: distinct ints >= 1; :func:`top_tokens_per_req` checks the largest fits the context; a
+non-speculative algorithm has the one lane D = 1, plain decoding) and :func:`build_lanes` builds one
+:class:`WidthLane` per candidate: its tokens per request T (from the target-verify policy), its tree
+shape and a verifier with graph buckets of its own. Before each decode step
+:meth:`WidthControl.choose` asks the policy's chooser for the step's D (checked to be a declared
+candidate) from the :class:`~specstrat.speculation.SpeculationObservation` the run's ledger
+(:mod:`specstrat.runtime._stats`) folded from the request-steps requests kept.
 """
 
 from __future__ import annotations
@@ -24,13 +24,19 @@ from specstrat.drafting import TreeShape
 from specstrat.errors import InternalError, InvalidConfig
 from specstrat.protocols import WidthChooser
 from specstrat.runtime._graph_runner import GraphRunner
-from specstrat.runtime._policy import check_same_width, tree_shape, verify_width
+from specstrat.runtime._policy import check_same_tokens_per_req, tree_shape, verify_tokens_per_req
 from specstrat.runtime._requests import EngineConfig
 from specstrat.runtime._verify import Verifier
 from specstrat.runtime._worker import ModelWorker
 from specstrat.speculation import SpeculationObservation
 
-__all__ = ["WidthControl", "WidthLane", "build_lanes", "candidate_widths", "top_width"]
+__all__ = [
+    "WidthControl",
+    "WidthLane",
+    "build_lanes",
+    "candidate_widths",
+    "top_tokens_per_req",
+]
 
 _DECLARE = "speculation.candidate_widths"
 _CHOOSE = "speculation.choose_width"
@@ -38,7 +44,8 @@ _CHOOSE = "speculation.choose_width"
 
 @dataclass(frozen=True, slots=True)
 class WidthLane:
-    """One candidate D: its verify width T, draft tree and verifier (graph buckets included)."""
+    """One candidate D: its tokens per request T, draft tree and verifier (graph buckets
+    included)."""
 
     width: int
     tokens_per_req: int
@@ -71,11 +78,11 @@ def candidate_widths(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> tuple[int, 
     return tuple(sorted(widths))
 
 
-def top_width(algo: SpecAlgorithm[Any], cfg: EngineConfig, widths: tuple[int, ...]) -> int:
+def top_tokens_per_req(algo: SpecAlgorithm[Any], cfg: EngineConfig, widths: tuple[int, ...]) -> int:
     """T of the largest candidate (checked pure; it must fit the context, or the policy that
     declared it is named)."""
     try:
-        return verify_width(algo, replace(cfg, num_draft_tokens=widths[-1]))
+        return verify_tokens_per_req(algo, replace(cfg, num_draft_tokens=widths[-1]))
     except InvalidConfig as exc:
         if len(widths) == 1 and widths[0] == cfg.num_draft_tokens:
             raise  # the configured D itself: the configuration's error, as before
@@ -101,7 +108,7 @@ def build_lanes(
         tokens = (
             top.tokens_per_req
             if width == widths[-1]
-            else verify_width(algo, replace(cfg, num_draft_tokens=width))
+            else verify_tokens_per_req(algo, replace(cfg, num_draft_tokens=width))
         )
         graphs = (
             GraphRunner(worker, algo, width, buckets=cfg.graph_buckets)
@@ -109,7 +116,7 @@ def build_lanes(
             else None
         )
         if graphs is not None:
-            check_same_width(
+            check_same_tokens_per_req(
                 algo, False, "when its graph runner was built", graphs.tokens_per_req, tokens
             )
         verifier = Verifier(worker, tokens, graph_runner=graphs, ragged=ragged)

@@ -1,4 +1,5 @@
-"""Paged attention that reads the metadata the kernels build (page size 1: pages are single KV indices).
+"""Paged attention that reads the metadata the kernels build (page size 1: pages are single KV
+indices).
 
 Every mode goes through here: EXTEND and DRAFT_EXTEND with ragged metadata, DECODE with T = 1,
 TARGET_VERIFY with T from the algorithm's policy. Query ``j`` of request ``i`` sits at position

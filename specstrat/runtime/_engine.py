@@ -34,7 +34,7 @@ from specstrat.runtime._admission import TransferBatch, check_transfer
 from specstrat.runtime._engine_args import check_algorithm, check_models, check_run_arguments
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._kv_runner import BlockKVRunner, KVRunner
-from specstrat.runtime._policy import check_same_width, create_drafter
+from specstrat.runtime._policy import check_same_tokens_per_req, create_drafter
 from specstrat.runtime._requests import EngineConfig, Request, RunStats
 from specstrat.runtime._reservation import kv_reservation
 from specstrat.runtime._scheduler import Progress, Scheduler, Source
@@ -137,7 +137,7 @@ class Engine:
             worker, algo, self._top, is_draft_worker=True, buckets=cfg.graph_buckets
         )
         checked = algo.get_num_tokens_per_req_for_target_verify(self._top, True)
-        check_same_width(
+        check_same_tokens_per_req(
             algo, True, "when its graph runner was built", graphs.tokens_per_req, checked
         )
         self.stats.draft_worker_tokens_per_req = graphs.tokens_per_req

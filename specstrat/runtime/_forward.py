@@ -16,7 +16,7 @@ class ForwardMode(enum.Enum):
     """What a forward computes; each mode builds its attention metadata its own way.
 
     EXTEND: prefill of prompts (ragged). DECODE: one token per request. TARGET_VERIFY: ``T``
-    tokens per request (the last verified token plus ``T - 1`` drafts). DRAFT_EXTEND: the draft
+    tokens per request (the bonus token plus ``T - 1`` drafts). DRAFT_EXTEND: the draft
     model catching up on verified tokens (ragged). PREBUILT: admission of requests whose KV was
     computed elsewhere (disaggregation), no forward.
     """

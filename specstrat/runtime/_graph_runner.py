@@ -55,7 +55,7 @@ class _Bucket:
         self.padded_bs = padded_bs
         self.input_ids, self.positions, self.out_cache_loc = zeros(n), zeros(n), zeros(n)
         self.req_pool_indices, self.seq_lens = zeros(padded_bs), zeros(padded_bs)
-        self.widths = zeros(padded_bs)  # per-request tokens of a ragged replay
+        self.num_tokens_per_req = zeros(padded_bs)  # per-request tokens of a ragged replay
         self.metadata = VerifyMetadataBuffers.allocate(
             padded_bs, max_pages=worker.context_len, device=dev
         )
@@ -152,7 +152,7 @@ class GraphRunner:
         bs, t = tokens.shape
         if t != self.tokens_per_req:
             raise InvalidConfig(
-                f"tokens have width {t}; this runner verifies T={self.tokens_per_req}"
+                f"tokens have {t} per request; this runner verifies T={self.tokens_per_req}"
             )
         bucket = self._bucket_for(bs)
         prepared = self.worker.place(slots, [t] * bs)
@@ -245,7 +245,8 @@ class GraphRunner:
             raise InvalidConfig(f"{len(slots)} slots but {len(counts)} token rows; pass one each")
         if (bad := next((c for c in counts if not 1 <= c <= t), None)) is not None:
             raise InvalidConfig(
-                f"a ragged row has {bad} tokens; each verifies 1..T={t} (the runner's width)"
+                f"a ragged row has {bad} tokens; each verifies 1..T={t} (the runner's tokens "
+                "per request)"
             )
         bs, total = len(counts), sum(counts)
         size = self.ragged_bucket(bs, total)
@@ -259,11 +260,11 @@ class GraphRunner:
         dev = self.worker.device
         flat = torch.tensor([tok for row in tokens for tok in row], device=dev)
         bucket.load(slots, flat, prepared)
-        bucket.widths.zero_()[:bs].copy_(torch.tensor(counts, device=dev))
+        bucket.num_tokens_per_req.zero_()[:bs].copy_(torch.tensor(counts, device=dev))
         meta = build_ragged_verify_metadata_into(
             bucket.metadata,
             bucket.seq_lens[:bs],
-            bucket.widths[:bs],
+            bucket.num_tokens_per_req[:bs],
             padded_tokens=size * t,
             paging=self._paging(bucket, bs),
             seq_lens_cpu=prepared.prefix,

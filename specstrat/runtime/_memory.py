@@ -57,7 +57,7 @@ class RequestPool:
 class KVPool:
     """Per-layer K and V for ``num_tokens`` KV indices plus padding index 0, with the model's
     key/value heads (``ModelShape.num_kv_heads``), and ``positions``: the absolute position of
-    the token each slot holds (a draft-tree node's is its prefix plus depth, not its column; a
+    the token each KV index holds (a draft-tree node's is its prefix plus depth, not its column; a
     sliding window measures distance in positions)."""
 
     def __init__(
@@ -86,10 +86,10 @@ class KVPool:
         del self._free[len(self._free) - n :]
         return taken
 
-    def free(self, slots: list[int]) -> None:
+    def free(self, indices: list[int]) -> None:
         """Return KV indices to the pool."""
-        self._free.extend(slots)
+        self._free.extend(indices)
 
     def reset(self) -> None:
-        """Every token slot free."""
+        """Every KV index free."""
         self._free = list(range(self.capacity, 0, -1))

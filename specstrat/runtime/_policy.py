@@ -1,6 +1,7 @@
-"""What an engine checks of an algorithm's strategies at start: the verify width ``T`` (pure,
-and leaving room in the context), the draft tree (a shape of budget ``T`` that the drafter can
-draft) and the drafter its factory creates (a whole :class:`~specstrat.protocols.Drafter`)."""
+"""What an engine checks of an algorithm's strategies at start: the tokens per request ``T`` it
+verifies (pure, and leaving room in the context), the draft tree (a shape of budget ``T`` that the
+drafter can draft) and the drafter its factory creates (a whole
+:class:`~specstrat.protocols.Drafter`)."""
 
 from __future__ import annotations
 
@@ -14,26 +15,33 @@ from specstrat.errors import InvalidConfig, InvalidStrategy
 from specstrat.protocols import Drafter
 from specstrat.runtime._requests import EngineConfig
 
-__all__ = ["check_same_width", "create_drafter", "pure_width", "tree_shape", "verify_width"]
+__all__ = [
+    "check_same_tokens_per_req",
+    "create_drafter",
+    "pure_tokens_per_req",
+    "tree_shape",
+    "verify_tokens_per_req",
+]
 
-_WIDTH_HOOK = "target_verify.get_num_tokens_per_req_for_target_verify"
+_TOKENS_HOOK = "target_verify.get_num_tokens_per_req_for_target_verify"
 
 
-def check_same_width(
+def check_same_tokens_per_req(
     algo: SpecAlgorithm[Any], is_draft_worker: bool, where: str, got: int, want: int
 ) -> None:
     """The verify policy answered ``got`` ``where`` (e.g. when a graph runner was built) after
     answering ``want`` before, for the same D: an impure policy, named where it is used."""
     if got != want:
         kind = "draft" if is_draft_worker else "target"
-        raise hook_error(
-            algo.name, _WIDTH_HOOK, f"target_verify={type(algo.target_verify).__name__} "
+        message = (
+            f"target_verify={type(algo.target_verify).__name__} "
             f"answered T={got} for the {kind} worker {where}, after T={want} for the same "
             "num_draft_tokens; the policy must be pure (same inputs, same answer)"
-        )  # fmt: skip
+        )
+        raise hook_error(algo.name, _TOKENS_HOOK, message)
 
 
-def pure_width(algo: SpecAlgorithm[Any], d: int) -> int:
+def pure_tokens_per_req(algo: SpecAlgorithm[Any], d: int) -> int:
     """T for the target at ``d``, checked to be pure (each worker's answer asked twice); 1 for
     an algorithm that does not speculate."""
     if not algo.is_speculative():
@@ -42,16 +50,16 @@ def pure_width(algo: SpecAlgorithm[Any], d: int) -> int:
     for worker in kinds:
         first = algo.get_num_tokens_per_req_for_target_verify(d, worker)
         again = algo.get_num_tokens_per_req_for_target_verify(d, worker)
-        check_same_width(algo, worker, "when asked again", again, first)
+        check_same_tokens_per_req(algo, worker, "when asked again", again, first)
     return algo.get_num_tokens_per_req_for_target_verify(d, False)
 
 
-def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
+def verify_tokens_per_req(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
     """T for the target, checked to be pure over the D this engine sees; fits the context."""
     if not algo.is_speculative():
         return 1
     d = cfg.num_draft_tokens
-    tokens = pure_width(algo, d)
+    tokens = pure_tokens_per_req(algo, d)
     if 2 * tokens + 1 >= cfg.context_len:
         raise InvalidConfig(
             f"num_draft_tokens={d} verifies T={tokens} tokens per request, which leaves no "
@@ -62,14 +70,12 @@ def verify_width(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
 
 
 def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: int) -> TreeShape:
-    """The draft tree for the target's verify width, from the algorithm's tree policy;
-    refused for a drafter that drafts chains only when the tree is not one. A policy refusing
-    the width is told where the width came from (``num_draft_tokens`` and the verify policy)."""
+    """The draft tree for the target's tokens per request ``T``, from the algorithm's tree
+    policy; refused for a drafter that drafts chains only when the tree is not one. A policy
+    refusing ``T`` is told where ``T`` came from (``num_draft_tokens`` and the verify policy)."""
     policy = type(algo.tree).__name__
     try:
-        shape = call_start_hook(
-            algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req
-        )
+        shape = call_start_hook(algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req)
     except InvalidConfig as exc:
         if not algo.is_speculative():
             raise InvalidConfig(
@@ -81,7 +87,7 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: 
         verify = type(algo.target_verify).__name__
         raise InvalidConfig(
             f"{algo.name}.tree ({algo.tree!r}) cannot shape T={tokens_per_req} tokens per "
-            f"request, the width {algo.name}.target_verify ({verify}) verifies for "
+            f"request, what {algo.name}.target_verify ({verify}) verifies for "
             f"num_draft_tokens={num_draft_tokens}: {exc}; raise num_draft_tokens or pick a "
             f"tree that fits T={tokens_per_req}"
         ) from exc

@@ -81,12 +81,12 @@ class Request:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineConfig:
-    """Scheduler limits. ``num_draft_tokens`` is D; TARGET_VERIFY width comes from the policy.
+    """Scheduler limits. ``num_draft_tokens`` is D; the verify policy answers T from it.
 
     ``max_total_tokens``: KV indices per model (``None``: ``max_running_requests * context_len``).
     ``ragged_verify``: for an algorithm with ``supports_ragged_verify``, a step where the drafter
     proposed fewer than ``T - 1`` tokens for some request verifies only what was proposed (one
-    eager forward with ragged metadata; full-width steps replay the graph runner).
+    eager forward with ragged metadata; steps of T tokens per request replay the graph runner).
     ``graph_buckets``: batch sizes of the verify graph runner (``use_graph_runner``).
     """
 
@@ -220,19 +220,22 @@ class RunStats:
             return 1.0
         return self.verify_forward_tokens / self.verified_requests
 
-    def count_verify(self, proposed: int, accepted: int, produced: int, width: int) -> None:
+    def count_verify(
+        self, proposed: int, accepted: int, produced: int, forward_tokens: int
+    ) -> None:
         """Add one kept request-step: ``proposed`` draft positions (depth), ``accepted`` of
-        them, ``produced`` tokens (accepted + bonus) and ``width`` target tokens verified."""
-        self.count_verified([proposed], [accepted], produced, width)
+        them, ``produced`` tokens (accepted + bonus) and ``forward_tokens`` target tokens
+        verified (its verify row's tokens)."""
+        self.count_verified([proposed], [accepted], produced, forward_tokens)
 
     def count_verified(
-        self, proposed: list[int], accepted: list[int], produced: int, width: int
+        self, proposed: list[int], accepted: list[int], produced: int, forward_tokens: int
     ) -> None:
         """Add one step's kept request-steps at once: per request its proposed positions and
-        accepted drafts; ``produced`` and ``width`` summed over them."""
+        accepted drafts; ``produced`` and ``forward_tokens`` summed over them."""
         self.verified_requests += len(proposed)
         self.verified_tokens += produced
-        self.verify_forward_tokens += width
+        self.verify_forward_tokens += forward_tokens
         histogram = self.accepted_histogram
         for (p, a), n in Counter(zip(proposed, accepted, strict=True)).items():
             histogram.setdefault(p, [0] * (p + 1))[a] += n

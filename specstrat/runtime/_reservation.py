@@ -1,11 +1,11 @@
 """The KV an engine reserves per request: its prompt, its output and a margin past them.
 
-The margin is ``2 * T + tree columns``: ``T`` is the target's verify width at the largest D the
-algorithm's speculation policy may choose (a verify row and one more overlapped step of ``T``),
-and the tree columns (``topk * (num_steps - 1)``, none for a chain) are what a drafter's own
-KV holds while it expands a draft tree. :func:`kv_reservation` asks the algorithm's strategies
-exactly as :class:`~specstrat.runtime.Engine` does at start, and the engine admits against the
-answer, so a caller sizing ``context_len`` and the engine agree by construction.
+The margin is ``2 * T + tree columns``: ``T`` is the target's tokens per request at the largest D
+the algorithm's speculation policy may choose (a verify row and one more overlapped step of ``T``),
+and the tree columns (``topk * (num_steps - 1)``, none for a chain) are what a drafter's own KV
+holds while it expands a draft tree. :func:`kv_reservation` asks the algorithm's strategies exactly
+as :class:`~specstrat.runtime.Engine` does at start, and the engine admits against the answer, so a
+caller sizing ``context_len`` and the engine agree by construction.
 """
 
 from __future__ import annotations
@@ -18,9 +18,9 @@ from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import TreeShape
 from specstrat.errors import InvalidConfig
-from specstrat.runtime._adapt import candidate_widths, top_width
+from specstrat.runtime._adapt import candidate_widths, top_tokens_per_req
 from specstrat.runtime._engine_args import check_algorithm
-from specstrat.runtime._policy import pure_width, tree_shape
+from specstrat.runtime._policy import pure_tokens_per_req, tree_shape
 from specstrat.runtime._requests import EngineConfig, Request
 
 __all__ = ["KVReservation", "kv_reservation"]
@@ -30,12 +30,11 @@ __all__ = ["KVReservation", "kv_reservation"]
 class KVReservation:
     """What an engine reserves per request for one algorithm and D (from :func:`kv_reservation`).
 
-    ``widths``: the D values the speculation policy may choose, ascending (the configured D
-    alone for an algorithm that does not speculate); ``tokens_per_req``: ``T``, the target's
-    verify width at the largest of them (1 without speculation); ``tree``: the draft tree at that
-    ``T``. A request may occupy :meth:`for_request` KV positions: its prompt, its
-    ``max_new_tokens`` and :attr:`margin`; the engine refuses one for which that exceeds
-    ``context_len``.
+    ``widths``: the D values the speculation policy may choose, ascending (the configured D alone
+    for an algorithm that does not speculate); ``tokens_per_req``: ``T``, the target's tokens per
+    request at the largest of them (1 without speculation); ``tree``: the draft tree at that ``T``.
+    A request may occupy :meth:`for_request` KV positions: its prompt, its ``max_new_tokens`` and
+    :attr:`margin`; the engine refuses one for which that exceeds ``context_len``.
     """
 
     widths: tuple[int, ...]
@@ -84,9 +83,7 @@ class KVReservation:
     def context_len_for(self, requests: Sequence[Request]) -> int:
         """The smallest ``context_len`` that admits every one of ``requests``."""
         if isinstance(requests, Request) or not isinstance(requests, Sequence) or not requests:
-            raise InvalidConfig(
-                f"requests={requests!r} must be a non-empty sequence of Requests"
-            )
+            raise InvalidConfig(f"requests={requests!r} must be a non-empty sequence of Requests")
         return max(self.for_request(r) for r in requests)
 
 
@@ -117,13 +114,13 @@ def kv_reservation(
         raise InvalidConfig(
             f"context_len={context_len!r} must be an int >= 1, or None to check no context"
         )
-    # candidate_widths reads only num_draft_tokens; top_width reads context_len too.
+    # candidate_widths reads only num_draft_tokens; top_tokens_per_req reads context_len too.
     config = EngineConfig(num_draft_tokens=num_draft_tokens, context_len=context_len or 1)
     widths = candidate_widths(algo, config)
     if context_len is None:
-        tokens = pure_width(algo, widths[-1])
+        tokens = pure_tokens_per_req(algo, widths[-1])
     else:
-        tokens = top_width(algo, config, widths)
+        tokens = top_tokens_per_req(algo, config, widths)
     return KVReservation(
         widths=widths, tokens_per_req=tokens, tree=tree_shape(algo, tokens, num_draft_tokens)
     )

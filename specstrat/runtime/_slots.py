@@ -148,7 +148,9 @@ class SlotTable:
         """Committed tokens per slot: the target's sequence lengths between steps."""
         return [len(row.committed) for row in self.rows(slots)]
 
-    def start(self, slots: Sequence[int], prompts: Sequence[Sequence[int]], bonus: list[int]) -> None:
+    def start(
+        self, slots: Sequence[int], prompts: Sequence[Sequence[int]], bonus: list[int]
+    ) -> None:
         """Prefilled or PREBUILT requests: the prompts are committed, ``bonus`` comes next."""
         for row, prompt, token in zip(self.rows(slots), prompts, bonus, strict=True):
             row.committed = list(prompt)

@@ -185,11 +185,11 @@ class StepRunner:
 
     def _verify(self, resolved: Resolved, drafted: Drafted) -> Verified:
         """The target's TARGET_VERIFY forward over each request's root and drafts."""
-        last = torch.tensor(resolved.bonus, dtype=torch.int64, device=self.worker.device)
+        bonus = torch.tensor(resolved.bonus, dtype=torch.int64, device=self.worker.device)
         with engine_invariant("verify"):
             logits, hidden, ran = resolved.lane.verifier.verify(
                 list(resolved.step.slots),
-                last,
+                bonus,
                 drafted.drafts,
                 seq_lens=resolved.lengths,
                 chain=drafted.chain,

@@ -1,6 +1,6 @@
 """The admission steps on the forward thread: prefill, and PREBUILT admission of a received
 batch (the decode side of disaggregation). Each starts its requests in the slot table, hands
-the drafter its admission and relays the first tokens; what a hook returns is checked
+the drafter its admission and relays the bonus tokens; what a hook returns is checked
 (:mod:`specstrat.contracts`) and copied before anything uses it.
 """
 
@@ -84,8 +84,8 @@ class AdmissionSteps:
 
     def admit_prebuilt(self, batch: TransferBatch, slots: list[int]) -> StepOutput:
         """Install the transferred KV, call ``algo.build_disagg_draft_input`` (which relays the
-        first tokens and its draft state itself), then ``drafter.admit`` with what it returned
-        (``None``: no draft state; the first step decodes plainly from the first tokens)."""
+        bonus tokens and its draft state itself), then ``drafter.admit`` with what it returned
+        (``None``: no draft state; the first step decodes plainly from the bonus tokens)."""
         offset = 0
         for slot, prompt in zip(slots, batch.prompts, strict=True):
             end = offset + len(prompt)

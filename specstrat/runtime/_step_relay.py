@@ -40,7 +40,7 @@ _FIX = {
     "drafter.commit": "relay only the draft state the next propose reads; the engine relays "
     "bonus tokens and sequence lengths itself",
     "drafter.admit": "relay only the draft state the first propose reads; the engine relays "
-    "first tokens and sequence lengths itself",
+    "bonus tokens and sequence lengths itself",
 }
 
 
@@ -125,8 +125,8 @@ class StepRelay:
 
     # -- reads --------------------------------------------------------------------------------
 
-    def resolve(self, slots: list[int], lengths: list[int], last: list[int]) -> RelayPayload:
-        """What the running ``slots`` read, checked: the pool's ``lengths`` and the ``last``
+    def resolve(self, slots: list[int], lengths: list[int], bonus: list[int]) -> RelayPayload:
+        """What the running ``slots`` read, checked: the pool's ``lengths`` and the ``bonus``
         tokens the engine keeps for them; a wrong value names the hook that wrote it."""
         try:
             answer = self._hook(_RESOLVE, self.relay.resolve, self._index(slots))
@@ -140,31 +140,41 @@ class StepRelay:
             raise self._writer_error(exc, BUILDER, problem) from exc
         payload = frozen_payload(self.algorithm, _RESOLVE, answer, len(slots))
         if payload.bonus_tokens is None:
-            self._blame(
-                slots, "bonus_tokens", f"returned no bonus_tokens for the running requests "
-                f"(slots {slots}); the relay must keep the last stash of each slot",
-                f"relayed no bonus_tokens for slots {slots}",
-            )  # fmt: skip
+            relay_broke = (
+                f"returned no bonus_tokens for the running requests (slots {slots}); "
+                "the relay must keep the last stash of each slot"
+            )
+            writer_broke = f"relayed no bonus_tokens for slots {slots}"
+            self._blame(slots, "bonus_tokens", relay_broke, writer_broke)
         if payload.seq_lens is not None and (got := payload.seq_lens.tolist()) != lengths:
             bad = [s for s, g, want in zip(slots, got, lengths, strict=True) if g != want]
-            self._blame(
-                bad, "seq_lens", f"returned seq_lens={got} but the slot table holds "
-                f"{lengths} for slots {slots}: a stale or aliased relay entry",
-                f"relayed seq_lens={got} for slots {slots}, but the slot table holds {lengths}",
-            )  # fmt: skip
+            relay_broke = (
+                f"returned seq_lens={got} but the slot table holds {lengths} for slots "
+                f"{slots}: a stale or aliased relay entry"
+            )
+            writer_broke = (
+                f"relayed seq_lens={got} for slots {slots}, but the slot table holds {lengths}"
+            )
+            self._blame(bad, "seq_lens", relay_broke, writer_broke)
         assert payload.bonus_tokens is not None  # _blame raised otherwise
         resolved = payload.bonus_tokens.tolist()
-        if resolved == last:
+        if resolved == bonus:
             return payload
-        for slot, got, token in zip(slots, resolved, last, strict=True):
+        for slot, got, token in zip(slots, resolved, bonus, strict=True):
             if got != token:
-                self._blame(
-                    [slot], "bonus_tokens", f"returned bonus token {got} for slot {slot}, but "
-                    f"{token} was stashed there: a stale or aliased relay entry",
-                    f"slot {slot} resolved bonus token {got} but the batch's bonus token is "
-                    f"{token}",
-                )  # fmt: skip
+                self._blame_bonus(slot, got, token)
         return payload
+
+    def _blame_bonus(self, slot: int, got: int, token: int) -> None:
+        """Raise for ``slot`` resolving bonus token ``got`` where ``token`` was stashed."""
+        relay_broke = (
+            f"returned bonus token {got} for slot {slot}, but {token} was stashed there: "
+            "a stale or aliased relay entry"
+        )
+        writer_broke = (
+            f"slot {slot} resolved bonus token {got} but the batch's bonus token is {token}"
+        )
+        self._blame([slot], "bonus_tokens", relay_broke, writer_broke)
 
     def _blame(
         self, slots: list[int], field: RelayField, relay_broke: str, writer_broke: str

@@ -1,6 +1,6 @@
 """One verify entry: the target's logits at the root and every draft node of a step.
 
-The verify row of a request is the last verified token followed by its draft nodes, ``T`` tokens
+The verify row of a request is its bonus token followed by its draft nodes, ``T`` tokens
 wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
 batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
 each request's real nodes (ragged metadata, replayed from the buckets' token buckets too). A
@@ -42,7 +42,7 @@ class Verifier:
     def verify(
         self,
         slots: list[int],
-        last: torch.Tensor,
+        bonus: torch.Tensor,
         drafts: DraftTree,
         *,
         seq_lens: list[int],
@@ -54,7 +54,7 @@ class Verifier:
         table's, read by the caller); ``node_counts`` each request's real draft nodes
         (``drafts.lengths`` when not given). Positions a ragged verify did not run are zeros."""
         bs, t = len(slots), self.tokens_per_req
-        rows = torch.cat([last[:, None], drafts.tokens], dim=1)
+        rows = torch.cat([bonus[:, None], drafts.tokens], dim=1)
         if rows.shape[1] < t:  # a short proposal: filler the acceptance rule never accepts
             rows = torch.cat([rows, rows[:, -1:].expand(bs, t - rows.shape[1])], dim=1)
         if not (drafts.is_chain() if chain is None else chain):

@@ -212,9 +212,9 @@ class ModelWorker:
         first = torch.tensor(prefix, dtype=torch.int64, device=dev)
         rows = torch.tensor(list(slots), dtype=torch.int64, device=dev)
         if len(set(counts)) == 1:  # uniform: a grid, no per-token bookkeeping
-            width = counts[0]
-            positions = (first[:, None] + torch.arange(width, device=dev)).reshape(-1)
-            rows = rows.repeat_interleave(width)
+            count = counts[0]
+            positions = (first[:, None] + torch.arange(count, device=dev)).reshape(-1)
+            rows = rows.repeat_interleave(count)
         else:
             per = torch.tensor(counts, dtype=torch.int64, device=dev)
             offsets = run_offsets(per)

@@ -126,7 +126,8 @@ def _along(nodes: torch.Tensor, length: torch.Tensor, accepted: torch.Tensor) ->
     return torch.where(cols < accepted[:, None], nodes, -1)
 
 
-#: Draw indices of tree acceptance: node ``j``'s accept/reject decision uses draw ``_DRAW_NODE + j``.
+#: Draw indices of tree acceptance: node ``j``'s accept/reject decision uses draw
+#: ``_DRAW_NODE + j``.
 _DRAW_NODE = 8
 
 
@@ -246,9 +247,14 @@ class RejectionSamplingAcceptance:
             at = chain.nodes.clamp(min=0)[:, :, None].expand(-1, -1, drafts.q.shape[2])
             q = drafts.q.gather(1, at)
         accepted, bonus = rejection_sample(
-            chain.p, chain.tokens, chain.length, sampling.seed, inputs.positions, q,
+            chain.p,
+            chain.tokens,
+            chain.length,
+            sampling.seed,
+            inputs.positions,
+            q,
             backend=self.backend,
-        )  # fmt: skip
+        )
         return Acceptance(_along(chain.nodes, chain.length, accepted), accepted, bonus)
 
 

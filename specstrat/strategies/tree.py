@@ -1,11 +1,11 @@
 """Tree policies: the draft tree an algorithm verifies (``SpecAlgorithm.tree``).
 
-:class:`ChainTree` (the default, defined with the core types in :mod:`specstrat.drafting`)
-drafts a chain of ``T - 1`` nodes. :class:`TopkTree` is EAGLE-2's dynamic tree: ``topk``
-children per kept node for ``num_steps`` steps, then the ``T - 1`` best nodes by cumulative
-log-probability (SGLang's ``speculative_eagle_topk`` / ``speculative_num_steps`` /
-``speculative_num_draft_tokens``). ``T`` (``tokens_per_req``) is the target's TARGET_VERIFY width
-per request, root included.
+:class:`ChainTree` (the default, defined with the core types in :mod:`specstrat.drafting`) drafts a
+chain of ``T - 1`` nodes. :class:`TopkTree` is EAGLE-2's dynamic tree: ``topk`` children per kept
+node for ``num_steps`` steps, then the ``T - 1`` best nodes by cumulative log-probability (SGLang's
+``speculative_eagle_topk`` / ``speculative_num_steps`` / ``speculative_num_draft_tokens``). ``T``
+(``tokens_per_req``) is the tokens per request the target's TARGET_VERIFY forward verifies, root
+included.
 """
 
 from __future__ import annotations

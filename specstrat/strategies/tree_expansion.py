@@ -1,13 +1,12 @@
 """EAGLE-2's top-k tree expansion, shared by the tree-drafting drafters.
 
-Step 1 takes the ``topk`` most likely tokens after the root. Each further step expands every
-node of the frontier (the ``topk`` nodes kept at the previous depth) by its ``topk`` most likely
-children, scores each child by cumulative log-probability (its parent's score plus its own
-log-probability) and keeps the ``topk`` best as the next frontier. Every expanded node is a
-candidate: ``topk + (num_steps - 1) * topk**2`` in all. The tree proposed is the
-``tokens_per_req - 1`` (T - 1) best candidates by score (ties: lower index first), in candidate order,
-so parents come before children; a child never scores above its parent, so the kept set holds
-every kept node's ancestors.
+Step 1 takes the ``topk`` most likely tokens after the root. Each further step expands every node of
+the frontier (the ``topk`` nodes kept at the previous depth) by its ``topk`` most likely children,
+scores each child by cumulative log-probability (its parent's score plus its own log-probability)
+and keeps the ``topk`` best as the next frontier. Every expanded node is a candidate:
+``topk + (num_steps - 1) * topk**2`` in all. The tree proposed is the ``tokens_per_req - 1`` (T - 1)
+best candidates by score (ties: lower index first), in candidate order, so parents come before
+children; a child never scores above its parent, so the kept set holds every kept node's ancestors.
 """
 
 from __future__ import annotations

@@ -62,8 +62,7 @@ def _obligation(hook: str, text: str) -> Iterator[None]:
         raise
     except Exception as exc:
         raise ConformanceError(
-            f"{hook} broke the obligation '{text}': {type(exc).__name__}: {exc}"
-            f"{user_location(exc)}"
+            f"{hook} broke the obligation '{text}': {type(exc).__name__}: {exc}{user_location(exc)}"
         ) from exc
 
 
@@ -225,9 +224,9 @@ def _batch(
     return batch, rows + 100
 
 
-def _snapshot(batch: PrebuiltBatch, last: torch.Tensor) -> list[torch.Tensor | None]:
+def _snapshot(batch: PrebuiltBatch, bonus: torch.Tensor) -> list[torch.Tensor | None]:
     parts = [batch.slots, batch.seq_lens, batch.topk_p, batch.topk_index, batch.hidden_states]
-    return [None if t is None else t.clone() for t in [*parts, last]]
+    return [None if t is None else t.clone() for t in [*parts, bonus]]
 
 
 def check_disagg_draft_builder(
@@ -252,11 +251,11 @@ def check_disagg_draft_builder(
     builder = cast("DisaggDraftBuilder[object]", builder)
     factory = future_maps or SlotFutureMapFactory()
     for bs in (0, 1, 3):
-        batch, last = _batch(caps, bs)
-        before = _snapshot(batch, last)
+        batch, bonus = _batch(caps, bs)
+        before = _snapshot(batch, bonus)
         with _obligation(hook, f"builds a draft input for bs={bs} without a relay"):
-            result = builder.build_disagg_draft_input(batch, last, None)
-        after = _snapshot(batch, last)
+            result = builder.build_disagg_draft_input(batch, bonus, None)
+        after = _snapshot(batch, bonus)
         for old, new in zip(before, after, strict=True):
             if old is not None and new is not None and not torch.equal(old, new):
                 raise _fail(hook, "does not modify the batch or last_tokens", f"bs={bs}")
@@ -268,21 +267,21 @@ def check_disagg_draft_builder(
             )
 
     text = "given a relay, publishes batch.seq_lens and stashes last_tokens at batch.slots"
-    batch, last = _batch(caps, 3)
+    batch, bonus = _batch(caps, 3)
     with _obligation(hook, text):
         relay = factory.create_future_map(8, 8, 64, batch.device)
-        builder.build_disagg_draft_input(batch, last, relay)
+        builder.build_disagg_draft_input(batch, bonus, relay)
         got = relay.resolve(batch.slots)
     if got.seq_lens is None or not torch.equal(got.seq_lens, batch.seq_lens):
         raise _fail(hook, text, f"resolved seq_lens={got.seq_lens!r}, batch has {batch.seq_lens!r}")
-    if got.bonus_tokens is None or not torch.equal(got.bonus_tokens, last):
-        raise _fail(hook, text, f"resolved bonus_tokens={got.bonus_tokens!r}, sent {last!r}")
+    if got.bonus_tokens is None or not torch.equal(got.bonus_tokens, bonus):
+        raise _fail(hook, text, f"resolved bonus_tokens={got.bonus_tokens!r}, sent {bonus!r}")
 
     if caps.carries_draft_hidden_states:
         text = "a batch missing hidden states raises DisaggError naming the request ids"
-        batch, last = _batch(caps, 2, hidden=False)
+        batch, bonus = _batch(caps, 2, hidden=False)
         try:
-            builder.build_disagg_draft_input(batch, last, None)
+            builder.build_disagg_draft_input(batch, bonus, None)
         except DisaggError as exc:
             if not all(rid in str(exc) for rid in batch.rids):
                 raise _fail(hook, text, f"DisaggError did not name {batch.rids}: {exc}") from exc
@@ -301,7 +300,9 @@ def _check_engine_methods(algo: SpecAlgorithm[object]) -> None:
             algo.get_num_tokens_per_req_for_target_verify(4, False)
         except InvalidConfig:
             return
-        raise _fail(hook, "a non-speculative algorithm has no TARGET_VERIFY width", "returned one")
+        raise _fail(
+            hook, "a non-speculative algorithm verifies no tokens per request", "returned one"
+        )
     for d in range(1, 9):
         for worker in (False, True):
             try:  # a bad answer from the policy is named by the engine method itself

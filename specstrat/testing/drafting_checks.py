@@ -36,7 +36,6 @@ def _fail(hook: str, text: str, detail: str) -> ConformanceError:
     return ConformanceError(f"{hook} broke the obligation '{text}': {detail}")
 
 
-
 _T = TypeVar("_T")
 
 

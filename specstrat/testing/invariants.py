@@ -89,10 +89,10 @@ class VerifyBatch:
         return torch.full((self.bs,), self.tokens_per_req or 0, dtype=torch.int64)
 
     def padding_tokens(self) -> torch.Tensor:
-        """Query tokens of each padding row, ``[padded_bs - bs]`` int64: ``T`` in the graph form;
-        in the ragged graph form the bucket's leftover ``L = padded_tokens - sum(widths)`` split
-        as SGLang's ``padded_to_bucket`` does: ``L // pad + 1`` for the first ``L % pad`` rows,
-        ``L // pad`` for the rest (so 0 when ``L < pad``)."""
+        """Query tokens of each padding row, ``[padded_bs - bs]`` int64: ``T`` in the graph form; in
+        the ragged graph form the bucket's leftover ``L = padded_tokens - sum(num_tokens_per_req)``
+        split as SGLang's ``padded_to_bucket`` does: ``L // pad + 1`` for the first ``L % pad``
+        rows, ``L // pad`` for the rest (so 0 when ``L < pad``)."""
         pad = (self.padded_bs or self.bs) - self.bs
         if self.padded_tokens is None:
             return torch.full((pad,), self.tokens_per_req or 0, dtype=torch.int64)
@@ -163,7 +163,8 @@ def _equal(got: torch.Tensor, want: torch.Tensor, invariant: str) -> None:
 
 
 def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
-    """Assert every TARGET_VERIFY invariant of ``meta`` for ``batch``; raise naming the first broken.
+    """Assert every TARGET_VERIFY invariant of ``meta`` for ``batch``; raise naming the first
+    broken.
 
     Dtypes and shapes; ``cu_seqlens_q`` and ``cu_seqlens_k`` start at 0 and step by each row's
     tokens and ``cache_seqlens``; ``cache_seqlens = seq_lens + tokens``; padding rows stand for
@@ -207,7 +208,7 @@ def check_verify_metadata(meta: VerifyMetadata, batch: VerifyBatch) -> None:
     if batch.padded_tokens is not None:
         _require(
             int(cu_q[-1]) == batch.padded_tokens and bool((tokens >= 0).all()),
-            "the bucket's padded_tokens are all covered, padding rows of width >= 0",
+            "the bucket's padded_tokens are all covered, padding rows of >= 0 tokens",
             f"cu_seqlens_q[-1]={int(cu_q[-1])}, padded_tokens={batch.padded_tokens}",
         )
     if batch.form not in ("ragged", "ragged_graph"):

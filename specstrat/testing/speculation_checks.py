@@ -103,11 +103,12 @@ def _answers(hook: str, chooser: WidthChooser, seen: list[SpeculationObservation
         except Exception as exc:
             raise _fail(hook, text, f"raised {type(exc).__name__}: {exc}") from exc
         if not is_int(answer) or answer not in observation.candidates:
-            raise _fail(
-                hook, text, f"answered {answer!r} ({type(answer).__name__}) at step "
+            message = (
+                f"answered {answer!r} ({type(answer).__name__}) at step "
                 f"{observation.step} (batch size {observation.batch_size}); candidates are "
                 f"{list(observation.candidates)}"
-            )  # fmt: skip
+            )
+            raise _fail(hook, text, message)
         out.append(answer)
     return out
 
@@ -130,11 +131,11 @@ def check_speculation_policy(
     spec = cast("SpeculationPolicy", policy)
     per_request = spec.per_request_acceptance
     if not isinstance(per_request, bool):
-        raise _fail(
-            hook, "per_request_acceptance is a bool",
+        problem = (
             f"it is {per_request!r} ({type(per_request).__name__}); declare True only if the "
-            "chooser reads SpeculationObservation.request_acceptance",
-        )  # fmt: skip
+            "chooser reads SpeculationObservation.request_acceptance"
+        )
+        raise _fail(hook, "per_request_acceptance is a bool", problem)
     declared = {}
     for d in (1, 2, 4, 8):
         candidates = _declared(hook, spec, d)
@@ -150,10 +151,8 @@ def check_speculation_policy(
                 raise _fail(hook, "create_chooser returns a WidthChooser", str(exc)) from exc
             runs.append(_answers(hook, chooser, observations(candidates, per_request)))
         if runs[0] != runs[1]:
-            raise _fail(
-                hook, "two fresh choosers fed the same observations answer the same",
-                f"answered {runs[0]} then {runs[1]} for D={d}",
-            )  # fmt: skip
+            text = "two fresh choosers fed the same observations answer the same"
+            raise _fail(hook, text, f"answered {runs[0]} then {runs[1]} for D={d}")
     if not declared:
         raise _fail(hook, "declares candidates for some D in 1, 2, 4, 8", "it refused every one")
     if engine_run:

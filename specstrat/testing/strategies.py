@@ -118,9 +118,9 @@ def verify_batches(
     With a ``policy``, ``T = policy.get_num_tokens_per_req_for_target_verify(D, is_draft_worker)``
     for a drawn ``D`` and worker, so T may differ from D. Paged batches draw a context of at most
     4096 tokens (the request-to-token table is materialised); unpaged ones reach ``max_seq_len``.
-    Ragged and ragged-graph widths are drawn in ``1..D + 1``. A ragged-graph batch adds up to
-    ``max_pad`` padding rows and a token bucket of ``sum(widths)`` plus up to ``D + 1`` tokens
-    per padding row (none without padding rows), so padding rows of width 0 are drawn too.
+    Ragged and ragged-graph token counts are drawn in ``1..D + 1``. A ragged-graph batch adds up to
+    ``max_pad`` padding rows and a token bucket of ``sum(num_tokens_per_req)`` plus up to ``D + 1``
+    tokens per padding row (none without padding rows), so padding rows of 0 tokens are drawn too.
     """
     form = draw(st.sampled_from(list(forms)))
     bs = draw(st.integers(0, max_bs))
@@ -132,8 +132,8 @@ def verify_batches(
         t = draw(st.integers(1, d + 1))
     ragged = None
     if form in ("ragged", "ragged_graph"):
-        widths = draw(st.lists(st.integers(1, d + 1), min_size=bs, max_size=bs))
-        ragged = torch.tensor(widths, dtype=torch.int64)
+        counts = draw(st.lists(st.integers(1, d + 1), min_size=bs, max_size=bs))
+        ragged = torch.tensor(counts, dtype=torch.int64)
     widest = d + 1 if ragged is not None else t
     paging = None
     if draw(st.booleans()):

@@ -71,9 +71,12 @@ def test_ttft_and_tpot_from_scripted_token_times() -> None:
 def test_step_split_per_decode_step() -> None:
     """Stage milliseconds per decode step; the scheduler is the rest of the step."""
     stats = RunStats(
-        decode_steps=4, draft_seconds=0.004, verify_seconds=0.012, accept_seconds=0.002,
+        decode_steps=4,
+        draft_seconds=0.004,
+        verify_seconds=0.012,
+        accept_seconds=0.002,
         decode_seconds=0.020,
-    )  # fmt: skip
+    )
     split = figures.step_split_ms([stats])
     assert split == pytest.approx({"draft": 1.0, "verify": 3.0, "accept": 0.5, "scheduler": 0.5})
     assert figures.step_split_ms([RunStats()]) is None

@@ -41,8 +41,11 @@ def test_e2e_writes_the_overhead_json(tmp_path: Path) -> None:
     out = tmp_path / "overhead.json"
     subprocess.run(
         [sys.executable, "bench/e2e.py", "--section", "overhead", "--json", str(out)],
-        cwd=ROOT, check=True, capture_output=True, timeout=1800,
-    )  # fmt: skip
+        cwd=ROOT,
+        check=True,
+        capture_output=True,
+        timeout=1800,
+    )
     table = json.loads(out.read_text())
     assert list(table) == ["NONE", "NGRAM"]
     for by_bs in table.values():

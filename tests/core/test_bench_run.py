@@ -20,12 +20,33 @@ from tests.typing.readme_drafter import BIGRAM
 ROOT = Path(__file__).resolve().parents[2]
 #: What every result row holds, in this order (docs/bench.md's schema table lists the same).
 ROW_KEYS = [
-    "algorithm", "category", "batch_size", "draft_tokens", "requests", "tokens", "rounds",
-    "seconds", "tokens_per_s", "speedup", "speedup_range", "tau", "acceptance_by_position",
-    "acceptance_conditional", "accepted_histogram", "verified_per_step", "ttft_ms", "tpot_ms",
-    "step_split_ms", "lossless", "lossless_check", "ties", "acceptance_rule_lossless",
-    "width_histogram", "widths", "plain_step_share",
-]  # fmt: skip
+    "algorithm",
+    "category",
+    "batch_size",
+    "draft_tokens",
+    "requests",
+    "tokens",
+    "rounds",
+    "seconds",
+    "tokens_per_s",
+    "speedup",
+    "speedup_range",
+    "tau",
+    "acceptance_by_position",
+    "acceptance_conditional",
+    "accepted_histogram",
+    "verified_per_step",
+    "ttft_ms",
+    "tpot_ms",
+    "step_split_ms",
+    "lossless",
+    "lossless_check",
+    "ties",
+    "acceptance_rule_lossless",
+    "width_histogram",
+    "widths",
+    "plain_step_share",
+]
 TINY: dict[str, Any] = {"requests": 2, "max_new_tokens": 12, "repeats": 1, "warmup": 0}
 
 
@@ -84,8 +105,9 @@ def test_environment_and_setup_are_recorded(result: BenchResult) -> None:
     assert "before any cut" in doc["formulas"]["tau"]
 
 
-@pytest.mark.parametrize(("rate", "tau", "conditional"), [(0.0, 1.0, [0.0, None, None]),
-                                                         (1.0, 4.0, [1.0, 1.0, 1.0])])  # fmt: skip
+@pytest.mark.parametrize(
+    ("rate", "tau", "conditional"), [(0.0, 1.0, [0.0, None, None]), (1.0, 4.0, [1.0, 1.0, 1.0])]
+)
 def test_forced_acceptance_gives_tau_exactly(
     models: EmbeddedModels, rate: float, tau: float, conditional: list[float | None]
 ) -> None:
@@ -106,8 +128,21 @@ def test_spec_bench_on_the_byte_models_prints_its_table(
     """Two Spec-Bench categories: a row each plus the overall row, Spec-Bench's table with
     speedup and tau per cell, the byte encoding said in the output."""
     workload = f"spec-bench:{SPEC_BENCH}:qa,translation"
-    args = ["bench", "--algo", "NGRAM", "--workload", workload, "--requests", "1",
-            "--max-new-tokens", "8", "--repeats", "1", "--warmup", "0"]  # fmt: skip
+    args = [
+        "bench",
+        "--algo",
+        "NGRAM",
+        "--workload",
+        workload,
+        "--requests",
+        "1",
+        "--max-new-tokens",
+        "8",
+        "--repeats",
+        "1",
+        "--warmup",
+        "0",
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "byte-encoded, no chat template, left-truncated" in out
@@ -120,9 +155,29 @@ def test_the_acceptance_command_reduced(tmp_path: Path, capsys: pytest.CaptureFi
     """The issue's command with fewer requests and tokens: the table, JSON with every key for
     each algorithm and target-only, and the two PNGs, listed in the summary."""
     out_json, plots = tmp_path / "out.json", tmp_path / "plots"
-    args = ["bench", "--algo", "NGRAM", "--algo", "tests.typing.readme_drafter:BIGRAM",
-            "--model", "embedded", "--workload", "code", "--requests", "2", "--max-new-tokens",
-            "8", "--repeats", "2", "--warmup", "0", "--json", str(out_json), "--plot", str(plots)]  # fmt: skip
+    args = [
+        "bench",
+        "--algo",
+        "NGRAM",
+        "--algo",
+        "tests.typing.readme_drafter:BIGRAM",
+        "--model",
+        "embedded",
+        "--workload",
+        "code",
+        "--requests",
+        "2",
+        "--max-new-tokens",
+        "8",
+        "--repeats",
+        "2",
+        "--warmup",
+        "0",
+        "--json",
+        str(out_json),
+        "--plot",
+        str(plots),
+    ]
     assert main(args) == 0
     out = capsys.readouterr().out
     assert "speedup (range)" in out
@@ -155,18 +210,27 @@ def test_a_sweep_writes_its_plot(models: EmbeddedModels, tmp_path: Path) -> None
         (["--algo", "specstrat.builtins:MEDUSA"], r"has no attribute 'MEDUSA'"),
         (["--algo", "specstrat:__version__"], r"is a str, not a SpecAlgorithm"),
         (["--algo", "NGRAM", "--workload", "chat"], r"workload='chat' is not a workload"),
-        (["--algo", "NGRAM", "--workload", "spec-bench:/no/such.jsonl"],
-         r"spec-bench path /no/such.jsonl: No such file.*Spec-Bench"),
-        pytest.param(["--algo", "NGRAM", "--workload", f"spec-bench:{SPEC_BENCH}:poetry"],
-                     r"category 'poetry' is not in .*pick from", marks=needs_spec_bench),
+        (
+            ["--algo", "NGRAM", "--workload", "spec-bench:/no/such.jsonl"],
+            r"spec-bench path /no/such.jsonl: No such file.*Spec-Bench",
+        ),
+        pytest.param(
+            ["--algo", "NGRAM", "--workload", f"spec-bench:{SPEC_BENCH}:poetry"],
+            r"category 'poetry' is not in .*pick from",
+            marks=needs_spec_bench,
+        ),
         (["--algo", "NGRAM", "--baseline", "hf"], r"baseline_hf=True needs a Hugging Face model"),
         (["--algo", "NGRAM", "--algo", "NGRAM"], r"pass distinct algorithms"),
-        (["--algo", "NGRAM", "--adaptive", "sometimes"],
-         r"--adaptive 'sometimes' is not one of fixed, ema, schedule, goodput or MODULE:ATTR"),
-        (["--algo", "NGRAM", "--adaptive", "specstrat:__version__"],
-         r"--adaptive 'specstrat:__version__' is a str, not a SpeculationPolicy"),
+        (
+            ["--algo", "NGRAM", "--adaptive", "sometimes"],
+            r"--adaptive 'sometimes' is not one of fixed, ema, schedule, goodput or MODULE:ATTR",
+        ),
+        (
+            ["--algo", "NGRAM", "--adaptive", "specstrat:__version__"],
+            r"--adaptive 'specstrat:__version__' is a str, not a SpeculationPolicy",
+        ),
     ],
-)  # fmt: skip
+)
 def test_bad_input_exits_2_naming_the_value(
     args: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:

@@ -49,7 +49,7 @@ def test_ratio_is_per_round_tokens_per_second() -> None:
         ({"rounds": 0}, r"rounds=0 must be an int >= 1"),
         ({"warmup": -1}, r"warmup=-1 must be an int >= 0"),
     ],
-)  # fmt: skip
+)
 def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> None:
     """Empty or duplicate contenders and bad round counts are refused by name."""
     args: dict[str, object] = {"contenders": [Contender("A", dict)], **kwargs}

@@ -24,7 +24,9 @@ class WidePolicy:
     def supports_target_verify_for_draft(self) -> bool:
         return False
 
-    def get_num_tokens_per_req_for_target_verify(self, num_draft_tokens: int, is_draft_worker: bool) -> float:
+    def get_num_tokens_per_req_for_target_verify(
+        self, num_draft_tokens: int, is_draft_worker: bool
+    ) -> float:
         return num_draft_tokens + 5.0
 
 
@@ -51,7 +53,10 @@ def test_list_prints_every_builtin_with_strategies(capsys: pytest.CaptureFixture
     assert out.count("drafter        BlockDrafterFactory") == 2  # DFLASH and DSPARK
 
 
-GOOD_PLUGIN = "import dataclasses\nimport specstrat\nALGO = dataclasses.replace(specstrat.NGRAM, name='PLUGGED')"
+GOOD_PLUGIN = (
+    "import dataclasses\nimport specstrat\nALGO = "
+    "dataclasses.replace(specstrat.NGRAM, name='PLUGGED')"
+)
 BUILTIN_NAMES = ("NONE", "EAGLE", "EAGLE3", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
 
 # Installed plugins: (id, {module: source}, {entry point: value}, listed after the built-ins,
@@ -81,7 +86,10 @@ LIST_CASES = [
         {"loud": "loud_plugin:ALGO"},
         [],
         1,
-        r"^specstrat list: PluginLoadError: plugin 'loud' .* RuntimeError: line one line two; .*\n$",
+        (
+            r"^specstrat list: PluginLoadError: plugin "
+            r"'loud' .* RuntimeError: line one line two; .*\n$"
+        ),
     ),
     (
         "custom_base_exception",
@@ -323,7 +331,8 @@ LAYOUTS = {
 def test_check_passes_outside_the_repository(
     tmp_path: Path, args: list[str], pythonpath: str | None
 ) -> None:
-    """From a directory without specstrat's mypy.ini, a correct algorithm passes mypy in any layout."""
+    """From a directory without specstrat's mypy.ini, a correct algorithm passes mypy in any
+    layout."""
     (tmp_path / "user_algo.py").write_text(USER_ALGO)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     if pythonpath is not None:
@@ -356,7 +365,9 @@ def test_demo_trace_writes_one_json_line_per_step_and_request(tmp_path: Path) ->
 def test_demo_adaptive_reports_the_widths_it_chose(capsys: pytest.CaptureFixture[str]) -> None:
     """``demo --adaptive goodput --json`` runs NGRAM_GOODPUT losslessly and reports its
     histogram of D per step; two policies at once are refused by name."""
-    assert main(["demo", "--algo", "NGRAM", "--adaptive", "goodput", "--requests", "2", "--json"]) == 0
+    assert (
+        main(["demo", "--algo", "NGRAM", "--adaptive", "goodput", "--requests", "2", "--json"]) == 0
+    )
     summary = json.loads(capsys.readouterr().out)
     assert summary["algorithm"] == "NGRAM_GOODPUT"
     assert summary["lossless"] is True
@@ -400,9 +411,7 @@ def test_demo_refuses_a_budget_the_tree_cannot_fill(capsys: pytest.CaptureFixtur
     """--draft-tokens 8 with topk 2 and 2 steps exits 2, naming the budget and the shape."""
     argv = ["demo", "--topk", "2", "--steps", "2", "--draft-tokens", "8", "--requests", "1"]
     assert main(argv) == 2
-    assert (
-        "tokens_per_req=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
-    )
+    assert "tokens_per_req=8 needs 7 draft nodes but topk=2, num_steps=2" in capsys.readouterr().err
 
 
 def test_demo_tree_flags_need_a_budget_of_two() -> None:
@@ -480,6 +489,7 @@ def test_a_hook_failure_names_the_users_line_and_traceback_shows_its_frame(
     err = capsys.readouterr().err
     assert re.search(
         r"StrategyError: BUGGY\.drafter\.propose: raised IndexError: list index out of range "
-        r"\(at .*buggy_algo\.py:12\)$", err.strip()
-    )  # fmt: skip
+        r"\(at .*buggy_algo\.py:12\)$",
+        err.strip(),
+    )
     assert ('File "' in err and "in propose" in err) == traceback

@@ -10,12 +10,32 @@ from specstrat.cli import main
 
 #: The JSON keys the demo's summary had before these flags; none may go.
 OLD_KEYS = {
-    "algorithm", "overlap", "disagg", "num_draft_tokens", "requests", "num_requests", "tokens",
-    "acceptance_length", "spec_tokens_per_s", "target_tokens_per_s", "speed_ratio", "lossless",
-    "acceptance_by_position", "acceptance_rule_lossless", "temperature", "lossless_check",
-    "topk", "num_steps", "draft_worker_verify_forwards", "draft_worker_tokens_per_req", "top_p",
-    "top_k", "seed", "model", "ties",
-}  # fmt: skip
+    "algorithm",
+    "overlap",
+    "disagg",
+    "num_draft_tokens",
+    "requests",
+    "num_requests",
+    "tokens",
+    "acceptance_length",
+    "spec_tokens_per_s",
+    "target_tokens_per_s",
+    "speed_ratio",
+    "lossless",
+    "acceptance_by_position",
+    "acceptance_rule_lossless",
+    "temperature",
+    "lossless_check",
+    "topk",
+    "num_steps",
+    "draft_worker_verify_forwards",
+    "draft_worker_tokens_per_req",
+    "top_p",
+    "top_k",
+    "seed",
+    "model",
+    "ties",
+}
 
 
 def _demo_json(capsys: pytest.CaptureFixture[str], *argv: str) -> dict[str, object]:
@@ -28,9 +48,20 @@ def test_a_prompt_of_ones_own_with_its_limits(capsys: pytest.CaptureFixture[str]
     """--prompt makes one request per text; --max-new-tokens, --context-len and --batch-size
     reach the engine and the summary."""
     summary = _demo_json(
-        capsys, "--algo", "NGRAM", "--prompt", "def add(a, b):\n", "--prompt", "import os\n",
-        "--max-new-tokens", "9", "--context-len", "128", "--batch-size", "2",
-    )  # fmt: skip
+        capsys,
+        "--algo",
+        "NGRAM",
+        "--prompt",
+        "def add(a, b):\n",
+        "--prompt",
+        "import os\n",
+        "--max-new-tokens",
+        "9",
+        "--context-len",
+        "128",
+        "--batch-size",
+        "2",
+    )
     assert summary["num_requests"] == 2
     requests = summary["requests"]
     assert isinstance(requests, list)
@@ -47,8 +78,11 @@ def test_the_summary_records_sampling_and_verify_width(capsys: pytest.CaptureFix
     argv = ["--algo", "EAGLE", "--requests", "2", "--max-new-tokens", "6", "--seed", "5"]
     summary = _demo_json(capsys, *argv)
     assert (summary["temperature"], summary["top_p"], summary["top_k"], summary["seed"]) == (
-        0.0, 1.0, 0, 5,
-    )  # fmt: skip
+        0.0,
+        1.0,
+        0,
+        5,
+    )
     assert summary["verified_per_step"] == 4.0  # EAGLE verifies T = D = 4 per request
     assert main(["demo", "--no-overlap", *argv]) == 0
     table = capsys.readouterr().out

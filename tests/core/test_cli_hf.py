@@ -51,13 +51,14 @@ def test_demo_model_table(model_dir: Path, capsys: pytest.CaptureFixture[str]) -
 @pytest.mark.parametrize(
     ("model", "message"),
     [
-        ("HuggingFaceTB/SmolLM2-135M", r"no such path; if it is a hub id: this machine loads local files only"),
+        (
+            "HuggingFaceTB/SmolLM2-135M",
+            r"no such path; if it is a hub id: this machine loads local files only",
+        ),
         ("/nonexistent/model", r"model='/nonexistent/model': no such file or directory"),
     ],
-)  # fmt: skip
-def test_demo_model_refusals(
-    model: str, message: str, capsys: pytest.CaptureFixture[str]
-) -> None:
+)
+def test_demo_model_refusals(model: str, message: str, capsys: pytest.CaptureFixture[str]) -> None:
     """A hub id or a missing path is one named line on stderr and exit status 2."""
     assert main(["demo", "--model", model, "--algo", "NGRAM"]) == 2
     err = capsys.readouterr().err

@@ -1,4 +1,5 @@
-"""Conformance runners: built-ins pass, one line each; broken strategies fail naming the obligation."""
+"""Conformance runners: built-ins pass, one line each; broken strategies fail naming the
+obligation."""
 
 from typing import Any
 
@@ -84,7 +85,10 @@ def test_policy_over_width_names_the_obligation() -> None:
     """T = D + 2 breaks 'T is an int in 1..num_draft_tokens+1'."""
     with pytest.raises(
         ConformanceError,
-        match=r"T is an int in 1\.\.num_draft_tokens\+1.*num_draft_tokens=1, is_draft_worker=False\) returned 3",
+        match=(
+            r"T is an int in 1\.\.num_draft_tokens\+1.*num_draft_tokens=1, "
+            r"is_draft_worker=False\) returned 3"
+        ),
     ):
         check_target_verify_policy(GreedyPolicy())
 

@@ -69,7 +69,9 @@ def test_the_reference_covers_every_public_module() -> None:
 def test_the_own_model_snippet_builds_an_engine() -> None:
     """The models guide's engine line runs as written, on tests/runtime/user_model.py."""
     page = (DOCS / "guides" / "models.md").read_text()
-    (code,) = [b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "BigramLM(" in b]
+    (code,) = [
+        b for b in re.findall(r"```python\n(.*?)```", page, flags=re.DOTALL) if "BigramLM(" in b
+    ]
     scope: dict[str, object] = {}
     exec(code, scope)
     assert scope["engine"].run([Request("r0", (1, 2, 3), 4)])["r0"]  # type: ignore[attr-defined]

@@ -71,22 +71,52 @@ def test_greedy_walks_a_tree_and_respects_lengths() -> None:
 
 BAD_TREES: list[tuple[str, Any, str]] = [
     ("float-tokens", lambda: DraftTree.chain(torch.ones(2, 3)), r"tokens is torch.float32"),
-    ("parent-after-child", lambda: DraftTree(torch.ones(1, 2, dtype=torch.int64), torch.tensor([[-1, 1]]), torch.tensor([2])),
-     r"node j's parent must lie in -1\.\.j-1"),
-    ("parent-below-root", lambda: DraftTree(torch.ones(1, 2, dtype=torch.int64), torch.tensor([[-2, 0]]), torch.tensor([2])),
-     r"node j's parent must lie in -1\.\.j-1"),
-    ("length-too-long", lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), lengths=torch.tensor([1, 4])),
-     r"lengths=\[1, 4\] must lie in 0\.\.3"),
-    ("length-shape", lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), lengths=torch.tensor([1])),
-     r"lengths.shape=\(1,\); expected \(2,\)"),
-    ("q-shape", lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), q=torch.ones(2, 3)),
-     r"q must be a float tensor \[bs=2, n=3, vocab\]"),
-    ("confidence-shape", lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), confidence=torch.ones(3)),
-     r"confidence must be a float tensor \[bs=2, n=3\]"),
-    ("sampling-temperature", lambda: SamplingParams(temperature=-1.0), r"temperature=-1.0 must be a finite number >= 0"),
+    (
+        "parent-after-child",
+        lambda: DraftTree(
+            torch.ones(1, 2, dtype=torch.int64), torch.tensor([[-1, 1]]), torch.tensor([2])
+        ),
+        r"node j's parent must lie in -1\.\.j-1",
+    ),
+    (
+        "parent-below-root",
+        lambda: DraftTree(
+            torch.ones(1, 2, dtype=torch.int64), torch.tensor([[-2, 0]]), torch.tensor([2])
+        ),
+        r"node j's parent must lie in -1\.\.j-1",
+    ),
+    (
+        "length-too-long",
+        lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), lengths=torch.tensor([1, 4])),
+        r"lengths=\[1, 4\] must lie in 0\.\.3",
+    ),
+    (
+        "length-shape",
+        lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), lengths=torch.tensor([1])),
+        r"lengths.shape=\(1,\); expected \(2,\)",
+    ),
+    (
+        "q-shape",
+        lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), q=torch.ones(2, 3)),
+        r"q must be a float tensor \[bs=2, n=3, vocab\]",
+    ),
+    (
+        "confidence-shape",
+        lambda: DraftTree.chain(torch.ones(2, 3, dtype=torch.int64), confidence=torch.ones(3)),
+        r"confidence must be a float tensor \[bs=2, n=3\]",
+    ),
+    (
+        "sampling-temperature",
+        lambda: SamplingParams(temperature=-1.0),
+        r"temperature=-1.0 must be a finite number >= 0",
+    ),
     ("sampling-top-p", lambda: SamplingParams(top_p=0.0), r"top_p=0.0 must be in \(0, 1\]"),
-    ("sampling-top-k", lambda: SamplingParams(top_k=-1), r"top_k=-1 must be an int in 0\.\.2\*\*63-1"),
-]  # fmt: skip
+    (
+        "sampling-top-k",
+        lambda: SamplingParams(top_k=-1),
+        r"top_k=-1 must be an int in 0\.\.2\*\*63-1",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "make", "message"), BAD_TREES, ids=[c[0] for c in BAD_TREES])
@@ -101,7 +131,10 @@ def test_a_drafter_needing_hidden_states_needs_the_capability() -> None:
     naming both sides."""
     with pytest.raises(
         InvalidStrategy,
-        match=r"drafter=EagleHeadDrafterFactory needs target_hidden_states but capabilities\.carries_draft_hidden_states=False",
+        match=(
+            r"drafter=EagleHeadDrafterFactory needs target_hidden_states "
+            r"but capabilities\.carries_draft_hidden_states=False"
+        ),
     ):
         replace(NGRAM, name="BAD", drafter=EagleHeadDrafterFactory())  # type: ignore[arg-type]
 

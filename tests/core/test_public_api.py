@@ -69,12 +69,24 @@ def test_the_runtime_exports_exactly_its_public_line() -> None:
     the decode-step timing hook, the KV reservation a run needs), and nothing internal."""
     assert sorted(runtime.__all__) == sorted(
         [
-            "Engine", "EngineConfig", "Request", "RunStats", "TransferBatch", "EmbeddedModels",
-            "EMBEDDED_WEIGHTS", "ForwardMode", "run_disaggregated", "ModelLoader", "workload",
-            "next_token_logits", "StepTimer", "timed_decode_steps", "KVReservation",
+            "Engine",
+            "EngineConfig",
+            "Request",
+            "RunStats",
+            "TransferBatch",
+            "EmbeddedModels",
+            "EMBEDDED_WEIGHTS",
+            "ForwardMode",
+            "run_disaggregated",
+            "ModelLoader",
+            "workload",
+            "next_token_logits",
+            "StepTimer",
+            "timed_decode_steps",
+            "KVReservation",
             "kv_reservation",
         ]
-    )  # fmt: skip
+    )
 
 
 @pytest.mark.parametrize("name", PUBLIC_MODULES)

@@ -21,6 +21,7 @@ BLOCKS: list[tuple[str, str]] = re.findall(
 HERE = "tests/core/test_readme.py"
 #: Another engineer's test of the plugin pattern through real entry-point discovery.
 PLUGIN_TEST = "tests/core/test_plugin_entry_point.py"
+REAL_TEST = "tests/real/test_readme_real.py"
 
 #: Who runs each block, by the block's first line: ``file:PATH`` (the file is the block,
 #: verbatim), ``PATH::TEST`` (that test runs the block), or a test file that holds the block's
@@ -31,7 +32,7 @@ CLAIMS = {
     '"""A custom drafter:': "file:tests/typing/readme_drafter.py",
     "specstrat check ": f"{HERE}::test_the_check_block_passes",
     "specstrat demo --algo ": f"{HERE}::test_the_demo_block_runs",
-    "specstrat demo --model smollm2 ": "tests/real/test_readme_real.py::test_the_smollm2_block_runs",
+    "specstrat demo --model smollm2 ": f"{REAL_TEST}::test_the_smollm2_block_runs",
     "specstrat bench ": f"{HERE}::test_the_bench_block_runs",
     "# mypkg/algos.py": PLUGIN_TEST,
     "# pyproject.toml of mypkg": PLUGIN_TEST,
@@ -56,8 +57,13 @@ def run_shell_block(text: str, cwd: Path, timeout: float) -> list[str]:
         assert argv[0] == "specstrat", line
         done = subprocess.run(
             [sys.executable, "-m", "specstrat", *argv[1:]],
-            cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout, check=False,
-        )  # fmt: skip
+            cwd=cwd,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
         assert done.returncode == 0, f"{line}\n{done.stdout}\n{done.stderr}"
         outputs.append(done.stdout)
     return outputs

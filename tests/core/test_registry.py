@@ -200,7 +200,8 @@ def test_any_plugin_exception_is_a_plugin_load_error(
     attr: str,
     raised: str,
 ) -> None:
-    """SystemExit, GeneratorExit and custom BaseExceptions are reported like Exceptions, atomically."""
+    """SystemExit, GeneratorExit and custom BaseExceptions are reported like Exceptions,
+    atomically."""
     plugin_files(module, source)
     registry = Registry(BUILTINS)
     with pytest.raises(

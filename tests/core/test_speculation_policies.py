@@ -25,11 +25,17 @@ def seen(
 ) -> SpeculationObservation:
     """An observation at ``step`` whose previous step accepted ``accepted`` drafts per request."""
     fields: dict[str, Any] = {
-        "batch_size": bs, "candidates": (1, 2, 4, 6, 8), "current": 4, "step": step,
-        "acceptance": (), "request_acceptance": ((),) * bs,
-        "recent_accepted": (accepted,) if accepted else (), "recent_widths": (4,) if accepted else (),
-        "confidence": None, "step_seconds": (None,) * 5,
-    }  # fmt: skip
+        "batch_size": bs,
+        "candidates": (1, 2, 4, 6, 8),
+        "current": 4,
+        "step": step,
+        "acceptance": (),
+        "request_acceptance": ((),) * bs,
+        "recent_accepted": (accepted,) if accepted else (),
+        "recent_widths": (4,) if accepted else (),
+        "confidence": None,
+        "step_seconds": (None,) * 5,
+    }
     return SpeculationObservation(**{**fields, **kw})
 
 
@@ -120,23 +126,42 @@ class Vague(Flaky):
 @pytest.mark.parametrize(
     ("policy", "message"),
     [
-        (Vague(), r"'per_request_acceptance is a bool': it is 'sometimes' \(str\); declare True "
-         r"only if the chooser reads SpeculationObservation\.request_acceptance"),
-        (FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", lambda w: w + 0.5),
-         r"SpeculationPolicy FaultySpeculationPolicy broke the obligation 'choose_width answers "
-         r"an int among the declared candidates': answered 1\.5 \(float\)"),
-        (FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", lambda w: True),
-         r"answered True \(bool\)"),
-        (FaultySpeculationPolicy(FixedSpeculationPolicy(), "candidate_widths", lambda w: [0]),
-         r"'candidate_widths\(1\) is the same non-empty sequence of distinct ints >= 1': "
-         r"declared \[0\]"),
-        (FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", KeyError("k")),
-         r"choose_width answers an int.*raised KeyError"),
+        (
+            Vague(),
+            r"'per_request_acceptance is a bool': it is 'sometimes' \(str\); declare True "
+            r"only if the chooser reads SpeculationObservation\.request_acceptance",
+        ),
+        (
+            FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", lambda w: w + 0.5),
+            r"SpeculationPolicy FaultySpeculationPolicy broke the obligation 'choose_width answers "
+            r"an int among the declared candidates': answered 1\.5 \(float\)",
+        ),
+        (
+            FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", lambda w: True),
+            r"answered True \(bool\)",
+        ),
+        (
+            FaultySpeculationPolicy(FixedSpeculationPolicy(), "candidate_widths", lambda w: [0]),
+            r"'candidate_widths\(1\) is the same non-empty sequence of distinct ints >= 1': "
+            r"declared \[0\]",
+        ),
+        (
+            FaultySpeculationPolicy(FixedSpeculationPolicy(), "choose_width", KeyError("k")),
+            r"choose_width answers an int.*raised KeyError",
+        ),
         (Flaky(), r"two fresh choosers fed the same observations answer the same"),
         (object(), r"implements SpeculationPolicy"),
     ],
-    ids=["per-request-not-bool", "float", "bool", "declared-zero", "raises", "not-deterministic", "not-a-policy"],
-)  # fmt: skip
+    ids=[
+        "per-request-not-bool",
+        "float",
+        "bool",
+        "declared-zero",
+        "raises",
+        "not-deterministic",
+        "not-a-policy",
+    ],
+)
 def test_the_conformance_runner_refuses_nonsense_by_name(policy: object, message: str) -> None:
     """A broken policy fails the runner with a ConformanceError naming it and the value."""
     with pytest.raises(ConformanceError, match=message):
@@ -146,12 +171,20 @@ def test_the_conformance_runner_refuses_nonsense_by_name(policy: object, message
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (lambda: FixedSpeculationPolicy(width=0), r"FixedSpeculationPolicy\(width=0\): width must be an int >= 1"),
+        (
+            lambda: FixedSpeculationPolicy(width=0),
+            r"FixedSpeculationPolicy\(width=0\): width must be an int >= 1",
+        ),
         (lambda: FixedSpeculationPolicy(width=True), r"width=True\): width must be an int"),
         (lambda: EmaLadderSpeculationPolicy(ladders=()), r"ladders is empty"),
-        (lambda: EmaLadderSpeculationPolicy(ladders=((8, (1,), 0.0), (1, (2,), 0.0))),
-         r"ladder batch sizes \[8, 1\] must be ascending"),
-        (lambda: EmaLadderSpeculationPolicy(ladders=((1, (0, 2), 0.0),)), r"widths \(0, 2\) must be ints >= 1"),
+        (
+            lambda: EmaLadderSpeculationPolicy(ladders=((8, (1,), 0.0), (1, (2,), 0.0))),
+            r"ladder batch sizes \[8, 1\] must be ascending",
+        ),
+        (
+            lambda: EmaLadderSpeculationPolicy(ladders=((1, (0, 2), 0.0),)),
+            r"widths \(0, 2\) must be ints >= 1",
+        ),
         (lambda: EmaLadderSpeculationPolicy(alpha=0), r"alpha=0 must be in \(0, 1\]"),
         (lambda: EmaLadderSpeculationPolicy(interval=0), r"interval=0 is out of range"),
         (lambda: EmaLadderSpeculationPolicy(warmup=-1), r"warmup=-1 is out of range"),
@@ -161,7 +194,7 @@ def test_the_conformance_runner_refuses_nonsense_by_name(policy: object, message
         (lambda: GoodputSpeculationPolicy(prior=2), r"prior=2 must be in \[0, 1\]"),
         (lambda: ScriptedSpeculationPolicy(()), r"script=\(\) must be ints >= 1"),
     ],
-)  # fmt: skip
+)
 def test_bad_settings_are_refused_by_name(make: Any, message: str) -> None:
     """Each policy validates its settings at construction, naming the value."""
     with pytest.raises(InvalidConfig, match=message):

@@ -82,7 +82,7 @@ def test_the_drafter_passes_the_conformance_kit(target: HFCausalLM) -> None:
         (lambda t: EarlyExitDrafterFactory(0), r"exit_layer=0 must be an int >= 1"),
         (lambda t: EarlyExitDrafterFactory(True), r"exit_layer=True must be an int >= 1"),
     ],
-)  # fmt: skip
+)
 def test_bad_exit_layers_are_refused(target: HFCausalLM, make: object, message: str) -> None:
     """An exit layer outside 1..layers-1 or not an int is refused by name."""
     with pytest.raises(InvalidConfig, match=message):

@@ -100,9 +100,12 @@ def _bert_mlm() -> Any:
     from transformers import BertConfig, BertForMaskedLM
 
     cfg = BertConfig(
-        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
         vocab_size=100,
-    )  # fmt: skip
+    )
     model: Any = BertForMaskedLM(cfg)
     return model.eval()
 
@@ -140,32 +143,87 @@ def _no_backend() -> Any:
 
 
 REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str]] = [
-    ("bidirectional", _bert_mlm, {},
-     ModelLoadError, r"BertSelfAttention attends bidirectionally \(is_causal=False\)"),
-    ("encoder-decoder", _t5, {},
-     ModelLoadError, r"T5ForConditionalGeneration is an encoder-decoder model"),
+    (
+        "bidirectional",
+        _bert_mlm,
+        {},
+        ModelLoadError,
+        r"BertSelfAttention attends bidirectionally \(is_causal=False\)",
+    ),
+    (
+        "encoder-decoder",
+        _t5,
+        {},
+        ModelLoadError,
+        r"T5ForConditionalGeneration is an encoder-decoder model",
+    ),
     ("no-lm-head", _no_head, {}, ModelLoadError, r"LlamaModel has no LM head; load it as a causal"),
-    ("no-attention-backend", _no_backend, {},
-     ModelLoadError, r"OwnAttentionLM does not route attention through transformers' AttentionInterface"),
-    ("own-attention-bloom", _bloom, {},
-     ModelLoadError, r"BloomForCausalLM does not route attention through transformers' Atten"),
-    ("sinks", lambda: tiny.model("gpt_oss"), {},
-     ModelLoadError, r"GptOssAttention passes attention arguments specstrat cannot honour: s_aux "
-     r"\(sinks \(attention sinks\)\); this model is not supported"),
-    ("chunked-llama4", lambda: tiny.model("llama4"), {},
-     ModelLoadError, r"Llama4ForCausalLM: config\.attention_chunk_size=8 is not supported"),
-    ("value-width", lambda: tiny.model("deepseek_v3", qk_nope_head_dim=16, v_head_dim=8), {},
-     ModelLoadError, r"layer 0: query, key and value heads are \(4, 24\), \(4, 24\) and "
-     r"\(4, 8\) \(heads, width\)"),
-    ("chunked", lambda: tiny.model("llama", attention_chunk_size=4), {},
-     ModelLoadError, r"config\.attention_chunk_size=4 is not supported"),
-    ("meta", lambda: tiny.model("llama").to("meta"), {},
-     ModelLoadError, r"weights are on the meta device \(parameter model\.embed_tokens\.weight\)"),
-    ("not-a-model", lambda: torch.nn.Linear(2, 2), {},
-     ModelLoadError, r"Linear: Linear is not a transformers PreTrainedModel"),
-    ("vocab-zero", lambda: tiny.model("llama"), {"vocab_size": 0},
-     InvalidConfig, r"vocab_size=0 must be an int >= 1, or None"),
-]  # fmt: skip
+    (
+        "no-attention-backend",
+        _no_backend,
+        {},
+        ModelLoadError,
+        r"OwnAttentionLM does not route attention through transformers' AttentionInterface",
+    ),
+    (
+        "own-attention-bloom",
+        _bloom,
+        {},
+        ModelLoadError,
+        r"BloomForCausalLM does not route attention through transformers' Atten",
+    ),
+    (
+        "sinks",
+        lambda: tiny.model("gpt_oss"),
+        {},
+        ModelLoadError,
+        r"GptOssAttention passes attention arguments specstrat cannot honour: s_aux "
+        r"\(sinks \(attention sinks\)\); this model is not supported",
+    ),
+    (
+        "chunked-llama4",
+        lambda: tiny.model("llama4"),
+        {},
+        ModelLoadError,
+        r"Llama4ForCausalLM: config\.attention_chunk_size=8 is not supported",
+    ),
+    (
+        "value-width",
+        lambda: tiny.model("deepseek_v3", qk_nope_head_dim=16, v_head_dim=8),
+        {},
+        ModelLoadError,
+        r"layer 0: query, key and value heads are \(4, 24\), \(4, 24\) and "
+        r"\(4, 8\) \(heads, width\)",
+    ),
+    (
+        "chunked",
+        lambda: tiny.model("llama", attention_chunk_size=4),
+        {},
+        ModelLoadError,
+        r"config\.attention_chunk_size=4 is not supported",
+    ),
+    (
+        "meta",
+        lambda: tiny.model("llama").to("meta"),
+        {},
+        ModelLoadError,
+        r"weights are on the meta device \(parameter model\.embed_tokens\.weight\)",
+    ),
+    (
+        "not-a-model",
+        lambda: torch.nn.Linear(2, 2),
+        {},
+        ModelLoadError,
+        r"Linear: Linear is not a transformers PreTrainedModel",
+    ),
+    (
+        "vocab-zero",
+        lambda: tiny.model("llama"),
+        {"vocab_size": 0},
+        InvalidConfig,
+        r"vocab_size=0 must be an int >= 1, or None",
+    ),
+]
 
 
 @pytest.mark.parametrize(

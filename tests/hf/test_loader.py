@@ -124,24 +124,43 @@ def _written(name: str, content: str) -> Callable[[Path, Path], Path]:
 
 
 REFUSALS: list[tuple[str, Callable[[Path, Path], Any], str]] = [
-    ("hub-id", lambda s, t: "HuggingFaceTB/SmolLM2-135M",
-     r"model='HuggingFaceTB/SmolLM2-135M': no such path; if it is a hub id: this machine "
-     r"loads local files only: download the model directory"),
+    (
+        "hub-id",
+        lambda s, t: "HuggingFaceTB/SmolLM2-135M",
+        r"model='HuggingFaceTB/SmolLM2-135M': no such path; if it is a hub id: this machine "
+        r"loads local files only: download the model directory",
+    ),
     ("missing", lambda s, t: t / "nowhere", r"model='.*nowhere': no such file or directory"),
     ("empty-dir", lambda s, t: t, r"model='.*' has no config\.json; pass a Hugging Face model dir"),
     ("not-gguf", _written("weights.bin", "x"), r"weights\.bin' is a file but not a \.gguf"),
-    ("bad-gguf", _written("bad.gguf", "x"),
-     r"model='.*bad\.gguf' cannot be loaded: .* does not start with the GGUF magic bytes"),
-    ("no-weights", _no_weights, r"no-weights' cannot be loaded: .*no file named model\.safetensors"),
-    ("no-tokenizer", _no_tokenizer,
-     r"no-tokenizer' cannot be loaded: .*; the directory lacks the tokenizer files \(tokenizer"),
-    ("qwen2-no-tokenizer", _qwen2_no_tokenizer,
-     r"no-tokenizer': its tokenizer has only 1 id\(s\), its special tokens; the directory lacks "
-     r"the tokenizer files"),
-    ("chunked", _unsupported,
-     r"chunked: config\.attention_chunk_size=4 is not supported \(specstrat's attention has no "
-     r"chunked"),
-]  # fmt: skip
+    (
+        "bad-gguf",
+        _written("bad.gguf", "x"),
+        r"model='.*bad\.gguf' cannot be loaded: .* does not start with the GGUF magic bytes",
+    ),
+    (
+        "no-weights",
+        _no_weights,
+        r"no-weights' cannot be loaded: .*no file named model\.safetensors",
+    ),
+    (
+        "no-tokenizer",
+        _no_tokenizer,
+        r"no-tokenizer' cannot be loaded: .*; the directory lacks the tokenizer files \(tokenizer",
+    ),
+    (
+        "qwen2-no-tokenizer",
+        _qwen2_no_tokenizer,
+        r"no-tokenizer': its tokenizer has only 1 id\(s\), its special tokens; the directory lacks "
+        r"the tokenizer files",
+    ),
+    (
+        "chunked",
+        _unsupported,
+        r"chunked: config\.attention_chunk_size=4 is not supported \(specstrat's attention has no "
+        r"chunked",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "path", "message"), REFUSALS, ids=[r[0] for r in REFUSALS])

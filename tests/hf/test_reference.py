@@ -93,13 +93,16 @@ def test_compare_certifies_a_tie_and_skips_the_rest_of_that_request(
 @pytest.mark.parametrize(
     ("edit", "mismatch"),
     [
-        (lambda ref, low: {"other": [*ref["other"][:2], low, *ref["other"][3:]]}, r"other: position 2: \d+ vs \d+"),
+        (
+            lambda ref, low: {"other": [*ref["other"][:2], low, *ref["other"][3:]]},
+            r"other: position 2: \d+ vs \d+",
+        ),
         (lambda ref, low: {"other": ref["other"][:3]}, r"other: 3 tokens vs the reference's 5"),
         (lambda ref, low: {"other": [*ref["other"], 7]}, r"other: 6 tokens vs the reference's 5"),
         (lambda ref, low: {"other": []}, r"other: 0 tokens vs the reference's 5"),
     ],
     ids=["real-mismatch", "short", "long", "missing"],
-)  # fmt: skip
+)
 def test_compare_reports_a_real_mismatch_or_a_length_difference(
     edit: Callable[[dict[str, list[int]], int], dict[str, list[int]]],
     mismatch: str,

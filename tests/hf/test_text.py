@@ -94,14 +94,22 @@ def test_a_run_from_text_stops_at_a_one_token_stop_string_and_decodes(models: HF
 
 
 REFUSALS: list[tuple[dict[str, Any], str]] = [
-    ({"text": "x", "messages": [{"role": "user", "content": "x"}]},
-     r"request 'r': pass exactly one of text= and messages="),
+    (
+        {"text": "x", "messages": [{"role": "user", "content": "x"}]},
+        r"request 'r': pass exactly one of text= and messages=",
+    ),
     ({}, r"request 'r': pass exactly one of text= and messages="),
     ({"text": ""}, r"request 'r': text='' must be a non-empty string"),
-    ({"text": "x", "stop": "\n"}, r"stop='\\n' is a string; pass a tuple of strings, e\.g\. \('\\n',\)"),
-    ({"messages": "hello"}, r"request 'r': messages='hello'; pass a list of \{'role': \.\.\., 'content'"),
+    (
+        {"text": "x", "stop": "\n"},
+        r"stop='\\n' is a string; pass a tuple of strings, e\.g\. \('\\n',\)",
+    ),
+    (
+        {"messages": "hello"},
+        r"request 'r': messages='hello'; pass a list of \{'role': \.\.\., 'content'",
+    ),
     ({"messages": [{"role": "user"}]}, r"messages=\[\{'role': 'user'\}\]; pass a list of"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("kw", "message"), REFUSALS, ids=lambda v: None)

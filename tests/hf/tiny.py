@@ -21,9 +21,20 @@ VOCAB = 384  # the tokenizer's vocabulary; families below pad their LM head past
 FAMILIES = ["llama", "qwen2", "qwen3", "mistral", "gpt2", "gemma2"]
 #: Further families checked against generate (OPT's head reads a projection of width 32).
 MORE_FAMILIES = [
-    "phi", "phi3", "gemma3", "olmo2", "granite", "cohere", "gpt_neox", "starcoder2",
-    "qwen2-window", "opt", "mixtral", "qwen3_moe", "deepseek_v3",
-]  # fmt: skip
+    "phi",
+    "phi3",
+    "gemma3",
+    "olmo2",
+    "granite",
+    "cohere",
+    "gpt_neox",
+    "starcoder2",
+    "qwen2-window",
+    "opt",
+    "mixtral",
+    "qwen3_moe",
+    "deepseek_v3",
+]
 
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -61,9 +72,14 @@ def config(family: str, **overrides: Any) -> Any:
     vocab = VOCAB + 16
     common: dict[str, Any] = {"vocab_size": vocab, "initializer_range": 0.4, "eos_token_id": 0}
     decoder: dict[str, Any] = dict(
-        hidden_size=64, intermediate_size=96, num_hidden_layers=2, num_attention_heads=4,
-        num_key_value_heads=2, max_position_embeddings=512, tie_word_embeddings=False,
-    )  # fmt: skip
+        hidden_size=64,
+        intermediate_size=96,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=512,
+        tie_word_embeddings=False,
+    )
     made: dict[str, Any] = {
         "llama": lambda **kw: tf.LlamaConfig(**_merged(common, decoder, kw)),
         "qwen2": lambda **kw: tf.Qwen2Config(**_merged(common, decoder, kw)),
@@ -113,9 +129,12 @@ def _merged(*parts: dict[str, Any]) -> dict[str, Any]:
 
 
 _GEMMA2: dict[str, Any] = dict(
-    head_dim=16, sliding_window=8, attn_logit_softcapping=5.0, final_logit_softcapping=3.0,
+    head_dim=16,
+    sliding_window=8,
+    attn_logit_softcapping=5.0,
+    final_logit_softcapping=3.0,
     query_pre_attn_scalar=16,
-)  # fmt: skip
+)
 _GEMMA3: dict[str, Any] = dict(  # sliding_window_pattern=2: the layers alternate window, full
     head_dim=16, sliding_window=8, query_pre_attn_scalar=16, sliding_window_pattern=2
 )
@@ -125,22 +144,42 @@ _QWEN3_MOE: dict[str, Any] = dict(
     num_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, head_dim=16
 )
 _MLA: dict[str, Any] = dict(  # query/key head 16 = 8 rotary + 8 plain, value head 16
-    n_routed_experts=4, num_experts_per_tok=2, moe_intermediate_size=32, kv_lora_rank=16,
-    q_lora_rank=16, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=16,
-    first_k_dense_replace=1, n_group=1, topk_group=1,
-)  # fmt: skip
+    n_routed_experts=4,
+    num_experts_per_tok=2,
+    moe_intermediate_size=32,
+    kv_lora_rank=16,
+    q_lora_rank=16,
+    qk_rope_head_dim=8,
+    qk_nope_head_dim=8,
+    v_head_dim=16,
+    first_k_dense_replace=1,
+    n_group=1,
+    topk_group=1,
+)
 _GPT_OSS: dict[str, Any] = dict(
-    head_dim=16, num_local_experts=4, num_experts_per_tok=2, sliding_window=8,
+    head_dim=16,
+    num_local_experts=4,
+    num_experts_per_tok=2,
+    sliding_window=8,
     layer_types=["sliding_attention", "full_attention"],
-)  # fmt: skip
+)
 _LLAMA4: dict[str, Any] = dict(
-    head_dim=16, attention_chunk_size=8, num_local_experts=2, interleave_moe_layer_step=1,
+    head_dim=16,
+    attention_chunk_size=8,
+    num_local_experts=2,
+    interleave_moe_layer_step=1,
     intermediate_size_mlp=96,
-)  # fmt: skip
+)
 _OPT: dict[str, Any] = dict(
-    eos_token_id=0, init_std=0.4, hidden_size=64, ffn_dim=96, num_hidden_layers=2,
-    num_attention_heads=4, max_position_embeddings=512, word_embed_proj_dim=32,
-)  # fmt: skip
+    eos_token_id=0,
+    init_std=0.4,
+    hidden_size=64,
+    ffn_dim=96,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    max_position_embeddings=512,
+    word_embed_proj_dim=32,
+)
 
 
 def model(family: str, seed: int = 0, **overrides: Any) -> Any:

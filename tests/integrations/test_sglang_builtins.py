@@ -36,7 +36,8 @@ def sglang_member(algo: SpecAlgorithm[Any]) -> Any:
 
 
 def test_every_speculative_builtin_has_an_sglang_member() -> None:
-    """All seven built-ins exist in SGLang (it also has UNO and FROZEN_KV_MTP, which specstrat lacks)."""
+    """All seven built-ins exist in SGLang (it also has UNO and FROZEN_KV_MTP, which specstrat
+    lacks)."""
     assert [a.name for a in shared_builtins()] == [a.name for a in BUILTINS]
 
 

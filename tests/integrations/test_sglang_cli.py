@@ -20,6 +20,6 @@ def test_check_sglang_fails_a_name_sglang_reserves(capsys: pytest.CaptureFixture
     assert main(["check", "--sglang", "specstrat.builtins:EAGLE"]) == 1
     out = capsys.readouterr().out
     assert (
-        "FAIL sglang: registration\n    RegistrationError: name='EAGLE' clashes with SGLang's built-in EAGLE"
-        in out
-    )
+        "FAIL sglang: registration\n    RegistrationError: "
+        "name='EAGLE' clashes with SGLang's built-in EAGLE"
+    ) in out

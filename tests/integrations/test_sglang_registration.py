@@ -86,7 +86,10 @@ def test_reserved_names_are_refused_naming_the_clash(
     """Every SGLang built-in name (and NEXTN) is refused with a RegistrationError naming it."""
     with pytest.raises(
         RegistrationError,
-        match=rf"name='{name}' clashes with SGLang's (built-in|alias) {name.upper()}.*SPECSTRAT_{name.upper()}",
+        match=(
+            rf"name='{name}' clashes with SGLang's (built-in|alias) "
+            rf"{name.upper()}.*SPECSTRAT_{name.upper()}"
+        ),
     ):
         register(MY_EAGLE, worker=StandInWorker, name=name)
     assert name.upper() not in sglang_registry

@@ -1,4 +1,5 @@
-"""Value checks of the kernel launchers: garbage inputs are named InvalidConfig, valid ones unchanged."""
+"""Value checks of the kernel launchers: garbage inputs are named InvalidConfig, valid ones
+unchanged."""
 
 from collections.abc import Callable
 from dataclasses import replace
@@ -106,7 +107,10 @@ CASES: list[tuple[str, Any, str]] = [
     (
         "uniform-cu-k-past-int32",
         lambda **kw: build_verify_metadata(torch.tensor([BIG // 2, BIG // 2]), num_tokens=2, **kw),
-        r"cu_seqlens_k\[-1\]=2147483650 \(sum of cache_seqlens\) exceeds the int32 max 2147483647; split the batch",
+        (
+            r"cu_seqlens_k\[-1\]=2147483650 \(sum of cache_seqlens\) "
+            r"exceeds the int32 max 2147483647; split the batch"
+        ),
     ),
     (
         "uniform-cu-q-past-int32",
@@ -310,7 +314,8 @@ def test_validate_must_be_a_bool(launcher: str) -> None:
 
 
 def test_failed_check_leaves_graph_buffers_untouched() -> None:
-    """The graph form checks before it writes: a refused build leaves the static buffers as they were."""
+    """The graph form checks before it writes: a refused build leaves the static buffers as they
+    were."""
     buffers = VerifyMetadataBuffers.allocate(4, max_pages=2)
     for tensor in (buffers.cu_seqlens_q, buffers.cache_seqlens, buffers.cu_seqlens_k):
         tensor.fill_(-7)
@@ -422,7 +427,8 @@ def on_meta(form: str, validate: bool) -> None:
 
 @pytest.mark.parametrize("form", ["uniform", "graph", "ragged", "ragged_graph", "relay"])
 def test_validate_opts_in_to_device_reads(form: str) -> None:
-    """Off the CPU the checks read device values only with validate=True (the default stays sync-free)."""
+    """Off the CPU the checks read device values only with validate=True (the default stays
+    sync-free)."""
     quiet, checked = _FakeDeviceReads(), _FakeDeviceReads()
     with quiet:
         on_meta(form, validate=False)

@@ -1,4 +1,5 @@
-"""Bucketed ragged TARGET_VERIFY metadata: Triton body (interpreted) == twin, SGLang's padding rule."""
+"""Bucketed ragged TARGET_VERIFY metadata: Triton body (interpreted) == twin, SGLang's padding
+rule."""
 
 from typing import Any
 

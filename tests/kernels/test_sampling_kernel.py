@@ -30,16 +30,20 @@ def case(bs: int, n: int, vocab: int, seed: int, *, with_q: bool) -> dict[str, A
     top_k = torch.where(torch.rand(bs, generator=gen) < 0.5, 0, 5)
     logits = torch.randn(rows, vocab, generator=gen, dtype=torch.float64) * 2
     p = sampling_probs(
-        logits, temperature.repeat_interleave(n + 1), top_p.repeat_interleave(n + 1),
+        logits,
+        temperature.repeat_interleave(n + 1),
+        top_p.repeat_interleave(n + 1),
         top_k.repeat_interleave(n + 1),
-    ).reshape(bs, n + 1, vocab)  # fmt: skip
+    ).reshape(bs, n + 1, vocab)
     q = None
     if with_q and n:
         q_logits = torch.randn(bs * n, vocab, generator=gen, dtype=torch.float64) * 2
         q = sampling_probs(
-            q_logits, temperature.repeat_interleave(n), top_p.repeat_interleave(n),
+            q_logits,
+            temperature.repeat_interleave(n),
+            top_p.repeat_interleave(n),
             top_k.repeat_interleave(n),
-        ).reshape(bs, n, vocab)  # fmt: skip
+        ).reshape(bs, n, vocab)
     # Drafts: the argmax of p half the time (so chains are accepted), random otherwise.
     tokens = torch.where(
         torch.rand(bs, n, generator=gen) < 0.5,
@@ -69,9 +73,12 @@ def test_triton_equals_twin_on_the_shape_table(bs: int, n: int, vocab: int, with
 
 @settings(max_examples=25, deadline=None)
 @given(
-    bs=st.integers(0, 6), n=st.integers(0, 4), vocab=st.integers(2, 40), seed=st.integers(0, 999),
+    bs=st.integers(0, 6),
+    n=st.integers(0, 4),
+    vocab=st.integers(2, 40),
+    seed=st.integers(0, 999),
     with_q=st.booleans(),
-)  # fmt: skip
+)
 def test_triton_equals_twin_property(bs: int, n: int, vocab: int, seed: int, with_q: bool) -> None:
     """For any shape and seed, kernel and twin agree exactly."""
     args = case(bs, n, vocab, seed, with_q=with_q)
@@ -129,24 +136,47 @@ def test_sample_from_never_picks_a_zero_probability_token() -> None:
 
 
 def test_rejection_is_exact_greedy_for_one_hot_distributions() -> None:
-    """With one-hot p and no q, a draft is accepted iff it is the argmax; the bonus is the argmax."""
+    """With one-hot p and no q, a draft is accepted iff it is the argmax; the bonus is the
+    argmax."""
     p = torch.zeros(1, 3, 5, dtype=torch.float64)
     p[0, 0, 2] = p[0, 1, 4] = p[0, 2, 1] = 1.0
     args: dict[str, Any] = {
-        "lengths": torch.tensor([2]), "seeds": torch.tensor([3]), "positions": torch.tensor([9]),
-    }  # fmt: skip
+        "lengths": torch.tensor([2]),
+        "seeds": torch.tensor([3]),
+        "positions": torch.tensor([9]),
+    }
     assert [t.item() for t in rejection_sample_ref(p, torch.tensor([[2, 4]]), **args)] == [2, 1]
     assert [t.item() for t in rejection_sample_ref(p, torch.tensor([[2, 3]]), **args)] == [1, 4]
 
 
 BAD: list[tuple[str, dict[str, Any], str]] = [
-    ("tokens-float", {"tokens": torch.zeros(2, 3)}, r"tokens is torch.float32 \(2, 3\); need int64"),
-    ("p-shape", {"p": torch.zeros(2, 3, 8, dtype=torch.float64)}, r"p is torch.float64 \(2, 3, 8\); need floating \[bs=2, n \+ 1=4"),
-    ("q-shape", {"q": torch.zeros(2, 3, 7, dtype=torch.float64)}, r"q is torch.float64 \(2, 3, 7\); need floating \(2, 3, 8\)"),
-    ("seeds-int32", {"seeds": torch.zeros(2, dtype=torch.int32)}, r"seeds is torch.int32 \(2,\); need int64 \[2\]"),
+    (
+        "tokens-float",
+        {"tokens": torch.zeros(2, 3)},
+        r"tokens is torch.float32 \(2, 3\); need int64",
+    ),
+    (
+        "p-shape",
+        {"p": torch.zeros(2, 3, 8, dtype=torch.float64)},
+        r"p is torch.float64 \(2, 3, 8\); need floating \[bs=2, n \+ 1=4",
+    ),
+    (
+        "q-shape",
+        {"q": torch.zeros(2, 3, 7, dtype=torch.float64)},
+        r"q is torch.float64 \(2, 3, 7\); need floating \(2, 3, 8\)",
+    ),
+    (
+        "seeds-int32",
+        {"seeds": torch.zeros(2, dtype=torch.int32)},
+        r"seeds is torch.int32 \(2,\); need int64 \[2\]",
+    ),
     ("lengths-too-long", {"lengths": torch.tensor([1, 4])}, r"lengths=\[1, 4\] must lie in 0\.\.3"),
-    ("token-out-of-vocab", {"tokens": torch.tensor([[0, 1, 8], [0, 0, 0]])}, r"tokens hold ids outside the vocabulary 0\.\.7"),
-]  # fmt: skip
+    (
+        "token-out-of-vocab",
+        {"tokens": torch.tensor([[0, 1, 8], [0, 0, 0]])},
+        r"tokens hold ids outside the vocabulary 0\.\.7",
+    ),
+]
 
 
 @pytest.mark.parametrize(("name", "change", "message"), BAD, ids=[b[0] for b in BAD])

@@ -555,7 +555,10 @@ ERRORS: list[tuple[str, Any, str]] = [
     (
         "buffer-positions-dtype",
         lambda: buffers_with(positions=torch.zeros(16, dtype=torch.int32)),
-        r"positions is torch.int32 \(16,\); it must be a contiguous torch.int64 buffer of shape \(16,\)",
+        (
+            r"positions is torch.int32 \(16,\); it must be a "
+            r"contiguous torch.int64 buffer of shape \(16,\)"
+        ),
     ),
     (
         "buffer-mask-rank",

@@ -1,4 +1,5 @@
-"""TARGET_VERIFY metadata: Triton bodies (interpreted) equal the torch twin and keep every invariant."""
+"""TARGET_VERIFY metadata: Triton bodies (interpreted) equal the torch twin and keep every
+invariant."""
 
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -434,7 +435,10 @@ ERRORS: list[tuple[str, Any, str]] = [
             torch.zeros(2, dtype=torch.int32),
             torch.zeros(3, dtype=torch.int32),
         ),
-        r"cu_seqlens_q is torch.int64 \(3,\); it must be a contiguous torch.int32 buffer of shape \(3,\)",
+        (
+            r"cu_seqlens_q is torch.int64 \(3,\); it must be "
+            r"a contiguous torch.int32 buffer of shape \(3,\)"
+        ),
     ),
     (
         "buffer-shape",

@@ -36,8 +36,12 @@ EARLY_EXIT_TREE = replace(
     early_exit_algorithm(8), name="EARLY_EXIT_8_TREE", tree=TopkTree(topk=2, num_steps=3)
 )
 ALGOS: list[SpecAlgorithm[Any]] = [
-    NONE, NGRAM, NGRAM_RAGGED, early_exit_algorithm(8), EARLY_EXIT_TREE,
-]  # fmt: skip
+    NONE,
+    NGRAM,
+    NGRAM_RAGGED,
+    early_exit_algorithm(8),
+    EARLY_EXIT_TREE,
+]
 CONFIG = EngineConfig(num_draft_tokens=4, context_len=512, max_running_requests=4)
 
 
@@ -59,8 +63,12 @@ def reference(smollm2: HFModels, requests: list[Request]) -> dict[str, list[int]
     return generate_reference(smollm2.target, requests)
 
 
-def _check(smollm2: HFModels, requests: list[Request], out: dict[str, list[int]],
-           reference: dict[str, list[int]]) -> ReferenceCheck:  # fmt: skip
+def _check(
+    smollm2: HFModels,
+    requests: list[Request],
+    out: dict[str, list[int]],
+    reference: dict[str, list[int]],
+) -> ReferenceCheck:
     check = compare(smollm2.target, requests, out, reference)
     assert check.lossless, check.line()
     return check
@@ -81,9 +89,12 @@ def test_the_conversion_is_cached(smollm2: HFModels) -> None:
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 @pytest.mark.parametrize("algo", ALGOS, ids=[a.name for a in ALGOS])
 def test_lossless_against_generate(
-    algo: SpecAlgorithm[Any], overlap: bool, smollm2: HFModels, requests: list[Request],
+    algo: SpecAlgorithm[Any],
+    overlap: bool,
+    smollm2: HFModels,
+    requests: list[Request],
     reference: dict[str, list[int]],
-) -> None:  # fmt: skip
+) -> None:
     """Each algorithm's greedy output equals transformers' generate (or certified ties)."""
     engine = Engine(algo, smollm2, replace(CONFIG, overlap=overlap))
     _check(smollm2, requests, engine.run(requests), reference)
@@ -91,9 +102,11 @@ def test_lossless_against_generate(
 
 @pytest.mark.parametrize("algo", ALGOS, ids=[a.name for a in ALGOS])
 def test_lossless_disaggregated(
-    algo: SpecAlgorithm[Any], smollm2: HFModels, requests: list[Request],
+    algo: SpecAlgorithm[Any],
+    smollm2: HFModels,
+    requests: list[Request],
     reference: dict[str, list[int]],
-) -> None:  # fmt: skip
+) -> None:
     """Prefilled in a second process that loads SmolLM2 itself, decoded here: still lossless."""
     result = run_disaggregated(
         algo, requests, CONFIG, models=smollm2, loader=HFLoader(smollm2.source), timeout=300

@@ -34,7 +34,8 @@ class AcceptEveryDraft:
 
 @dataclass(frozen=True, slots=True)
 class NoResidualRejection:
-    """Rejection sampling that, on rejection, samples from p instead of the residual max(0, p - q)."""
+    """Rejection sampling that, on rejection, samples from p instead of the residual max(0, p -
+    q)."""
 
     @property
     def lossless(self) -> bool:

@@ -25,9 +25,17 @@ def stall_before_connect(port: int, *args: Any) -> None:
 
 
 def _first_batch_then(
-    port: int, algo: Any, requests: list[Request], batch_size: int, context_len: int,
-    loader: Any, timeout: float, device: str, *, second: str,
-) -> None:  # fmt: skip
+    port: int,
+    algo: Any,
+    requests: list[Request],
+    batch_size: int,
+    context_len: int,
+    loader: Any,
+    timeout: float,
+    device: str,
+    *,
+    second: str,
+) -> None:
     connect(port, 0, "gloo", timeout)
     worker = PrefillWorker(algo, loader(device), context_len=context_len, batch_size=batch_size)
     send_transfer(worker.prefill(requests[:batch_size]), dst=1)

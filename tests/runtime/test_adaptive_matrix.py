@@ -77,9 +77,13 @@ def test_disaggregated_under_every_policy(
     want = Engine(specstrat.NONE, models, CONFIG).run(requests)
     spec = replace(algo, speculation=POLICIES[policy])
     result = run_disaggregated(
-        spec, requests, replace(CONFIG, overlap=policy == "scripted"), models=models,
-        batch_size=4, timeout=120.0,
-    )  # fmt: skip
+        spec,
+        requests,
+        replace(CONFIG, overlap=policy == "scripted"),
+        models=models,
+        batch_size=4,
+        timeout=120.0,
+    )
     assert result.outputs == want
     assert result.rejected == []
 

@@ -256,9 +256,13 @@ def test_drafts_come_from_their_placeholders(algo: SpecAlgorithm[Any], d: int) -
         )
     )
     step = DraftStep(
-        slots=(7, 9), bonus_tokens=torch.tensor([11, 12]), seq_lens=torch.tensor([3, 2]),
-        payload=RelayPayload(), max_nodes=t_target - 1, sampling=(specstrat.GREEDY,) * 2,
-    )  # fmt: skip
+        slots=(7, 9),
+        bonus_tokens=torch.tensor([11, 12]),
+        seq_lens=torch.tensor([3, 2]),
+        payload=RelayPayload(),
+        max_nodes=t_target - 1,
+        sampling=(specstrat.GREEDY,) * 2,
+    )
     tree = drafter.propose(step)
     blanks = [1000 + k for k in range(1, t_target)]
     assert tree.tokens.tolist() == [blanks, blanks]
@@ -288,9 +292,13 @@ def test_the_confidence_cut_keeps_each_block_up_to_its_first_unsure_draft() -> N
         )
     )
     step = DraftStep(
-        slots=(0,), bonus_tokens=torch.tensor([2]), seq_lens=torch.tensor([1]),
-        payload=RelayPayload(), max_nodes=3, sampling=(specstrat.GREEDY,),
-    )  # fmt: skip
+        slots=(0,),
+        bonus_tokens=torch.tensor([2]),
+        seq_lens=torch.tensor([1]),
+        payload=RelayPayload(),
+        max_nodes=3,
+        sampling=(specstrat.GREEDY,),
+    )
     real = runner._logits
 
     # Placeholder 2 and 3: mass spread over two ids (confidence 0.5 - tiny); 1: sure.
@@ -333,9 +341,11 @@ def test_the_draft_worker_graph_runner_refuses_at_engine_start(models: EmbeddedM
     """A drafter that asks for a draft-worker runner without declaring it is refused when the
     engine starts (the draft worker's graph runner), not mid-run."""
     algo = replace(
-        DFLASH, name="SNEAKY", target_verify=FixedWidthVerifyPolicy(),
+        DFLASH,
+        name="SNEAKY",
+        target_verify=FixedWidthVerifyPolicy(),
         drafter=UndeclaredBlockFactory(),
-    )  # fmt: skip
+    )
     with pytest.raises(InvalidConfig, match=r"SNEAKY does not allow TARGET_VERIFY on the draft"):
         Engine(algo, models, CONFIG)
 
@@ -400,9 +410,13 @@ def test_block_runner_and_placeholder_errors(models: EmbeddedModels) -> None:
     with pytest.raises(InvalidConfig, match=r"offset=0 must be an int >= 1"):
         block.placeholder(0)
     step = DraftStep(
-        slots=(), bonus_tokens=torch.zeros(0, dtype=torch.int64), seq_lens=torch.zeros(0, dtype=torch.int64),
-        payload=RelayPayload(), max_nodes=5, sampling=(),
-    )  # fmt: skip
+        slots=(),
+        bonus_tokens=torch.zeros(0, dtype=torch.int64),
+        seq_lens=torch.zeros(0, dtype=torch.int64),
+        payload=RelayPayload(),
+        max_nodes=5,
+        sampling=(),
+    )
     with pytest.raises(
         InvalidConfig, match=r"max_nodes=5 drafts but this block drafter was laid out for 3"
     ):

@@ -90,7 +90,10 @@ def test_prefill_process_killed_mid_transfer(
     monkeypatch.setattr(process, "prefill_main", faults.die_mid_transfer)
     with pytest.raises(
         DisaggError,
-        match=r"broke off .* lost requests \['req-4', 'req-5'\]; nothing of that batch was admitted; requests never admitted: \['req-4', 'req-5'\]",
+        match=(
+            r"broke off .* lost requests \['req-4', 'req-5'\]; nothing of that "
+            r"batch was admitted; requests never admitted: \['req-4', 'req-5'\]"
+        ),
     ):
         disagg(specstrat.EAGLE, models)
 

@@ -40,35 +40,90 @@ def nan_k(batch: TransferBatch) -> TransferBatch:
 
 
 BATCHES: list[tuple[str, Callable[[TransferBatch], Any], str]] = [
-    ("duplicate-ids", lambda b: replace(b, rids=("req-0", "req-0")), r"request ids must be distinct"),
-    ("empty-id", lambda b: replace(b, rids=("", "req-1")), r"request ids must be distinct non-empty"),
-    ("float-first-tokens", lambda b: replace(b, bonus_tokens=b.bonus_tokens.double()),
-     r"bonus_tokens is torch.float64 \(2,\); expected torch.int64 \[2\]"),
-    ("oov-first-tokens", lambda b: replace(b, bonus_tokens=b.bonus_tokens + 1000),
-     r"bonus_tokens=\[\d+, \d+\] outside the vocabulary 0\.\.255"),
-    ("short-budgets", lambda b: replace(b, max_new_tokens=b.max_new_tokens[:1]),
-     r"max_new_tokens is torch.int64 \(1,\); expected torch.int64 \[2\]"),
-    ("zero-budget", lambda b: replace(b, max_new_tokens=torch.zeros(2, dtype=torch.int64)),
-     r"max_new_tokens < 1, or prompt \+ max_new_tokens > \d+ positions"),
-    ("huge-budget", lambda b: replace(b, max_new_tokens=torch.full((2,), 10**6)),
-     r"max_new_tokens < 1, or prompt \+ max_new_tokens > 504 positions"),
-    ("oov-prompt", lambda b: replace(b, prompts=((300,) * len(b.prompts[0]), b.prompts[1])),
-     r"prompt tokens must be ints in 0\.\.255"),
-    ("empty-prompt", lambda b: replace(b, prompts=((), b.prompts[1])), r"every request needs a non-empty prompt"),
-    ("kv-shape", lambda b: replace(b, k=b.k[:1]), r"k is torch.float64 \(1, \d+, 4, 32\), expected floating point \(4, \d+, 4, 32\)"),
+    (
+        "duplicate-ids",
+        lambda b: replace(b, rids=("req-0", "req-0")),
+        r"request ids must be distinct",
+    ),
+    (
+        "empty-id",
+        lambda b: replace(b, rids=("", "req-1")),
+        r"request ids must be distinct non-empty",
+    ),
+    (
+        "float-first-tokens",
+        lambda b: replace(b, bonus_tokens=b.bonus_tokens.double()),
+        r"bonus_tokens is torch.float64 \(2,\); expected torch.int64 \[2\]",
+    ),
+    (
+        "oov-first-tokens",
+        lambda b: replace(b, bonus_tokens=b.bonus_tokens + 1000),
+        r"bonus_tokens=\[\d+, \d+\] outside the vocabulary 0\.\.255",
+    ),
+    (
+        "short-budgets",
+        lambda b: replace(b, max_new_tokens=b.max_new_tokens[:1]),
+        r"max_new_tokens is torch.int64 \(1,\); expected torch.int64 \[2\]",
+    ),
+    (
+        "zero-budget",
+        lambda b: replace(b, max_new_tokens=torch.zeros(2, dtype=torch.int64)),
+        r"max_new_tokens < 1, or prompt \+ max_new_tokens > \d+ positions",
+    ),
+    (
+        "huge-budget",
+        lambda b: replace(b, max_new_tokens=torch.full((2,), 10**6)),
+        r"max_new_tokens < 1, or prompt \+ max_new_tokens > 504 positions",
+    ),
+    (
+        "oov-prompt",
+        lambda b: replace(b, prompts=((300,) * len(b.prompts[0]), b.prompts[1])),
+        r"prompt tokens must be ints in 0\.\.255",
+    ),
+    (
+        "empty-prompt",
+        lambda b: replace(b, prompts=((), b.prompts[1])),
+        r"every request needs a non-empty prompt",
+    ),
+    (
+        "kv-shape",
+        lambda b: replace(b, k=b.k[:1]),
+        r"k is torch.float64 \(1, \d+, 4, 32\), expected floating point \(4, \d+, 4, 32\)",
+    ),
     ("kv-int", lambda b: replace(b, v=b.v.long()), r"v is torch.int64 .* expected floating point"),
     ("kv-nan", nan_k, r"k holds NaN or infinite values"),
-    ("missing-hidden", lambda b: payload(b, hidden_states=None), r"hidden_states did not arrive; the algorithm's drafter needs them"),
-    ("missing-topk", lambda b: payload(b, topk_p=None, topk_index=None), r"topk_index, topk_p did not arrive"),
-    ("hidden-width", lambda b: payload(b, hidden_states=b.payload.hidden_states[:, :-1]),  # type: ignore[index]
-     r"hidden_states is \(2, 127\), expected \(2, 128\)"),
-    ("hidden-inf", lambda b: payload(b, hidden_states=b.payload.hidden_states * float("inf")),  # type: ignore[operator]
-     r"hidden_states holds NaN or infinite values"),
-    ("topk-oov", lambda b: payload(b, topk_index=b.payload.topk_index + 999),  # type: ignore[operator]
-     r"topk_index holds ids outside the vocabulary"),
-    ("stops-count", lambda b: replace(b, stop_token_ids=(frozenset(),)), r"stop_token_ids needs one set per request"),
+    (
+        "missing-hidden",
+        lambda b: payload(b, hidden_states=None),
+        r"hidden_states did not arrive; the algorithm's drafter needs them",
+    ),
+    (
+        "missing-topk",
+        lambda b: payload(b, topk_p=None, topk_index=None),
+        r"topk_index, topk_p did not arrive",
+    ),
+    (
+        "hidden-width",
+        lambda b: payload(b, hidden_states=b.payload.hidden_states[:, :-1]),  # type: ignore[index]
+        r"hidden_states is \(2, 127\), expected \(2, 128\)",
+    ),
+    (
+        "hidden-inf",
+        lambda b: payload(b, hidden_states=b.payload.hidden_states * float("inf")),  # type: ignore[operator]
+        r"hidden_states holds NaN or infinite values",
+    ),
+    (
+        "topk-oov",
+        lambda b: payload(b, topk_index=b.payload.topk_index + 999),  # type: ignore[operator]
+        r"topk_index holds ids outside the vocabulary",
+    ),
+    (
+        "stops-count",
+        lambda b: replace(b, stop_token_ids=(frozenset(),)),
+        r"stop_token_ids needs one set per request",
+    ),
     ("not-a-batch", lambda b: {"rids": b.rids}, r"batch=dict; pass a TransferBatch"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "corrupt", "message"), BATCHES, ids=[c[0] for c in BATCHES])
@@ -130,8 +185,12 @@ ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
     ("not-requests", {"requests": ["hello"]}, r"requests must all be specstrat.runtime.Request"),
     ("repeated-ids", {"requests": [REQUESTS[0], REQUESTS[0]]}, r"requests repeat a request id"),
     ("not-an-algorithm", {"algo": "EAGLE"}, r"algo='EAGLE'; pass a SpecAlgorithm"),
-    ("own-models", {"models": "mine"}, r"models=str: the prefill process loads the embedded weights"),
-]  # fmt: skip
+    (
+        "own-models",
+        {"models": "mine"},
+        r"models=str: the prefill process loads the embedded weights",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "change", "message"), ARGUMENTS, ids=[c[0] for c in ARGUMENTS])

@@ -175,7 +175,10 @@ def test_bad_requests_are_refused_without_disturbing_others(
         engine.submit(Request("zero", (1, 2), 0))
     with pytest.raises(
         InvalidConfig,
-        match=r"request 'long': prompt \(600\) \+ max_new_tokens \(4\) \+ 2\*T \(8\) = 612 exceeds context_len=512",
+        match=(
+            r"request 'long': prompt \(600\) \+ max_new_tokens "
+            r"\(4\) \+ 2\*T \(8\) = 612 exceeds context_len=512"
+        ),
     ):
         engine.submit(Request("long", (65,) * 600, 4))
     with pytest.raises(InvalidConfig, match=r"request id 'req-0' was already submitted"):
@@ -188,7 +191,8 @@ def test_bad_requests_are_refused_without_disturbing_others(
 def test_ring_relay_runs_lossless_and_refuses_when_too_small(
     models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
-    """A ring sized by the engines' formula relays correctly; one too small refuses, never aliases."""
+    """A ring sized by the engines' formula relays correctly; one too small refuses, never
+    aliases."""
 
     def with_ring(ring: RingFutureMapFactory) -> SpecAlgorithm[None]:
         return replace(NGRAM, name="RING_NGRAM", future_map=ring)

@@ -135,77 +135,185 @@ def q_too_narrow(tree: DraftTree) -> DraftTree:
 
 
 FAULTS: list[tuple[str, Callable[[], Any], str]] = [
-    ("resolve-swapped-bonus", lambda: relaying("resolve", swapped_bonus),
-     r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot \d+, but \d+ was stashed"),
-    ("resolve-bonus-out-of-vocab", lambda: relaying("resolve", bonus_plus),
-     r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot"),
-    ("accept-index-past-the-tree", lambda: accepting(index_past_the_tree),
-     r"accept_index=\[.*99.*\] holds node indices outside -1\.\.2"),
-    ("propose-on-another-device", lambda: drafting("propose", on_meta),
-     r"proposed a tree on meta; the engine runs on cpu"),
-    ("propose-q-too-narrow", lambda: drafting("propose", q_too_narrow),
-     r"q has 7 columns; the target's vocabulary has 256"),
-    ("propose-raises", lambda: drafting("propose", RuntimeError("boom")),
-     r"EAGLE\.drafter\.propose: raised RuntimeError: boom"),
-    ("propose-raises-later", lambda: drafting("propose", AttributeError("late"), after=5),
-     r"EAGLE\.drafter\.propose: raised AttributeError: late"),
-    ("commit-raises", lambda: drafting("commit", ValueError("bad")),
-     r"EAGLE\.drafter\.commit: raised ValueError: bad"),
-    ("admit-raises", lambda: drafting("admit", KeyError("k")),
-     r"EAGLE\.drafter\.admit: raised KeyError"),
-    ("release-raises", lambda: drafting("release", RuntimeError("gone")),
-     r"EAGLE\.drafter\.release: raised RuntimeError: gone"),
-    ("draft-lm-propose-raises", lambda: drafting("propose", RuntimeError("x"), 2, specstrat.STANDALONE),
-     r"STANDALONE\.drafter\.propose: raised RuntimeError: x"),
-    ("tree-commit-raises-later", lambda: replace(
-        drafting("commit", RuntimeError("t"), 3, specstrat.STANDALONE), tree=TREE),
-     r"STANDALONE\.drafter\.commit: raised RuntimeError: t"),
-    ("tree-accept-raises-later", lambda: replace(accepting(ZeroDivisionError("z"), 3), tree=TREE),
-     r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: z"),
-    ("accept-raises", lambda: accepting(ZeroDivisionError("div")),
-     r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: div"),
-    ("stash-raises", lambda: relaying("stash", RuntimeError("relay"), after=3),
-     r"EAGLE\.future_map\.stash: raised RuntimeError: relay"),
-    ("publish-raises", lambda: relaying("publish", RuntimeError("pub"), after=2),
-     r"EAGLE\.future_map\.publish: raised RuntimeError: pub"),
-    ("resolve-raises", lambda: relaying("resolve", RuntimeError("res"), after=1),
-     r"EAGLE\.future_map\.resolve: raised RuntimeError: res"),
-    ("resolve-wrong-type", lambda: relaying("resolve", lambda got: {"bonus": 1}),
-     r"EAGLE\.future_map\.resolve: returned dict, not a RelayPayload"),
-    ("resolve-stale-lengths", lambda: relaying("resolve", lambda got: replace(got, seq_lens=got.seq_lens + 1)),
-     r"EAGLE\.future_map\.resolve: returned seq_lens=.* but the slot table holds"),
-    ("propose-not-a-tree", lambda: drafting("propose", lambda got: [1, 2, 3]),
-     r"EAGLE\.drafter\.propose: returned list, not a DraftTree"),
-    ("propose-too-many-nodes", lambda: drafting("propose", more_nodes),
-     r"proposed 6 nodes per request; the target verifies at most max_nodes=3"),
-    ("propose-wrong-rows", lambda: drafting("propose", fewer_rows),
-     r"EAGLE\.drafter\.propose: proposed \d+ rows for \d+ requests"),
-    ("propose-out-of-vocab", lambda: drafting("propose", out_of_vocab),
-     r"proposed token ids \[\d+.*\] outside the vocabulary 0\.\.255"),
-    ("propose-branching-tree", lambda: drafting("propose", branching),
-     r"proposed a tree that is not a chain, but tree=ChainTree asks for a chain"),
-    ("accept-too-long", lambda: accepting(accept_all),
-     r"EAGLE\.acceptance\.accept: request 0 accepted 4 drafts but 3 were proposed"),
-    ("accept-not-a-path", lambda: accepting(skip_a_node),
-     r"accept_index=\[1, -1, -1\] with accept_lengths=1 is not a root-to-node path"),
-    ("accept-bonus-out-of-vocab", lambda: accepting(bonus_out_of_vocab),
-     r"bonus tokens \[\d+.*\] outside the vocabulary 0\.\.255"),
-    ("accept-wrong-dtype", lambda: accepting(float_lengths),
-     r"accept_lengths is torch.float64 \(\d+,\); expected torch.int64"),
-    ("accept-not-acceptance", lambda: accepting(lambda got: (1, 2)),
-     r"EAGLE\.acceptance\.accept: returned tuple, not an Acceptance"),
-    ("commit-wrong-rows", lambda: drafting("commit", wrong_rows),
-     r"EAGLE\.drafter\.commit: returned a payload of 99 rows for \d+ requests"),
-    ("admit-not-a-payload", lambda: drafting("admit", lambda got: None),
-     r"EAGLE\.drafter\.admit: returned NoneType, not a RelayPayload"),
-    ("policy-raises-later", lambda: choosing(RuntimeError("pick"), after=2),
-     r"EAGLE\.speculation\.choose_width: raised RuntimeError: pick"),
-    ("policy-returns-garbage", lambda: choosing(lambda got: "wide"),
-     r"EAGLE\.speculation\.choose_width: speculation=FaultySpeculationPolicy answered D='wide' \(str\)"),
-    ("tree-policy-outside-candidates-later", lambda: replace(
-        choosing(lambda got: got + 1, after=3, base=GoodputSpeculationPolicy()), tree=TREE),
-     r"answered D=[2-5] \(int\) for a batch of \d+; answer an int among the declared candidates \[1, 2, 3, 4\]"),
-]  # fmt: skip
+    (
+        "resolve-swapped-bonus",
+        lambda: relaying("resolve", swapped_bonus),
+        r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot \d+, but \d+ was stashed",
+    ),
+    (
+        "resolve-bonus-out-of-vocab",
+        lambda: relaying("resolve", bonus_plus),
+        r"EAGLE\.future_map\.resolve: returned bonus token \d+ for slot",
+    ),
+    (
+        "accept-index-past-the-tree",
+        lambda: accepting(index_past_the_tree),
+        r"accept_index=\[.*99.*\] holds node indices outside -1\.\.2",
+    ),
+    (
+        "propose-on-another-device",
+        lambda: drafting("propose", on_meta),
+        r"proposed a tree on meta; the engine runs on cpu",
+    ),
+    (
+        "propose-q-too-narrow",
+        lambda: drafting("propose", q_too_narrow),
+        r"q has 7 columns; the target's vocabulary has 256",
+    ),
+    (
+        "propose-raises",
+        lambda: drafting("propose", RuntimeError("boom")),
+        r"EAGLE\.drafter\.propose: raised RuntimeError: boom",
+    ),
+    (
+        "propose-raises-later",
+        lambda: drafting("propose", AttributeError("late"), after=5),
+        r"EAGLE\.drafter\.propose: raised AttributeError: late",
+    ),
+    (
+        "commit-raises",
+        lambda: drafting("commit", ValueError("bad")),
+        r"EAGLE\.drafter\.commit: raised ValueError: bad",
+    ),
+    (
+        "admit-raises",
+        lambda: drafting("admit", KeyError("k")),
+        r"EAGLE\.drafter\.admit: raised KeyError",
+    ),
+    (
+        "release-raises",
+        lambda: drafting("release", RuntimeError("gone")),
+        r"EAGLE\.drafter\.release: raised RuntimeError: gone",
+    ),
+    (
+        "draft-lm-propose-raises",
+        lambda: drafting("propose", RuntimeError("x"), 2, specstrat.STANDALONE),
+        r"STANDALONE\.drafter\.propose: raised RuntimeError: x",
+    ),
+    (
+        "tree-commit-raises-later",
+        lambda: replace(drafting("commit", RuntimeError("t"), 3, specstrat.STANDALONE), tree=TREE),
+        r"STANDALONE\.drafter\.commit: raised RuntimeError: t",
+    ),
+    (
+        "tree-accept-raises-later",
+        lambda: replace(accepting(ZeroDivisionError("z"), 3), tree=TREE),
+        r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: z",
+    ),
+    (
+        "accept-raises",
+        lambda: accepting(ZeroDivisionError("div")),
+        r"EAGLE\.acceptance\.accept: raised ZeroDivisionError: div",
+    ),
+    (
+        "stash-raises",
+        lambda: relaying("stash", RuntimeError("relay"), after=3),
+        r"EAGLE\.future_map\.stash: raised RuntimeError: relay",
+    ),
+    (
+        "publish-raises",
+        lambda: relaying("publish", RuntimeError("pub"), after=2),
+        r"EAGLE\.future_map\.publish: raised RuntimeError: pub",
+    ),
+    (
+        "resolve-raises",
+        lambda: relaying("resolve", RuntimeError("res"), after=1),
+        r"EAGLE\.future_map\.resolve: raised RuntimeError: res",
+    ),
+    (
+        "resolve-wrong-type",
+        lambda: relaying("resolve", lambda got: {"bonus": 1}),
+        r"EAGLE\.future_map\.resolve: returned dict, not a RelayPayload",
+    ),
+    (
+        "resolve-stale-lengths",
+        lambda: relaying("resolve", lambda got: replace(got, seq_lens=got.seq_lens + 1)),
+        r"EAGLE\.future_map\.resolve: returned seq_lens=.* but the slot table holds",
+    ),
+    (
+        "propose-not-a-tree",
+        lambda: drafting("propose", lambda got: [1, 2, 3]),
+        r"EAGLE\.drafter\.propose: returned list, not a DraftTree",
+    ),
+    (
+        "propose-too-many-nodes",
+        lambda: drafting("propose", more_nodes),
+        r"proposed 6 nodes per request; the target verifies at most max_nodes=3",
+    ),
+    (
+        "propose-wrong-rows",
+        lambda: drafting("propose", fewer_rows),
+        r"EAGLE\.drafter\.propose: proposed \d+ rows for \d+ requests",
+    ),
+    (
+        "propose-out-of-vocab",
+        lambda: drafting("propose", out_of_vocab),
+        r"proposed token ids \[\d+.*\] outside the vocabulary 0\.\.255",
+    ),
+    (
+        "propose-branching-tree",
+        lambda: drafting("propose", branching),
+        r"proposed a tree that is not a chain, but tree=ChainTree asks for a chain",
+    ),
+    (
+        "accept-too-long",
+        lambda: accepting(accept_all),
+        r"EAGLE\.acceptance\.accept: request 0 accepted 4 drafts but 3 were proposed",
+    ),
+    (
+        "accept-not-a-path",
+        lambda: accepting(skip_a_node),
+        r"accept_index=\[1, -1, -1\] with accept_lengths=1 is not a root-to-node path",
+    ),
+    (
+        "accept-bonus-out-of-vocab",
+        lambda: accepting(bonus_out_of_vocab),
+        r"bonus tokens \[\d+.*\] outside the vocabulary 0\.\.255",
+    ),
+    (
+        "accept-wrong-dtype",
+        lambda: accepting(float_lengths),
+        r"accept_lengths is torch.float64 \(\d+,\); expected torch.int64",
+    ),
+    (
+        "accept-not-acceptance",
+        lambda: accepting(lambda got: (1, 2)),
+        r"EAGLE\.acceptance\.accept: returned tuple, not an Acceptance",
+    ),
+    (
+        "commit-wrong-rows",
+        lambda: drafting("commit", wrong_rows),
+        r"EAGLE\.drafter\.commit: returned a payload of 99 rows for \d+ requests",
+    ),
+    (
+        "admit-not-a-payload",
+        lambda: drafting("admit", lambda got: None),
+        r"EAGLE\.drafter\.admit: returned NoneType, not a RelayPayload",
+    ),
+    (
+        "policy-raises-later",
+        lambda: choosing(RuntimeError("pick"), after=2),
+        r"EAGLE\.speculation\.choose_width: raised RuntimeError: pick",
+    ),
+    (
+        "policy-returns-garbage",
+        lambda: choosing(lambda got: "wide"),
+        (
+            r"EAGLE\.speculation\.choose_width: "
+            r"speculation=FaultySpeculationPolicy answered D='wide' \(str\)"
+        ),
+    ),
+    (
+        "tree-policy-outside-candidates-later",
+        lambda: replace(
+            choosing(lambda got: got + 1, after=3, base=GoodputSpeculationPolicy()), tree=TREE
+        ),
+        (
+            r"answered D=[2-5] \(int\) for a batch of \d+; answer "
+            r"an int among the declared candidates \[1, 2, 3, 4\]"
+        ),
+    ),
+]
 
 
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
@@ -334,7 +442,7 @@ CONFIGS: list[tuple[str, dict[str, Any], str]] = [
     ("buckets-empty", {"graph_buckets": ()}, r"graph_buckets=\(\) must be a non-empty tuple"),
     ("buckets-zero", {"graph_buckets": (0, 4)}, r"graph_buckets=\(0, 4\) must be a non-empty"),
     ("buckets-list", {"graph_buckets": [1, 2]}, r"graph_buckets=\[1, 2\] must be a non-empty"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "kw", "message"), CONFIGS, ids=[c[0] for c in CONFIGS])
@@ -354,23 +462,51 @@ class ImpurePolicy(specstrat.strategies.FixedWidthVerifyPolicy):
 
 ENGINES: list[tuple[str, Callable[[EmbeddedModels], Any], type[Exception], str]] = [
     ("unknown-name", lambda m: Engine("NOPE", m), UnknownAlgorithm, r"NOPE"),
-    ("not-an-algorithm", lambda m: Engine(42, m), InvalidConfig,  # type: ignore[arg-type]
-     r"algo=42 \(int\); pass a SpecAlgorithm or a registered name"),
-    ("models-none", lambda m: Engine(EAGLE, None), InvalidConfig,  # type: ignore[arg-type]
-     r"models=NoneType; pass EmbeddedModels.load\(\) or specstrat.ModelSet"),
-    ("config-dict", lambda m: Engine(EAGLE, m, {"overlap": True}), InvalidConfig,  # type: ignore[arg-type]
-     r"config=\{'overlap': True\}; pass a specstrat.runtime.EngineConfig"),
-    ("d-too-wide", lambda m: Engine(EAGLE, m, EngineConfig(num_draft_tokens=300, context_len=512)),
-     InvalidConfig, r"num_draft_tokens=300 verifies T=300 tokens per request, which leaves no room"),
-    ("impure-policy", lambda m: Engine(replace(EAGLE, target_verify=ImpurePolicy()), m),
-     StrategyError, r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: "
-     r"target_verify=ImpurePolicy answered T=1 for the target worker when asked again, after "
-     r"T=2 for the same num_draft_tokens; the policy must be pure"),
-    ("kv-absurd", lambda m: Engine(EAGLE, m, EngineConfig(max_total_tokens=10**12)),
-     InvalidConfig, r"max_total_tokens=1000000000000 needs [\d.]+ GiB of KV cache"),
-    ("context-past-positions", lambda m: Engine(EAGLE, m, EngineConfig(context_len=4096)),
-     InvalidConfig, r"context_len=4096 exceeds the model's max_positions=1024"),
-]  # fmt: skip
+    (
+        "not-an-algorithm",
+        lambda m: Engine(42, m),  # type: ignore[arg-type]
+        InvalidConfig,
+        r"algo=42 \(int\); pass a SpecAlgorithm or a registered name",
+    ),
+    (
+        "models-none",
+        lambda m: Engine(EAGLE, None),  # type: ignore[arg-type]
+        InvalidConfig,
+        r"models=NoneType; pass EmbeddedModels.load\(\) or specstrat.ModelSet",
+    ),
+    (
+        "config-dict",
+        lambda m: Engine(EAGLE, m, {"overlap": True}),  # type: ignore[arg-type]
+        InvalidConfig,
+        r"config=\{'overlap': True\}; pass a specstrat.runtime.EngineConfig",
+    ),
+    (
+        "d-too-wide",
+        lambda m: Engine(EAGLE, m, EngineConfig(num_draft_tokens=300, context_len=512)),
+        InvalidConfig,
+        r"num_draft_tokens=300 verifies T=300 tokens per request, which leaves no room",
+    ),
+    (
+        "impure-policy",
+        lambda m: Engine(replace(EAGLE, target_verify=ImpurePolicy()), m),
+        StrategyError,
+        r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: "
+        r"target_verify=ImpurePolicy answered T=1 for the target worker when asked again, after "
+        r"T=2 for the same num_draft_tokens; the policy must be pure",
+    ),
+    (
+        "kv-absurd",
+        lambda m: Engine(EAGLE, m, EngineConfig(max_total_tokens=10**12)),
+        InvalidConfig,
+        r"max_total_tokens=1000000000000 needs [\d.]+ GiB of KV cache",
+    ),
+    (
+        "context-past-positions",
+        lambda m: Engine(EAGLE, m, EngineConfig(context_len=4096)),
+        InvalidConfig,
+        r"context_len=4096 exceeds the model's max_positions=1024",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "make", "error", "message"), ENGINES, ids=[c[0] for c in ENGINES])
@@ -427,11 +563,15 @@ def test_hooks_writing_into_the_engines_tensors_change_no_token(models: Embedded
 
 
 RUN_ARGUMENTS: list[tuple[str, dict[str, Any], str]] = [
-    ("bare-request", {"requests": Request("one", (65,), 2)}, r"requests=Request; pass a list of Requests"),
+    (
+        "bare-request",
+        {"requests": Request("one", (65,), 2)},
+        r"requests=Request; pass a list of Requests",
+    ),
     ("progress-not-callable", {"progress": 42}, r"progress=42 is not callable"),
     ("source-not-callable", {"source": "x"}, r"source='x' is not callable"),
     ("trace-a-path", {"trace": "trace.jsonl"}, r"trace='trace.jsonl'; pass an open text stream"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(

@@ -22,9 +22,7 @@ def test_kv_running_out_mid_run_is_a_capacity_error(
     monkeypatch.setattr(Engine, "_reserve", lambda self, request: 1)
     engine = Engine(NGRAM, models, CONFIG)
     before = (engine.free_slots, engine.free_kv_tokens)
-    with pytest.raises(
-        CapacityError, match=r"KV pool has \d+ free KV indices, \d+ needed"
-    ) as info:
+    with pytest.raises(CapacityError, match=r"KV pool has \d+ free KV indices, \d+ needed") as info:
         engine.run(REQUESTS)
     assert not isinstance(info.value, InvalidConfig)
     assert (engine.free_slots, engine.free_kv_tokens) == before
@@ -45,10 +43,11 @@ def test_a_refused_rewind_of_a_checked_path_is_an_internal_error(
     engine = Engine(NGRAM, models, CONFIG)
     before = (engine.free_slots, engine.free_kv_tokens)
     with pytest.raises(
-        InternalError, match=r"keeping the accepted path after a checked acceptance refused "
+        InternalError,
+        match=r"keeping the accepted path after a checked acceptance refused "
         r"values the engine "
-        r"checked before .*; this is a bug in specstrat"
-    ) as info:  # fmt: skip
+        r"checked before .*; this is a bug in specstrat",
+    ) as info:
         engine.run(REQUESTS[:2])
     assert isinstance(info.value.__cause__, InvalidConfig)
     assert (engine.free_slots, engine.free_kv_tokens) == before

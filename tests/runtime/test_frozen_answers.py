@@ -164,30 +164,79 @@ def broken_after_construction(field: str) -> Callable[[DraftTree], DraftTree]:
 
 
 NAMED: list[tuple[str, Callable[[], Any], str]] = [
-    ("parents-broken-before-return",
-     lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "propose", broken_after_construction("parents"))),
-     r"EAGLE\.drafter\.propose: request 0: parents=\[.*\] break parent-before-child"),
-    ("tree-parents-broken-before-return",
-     lambda: replace(EAGLE, tree=TREE, drafter=FaultyDrafterFactory(EAGLE.drafter, "propose", broken_after_construction("parents"))),
-     r"EAGLE\.drafter\.propose: request 0: parents=\[.*\] break parent-before-child"),
-    ("lengths-broken-before-return",
-     lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "propose", broken_after_construction("lengths"))),
-     r"EAGLE\.drafter\.propose: proposed lengths=\[5, .*\]; each must lie in 0\.\.3"),
-    ("rule-rewrites-the-tree-it-was-handed",
-     lambda: replace(EAGLE, tree=TREE, acceptance=ChainClaimingRule()),
-     r"EAGLE\.acceptance\.accept: request \d+: accept_index=\[.*\] with accept_lengths=\d+ is "
-     r"not a root-to-node path of the draft tree"),
-    ("commit-relays-seq-lens",
-     lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "commit", lambda p: replace(p, seq_lens=torch.zeros(p.num_rows, dtype=torch.int64)))),
-     r"EAGLE\.drafter\.commit: relayed seq_lens=\[0, .*\] for slots .* but the slot table holds"),
-    ("admit-relays-seq-lens",
-     lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "admit", lambda p: replace(p, seq_lens=p.topk_index[:, 0] + 1000))),
-     r"EAGLE\.drafter\.admit: relayed seq_lens=\[\d+.*\] for slots"),
-    ("commit-narrows-topk",
-     lambda: replace(EAGLE, drafter=FaultyDrafterFactory(EAGLE.drafter, "commit", lambda p: replace(p, topk_p=p.topk_p[:, :2], topk_index=p.topk_index[:, :2]))),
-     r"EAGLE\.drafter\.commit: relayed topk_p that future_map\.stash refused \(topk_p is "
-     r"torch\.float\d+ with row shape \(2,\) but the relay holds .* \(4,\)"),
-]  # fmt: skip
+    (
+        "parents-broken-before-return",
+        lambda: replace(
+            EAGLE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter, "propose", broken_after_construction("parents")
+            ),
+        ),
+        r"EAGLE\.drafter\.propose: request 0: parents=\[.*\] break parent-before-child",
+    ),
+    (
+        "tree-parents-broken-before-return",
+        lambda: replace(
+            EAGLE,
+            tree=TREE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter, "propose", broken_after_construction("parents")
+            ),
+        ),
+        r"EAGLE\.drafter\.propose: request 0: parents=\[.*\] break parent-before-child",
+    ),
+    (
+        "lengths-broken-before-return",
+        lambda: replace(
+            EAGLE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter, "propose", broken_after_construction("lengths")
+            ),
+        ),
+        r"EAGLE\.drafter\.propose: proposed lengths=\[5, .*\]; each must lie in 0\.\.3",
+    ),
+    (
+        "rule-rewrites-the-tree-it-was-handed",
+        lambda: replace(EAGLE, tree=TREE, acceptance=ChainClaimingRule()),
+        r"EAGLE\.acceptance\.accept: request \d+: accept_index=\[.*\] with accept_lengths=\d+ is "
+        r"not a root-to-node path of the draft tree",
+    ),
+    (
+        "commit-relays-seq-lens",
+        lambda: replace(
+            EAGLE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter,
+                "commit",
+                lambda p: replace(p, seq_lens=torch.zeros(p.num_rows, dtype=torch.int64)),
+            ),
+        ),
+        r"EAGLE\.drafter\.commit: relayed seq_lens=\[0, .*\] for slots .* but the slot table holds",
+    ),
+    (
+        "admit-relays-seq-lens",
+        lambda: replace(
+            EAGLE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter, "admit", lambda p: replace(p, seq_lens=p.topk_index[:, 0] + 1000)
+            ),
+        ),
+        r"EAGLE\.drafter\.admit: relayed seq_lens=\[\d+.*\] for slots",
+    ),
+    (
+        "commit-narrows-topk",
+        lambda: replace(
+            EAGLE,
+            drafter=FaultyDrafterFactory(
+                EAGLE.drafter,
+                "commit",
+                lambda p: replace(p, topk_p=p.topk_p[:, :2], topk_index=p.topk_index[:, :2]),
+            ),
+        ),
+        r"EAGLE\.drafter\.commit: relayed topk_p that future_map\.stash refused \(topk_p is "
+        r"torch\.float\d+ with row shape \(2,\) but the relay holds .* \(4,\)",
+    ),
+]
 
 
 @MODES
@@ -231,11 +280,17 @@ class SilentBuilder(specstrat.strategies.EagleDisaggDraftBuilder):
 
 
 BUILDERS: list[tuple[str, Any, str]] = [
-    ("slot-relay", specstrat.strategies.SlotFutureMapFactory(),
-     r"EAGLE\.disagg\.build_disagg_draft_input: relayed no bonus_tokens for slots \[\d+, \d+\]"),
-    ("ring-relay", RingFutureMapFactory(),
-     r"EAGLE\.disagg\.build_disagg_draft_input: the relay holds nothing usable for slots"),
-]  # fmt: skip
+    (
+        "slot-relay",
+        specstrat.strategies.SlotFutureMapFactory(),
+        r"EAGLE\.disagg\.build_disagg_draft_input: relayed no bonus_tokens for slots \[\d+, \d+\]",
+    ),
+    (
+        "ring-relay",
+        RingFutureMapFactory(),
+        r"EAGLE\.disagg\.build_disagg_draft_input: the relay holds nothing usable for slots",
+    ),
+]
 
 
 @MODES

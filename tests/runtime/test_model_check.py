@@ -35,17 +35,33 @@ class Misshapen(nn.Module):
 
 
 CASES: list[tuple[str, str, dict[str, int], str]] = [
-    ("target-wider-logits", "target", {"extra_logits": 44},
-     r"model=Misshapen returned logits 300 wide but its ModelShape\.vocab_size=256; declare "
-     r"vocab_size=300 in the model's shape, or return logits of width 256 \(slice a padded LM "
-     r"head to the vocabulary\)"),
-    ("target-narrower-hidden", "target", {"hidden_cut": 8},
-     r"model=Misshapen returned hidden states 120 wide but its ModelShape\.hidden_size=128"),
-    ("draft-wider-logits", "draft", {"extra_logits": 1},
-     r"model=Misshapen returned logits 257 wide but its ModelShape\.vocab_size=256"),
-    ("draft-narrower-hidden", "draft", {"hidden_cut": 1},
-     r"model=Misshapen returned hidden states \d+ wide but its ModelShape\.hidden_size=\d+"),
-]  # fmt: skip
+    (
+        "target-wider-logits",
+        "target",
+        {"extra_logits": 44},
+        r"model=Misshapen returned logits 300 wide but its ModelShape\.vocab_size=256; declare "
+        r"vocab_size=300 in the model's shape, or return logits of width 256 \(slice a padded LM "
+        r"head to the vocabulary\)",
+    ),
+    (
+        "target-narrower-hidden",
+        "target",
+        {"hidden_cut": 8},
+        r"model=Misshapen returned hidden states 120 wide but its ModelShape\.hidden_size=128",
+    ),
+    (
+        "draft-wider-logits",
+        "draft",
+        {"extra_logits": 1},
+        r"model=Misshapen returned logits 257 wide but its ModelShape\.vocab_size=256",
+    ),
+    (
+        "draft-narrower-hidden",
+        "draft",
+        {"hidden_cut": 1},
+        r"model=Misshapen returned hidden states \d+ wide but its ModelShape\.hidden_size=\d+",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "which", "kw", "message"), CASES, ids=[c[0] for c in CASES])
@@ -68,12 +84,37 @@ def test_a_misshapen_model_is_refused_at_its_first_forward(
 
 SHAPE = ModelShape(vocab_size=8, hidden_size=4, layers=1, heads=1, head_dim=4, max_positions=8)
 OUTPUTS: list[tuple[str, Any, Any, str]] = [
-    ("logits-not-a-tensor", [[0.0] * 8], torch.zeros(1, 4), r"returned logits of list for 1 tokens"),
-    ("logits-rank-3", torch.zeros(1, 1, 8), torch.zeros(1, 4), r"logits of torch\.float32 \(1, 1, 8\)"),
-    ("too-few-rows", torch.zeros(0, 8), torch.zeros(1, 4), r"returned 0 rows of logits for 1 tokens"),
-    ("narrower-logits", torch.zeros(1, 7), torch.zeros(1, 4), r"logits 7 wide but its ModelShape\.vocab_size=8"),
-    ("wider-hidden", torch.zeros(1, 8), torch.zeros(1, 5), r"hidden states 5 wide but its ModelShape\.hidden_size=4"),
-]  # fmt: skip
+    (
+        "logits-not-a-tensor",
+        [[0.0] * 8],
+        torch.zeros(1, 4),
+        r"returned logits of list for 1 tokens",
+    ),
+    (
+        "logits-rank-3",
+        torch.zeros(1, 1, 8),
+        torch.zeros(1, 4),
+        r"logits of torch\.float32 \(1, 1, 8\)",
+    ),
+    (
+        "too-few-rows",
+        torch.zeros(0, 8),
+        torch.zeros(1, 4),
+        r"returned 0 rows of logits for 1 tokens",
+    ),
+    (
+        "narrower-logits",
+        torch.zeros(1, 7),
+        torch.zeros(1, 4),
+        r"logits 7 wide but its ModelShape\.vocab_size=8",
+    ),
+    (
+        "wider-hidden",
+        torch.zeros(1, 8),
+        torch.zeros(1, 5),
+        r"hidden states 5 wide but its ModelShape\.hidden_size=4",
+    ),
+]
 
 
 @pytest.mark.parametrize(

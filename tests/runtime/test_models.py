@@ -11,8 +11,9 @@ import torch
 
 import specstrat
 from specstrat.runtime import EMBEDDED_WEIGHTS, EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.runtime._models.corpus import corpus
 from specstrat.runtime._models.text import decode_indentation, encode_indentation
-from specstrat.runtime._models.train import corpus, main
+from specstrat.runtime._models.train import main
 
 
 def test_weights_ship_inside_the_package_under_5_mb() -> None:

@@ -1,4 +1,5 @@
-"""Ragged TARGET_VERIFY replayed through the graph runner's token buckets equals the eager forward."""
+"""Ragged TARGET_VERIFY replayed through the graph runner's token buckets equals the eager
+forward."""
 
 from collections.abc import Callable
 from typing import Any, NamedTuple

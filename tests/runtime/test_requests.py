@@ -40,7 +40,7 @@ BAD: list[tuple[str, Any, str]] = [
     ("negative", [1, -2], r"prompt has a bad token; token ids are ints >= 0"),
     ("a-float", [1, 2.0], r"prompt has a bad token"),
     ("a-bool", [True], r"prompt has a bad token"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "prompt", "message"), BAD, ids=[c[0] for c in BAD])

@@ -100,10 +100,14 @@ def test_biased_rules_fail_the_check(rule: Any, models: EmbeddedModels) -> None:
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "params",
-    [{"temperature": 0.7}, {"temperature": 1.0}, {"temperature": 1.0, "top_p": 0.9},
-     {"temperature": 0.7, "top_k": 20}],
+    [
+        {"temperature": 0.7},
+        {"temperature": 1.0},
+        {"temperature": 1.0, "top_p": 0.9},
+        {"temperature": 0.7, "top_k": 20},
+    ],
     ids=["t0.7", "t1.0", "t1.0-top_p0.9", "t0.7-top_k20"],
-)  # fmt: skip
+)
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 @pytest.mark.parametrize("algo", [EAGLE, STANDALONE, NGRAM], ids=lambda a: a.name)
 def test_lossless_in_distribution_matrix(
@@ -148,10 +152,14 @@ def test_a_request_needs_sampling_params() -> None:
 
 BAD_PARAMS: list[tuple[str, dict[str, Any], str]] = [
     ("temperature-subnormal", {"temperature": 1e-320}, r"temperature=1e-320 is below 1e-05; use 0"),
-    ("seed-too-big", {"seed": 2**64}, r"seed=18446744073709551616 must be an int in 0\.\.2\*\*63-1"),
+    (
+        "seed-too-big",
+        {"seed": 2**64},
+        r"seed=18446744073709551616 must be an int in 0\.\.2\*\*63-1",
+    ),
     ("top-k-too-big", {"top_k": 2**63}, r"top_k=9223372036854775808 must be an int in 0\.\.2"),
     ("seed-negative", {"seed": -1}, r"seed=-1 must be an int in 0\.\.2\*\*63-1"),
-]  # fmt: skip
+]
 
 
 @pytest.mark.parametrize(("case", "kw", "message"), BAD_PARAMS, ids=[c[0] for c in BAD_PARAMS])
@@ -199,12 +207,24 @@ def test_a_drafters_q_must_be_a_distribution_over_its_token(
 
 
 CHECKER_ARGS: list[tuple[str, dict[str, Any], str]] = [
-    ("prompt-out-of-vocab", {"prompt": (1, 2, 256)}, r"prompt=\(1, 2, 256\) must be a non-empty tuple of token ids in 0\.\.255"),
+    (
+        "prompt-out-of-vocab",
+        {"prompt": (1, 2, 256)},
+        r"prompt=\(1, 2, 256\) must be a non-empty tuple of token ids in 0\.\.255",
+    ),
     ("prompt-empty", {"prompt": ()}, r"prompt=\(\) must be a non-empty tuple"),
-    ("significance-str", {"significance": "0.1"}, r"significance='0\.1' must be a number in \(0, 1\)"),
+    (
+        "significance-str",
+        {"significance": "0.1"},
+        r"significance='0\.1' must be a number in \(0, 1\)",
+    ),
     ("seed-too-big", {"seed": 2**64}, r"seed=18446744073709551616 must be an int"),
-    ("too-few-samples", {"temperature": 20.0, "num_samples": 100}, r"num_samples=100 is too few for this distribution"),
-]  # fmt: skip
+    (
+        "too-few-samples",
+        {"temperature": 20.0, "num_samples": 100},
+        r"num_samples=100 is too few for this distribution",
+    ),
+]
 
 
 @pytest.mark.parametrize(("case", "kw", "message"), CHECKER_ARGS, ids=[c[0] for c in CHECKER_ARGS])

@@ -94,20 +94,43 @@ class RaisingFutureMapFactory(specstrat.strategies.SlotFutureMapFactory):
 
 
 ENGINE_START: list[tuple[str, Callable[[], Any], type[Exception], str]] = [
-    ("create-drafter-none", lambda: replace(NGRAM, drafter=NoneFactory()), InvalidStrategy,
-     r"NGRAM\.drafter\.create_drafter\(\) returned None; drafter=NoneFactory must return a Drafter"),
-    ("create-drafter-no-commit", lambda: replace(NGRAM, drafter=NoCommitFactory()), InvalidStrategy,
-     r"NGRAM\.drafter\.create_drafter\(\) result=NoCommit has no method commit\(outcome"),
-    ("policy-raises", lambda: replace(EAGLE, target_verify=DividingPolicy()), StrategyError,
-     r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: raised "
-     r"ZeroDivisionError: integer division or modulo by zero"),
-    ("policy-impure-past-the-check", lambda: replace(EAGLE, target_verify=LaterNarrowerPolicy()),
-     StrategyError, r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: "
-     r"target_verify=LaterNarrowerPolicy answered T=3 for the target worker when its graph "
-     r"runner was built, after T=4"),
-    ("future-map-factory-raises", lambda: replace(EAGLE, future_map=RaisingFutureMapFactory()),
-     StrategyError, r"EAGLE\.future_map\.create_future_map: raised OSError: no room"),
-]  # fmt: skip
+    (
+        "create-drafter-none",
+        lambda: replace(NGRAM, drafter=NoneFactory()),
+        InvalidStrategy,
+        (
+            r"NGRAM\.drafter\.create_drafter\(\) returned "
+            r"None; drafter=NoneFactory must return a Drafter"
+        ),
+    ),
+    (
+        "create-drafter-no-commit",
+        lambda: replace(NGRAM, drafter=NoCommitFactory()),
+        InvalidStrategy,
+        r"NGRAM\.drafter\.create_drafter\(\) result=NoCommit has no method commit\(outcome",
+    ),
+    (
+        "policy-raises",
+        lambda: replace(EAGLE, target_verify=DividingPolicy()),
+        StrategyError,
+        r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: raised "
+        r"ZeroDivisionError: integer division or modulo by zero",
+    ),
+    (
+        "policy-impure-past-the-check",
+        lambda: replace(EAGLE, target_verify=LaterNarrowerPolicy()),
+        StrategyError,
+        r"EAGLE\.target_verify\.get_num_tokens_per_req_for_target_verify: "
+        r"target_verify=LaterNarrowerPolicy answered T=3 for the target worker when its graph "
+        r"runner was built, after T=4",
+    ),
+    (
+        "future-map-factory-raises",
+        lambda: replace(EAGLE, future_map=RaisingFutureMapFactory()),
+        StrategyError,
+        r"EAGLE\.future_map\.create_future_map: raised OSError: no room",
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -130,16 +153,27 @@ def test_engine_start_names_the_strategy(
 
 
 CONSTRUCTION: list[tuple[str, Callable[[], Any], str, type[BaseException]]] = [
-    ("needs-raises", lambda: replace(NGRAM, drafter=RaisingNeeds()),
-     r"drafter=RaisingNeeds\.needs raised NotImplementedError: needs is not decided yet; "
-     r"DrafterFactory\.needs must be readable", NotImplementedError),
-    ("lossless-raises", lambda: replace(NGRAM, acceptance=RaisingLossless()),
-     r"acceptance=RaisingLossless\.lossless raised NotImplementedError: ask the authors",
-     NotImplementedError),
-    ("draft-worker-policy-raises", lambda: replace(DSPARK, target_verify=DividingDraftPolicy()),
-     r"DSPARK\.target_verify\.supports_target_verify_for_draft: raised ZeroDivisionError: which "
-     r"worker\?", ZeroDivisionError),
-]  # fmt: skip
+    (
+        "needs-raises",
+        lambda: replace(NGRAM, drafter=RaisingNeeds()),
+        r"drafter=RaisingNeeds\.needs raised NotImplementedError: needs is not decided yet; "
+        r"DrafterFactory\.needs must be readable",
+        NotImplementedError,
+    ),
+    (
+        "lossless-raises",
+        lambda: replace(NGRAM, acceptance=RaisingLossless()),
+        r"acceptance=RaisingLossless\.lossless raised NotImplementedError: ask the authors",
+        NotImplementedError,
+    ),
+    (
+        "draft-worker-policy-raises",
+        lambda: replace(DSPARK, target_verify=DividingDraftPolicy()),
+        r"DSPARK\.target_verify\.supports_target_verify_for_draft: raised ZeroDivisionError: which "
+        r"worker\?",
+        ZeroDivisionError,
+    ),
+]
 
 
 @pytest.mark.parametrize(

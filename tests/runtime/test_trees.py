@@ -365,7 +365,7 @@ def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> Non
     with pytest.raises(
         InvalidConfig,
         match=r"EAGLE\.tree \(TopkTree\(topk=2, num_steps=5\)\) cannot shape T=4 tokens per "
-        r"request, the width EAGLE\.target_verify \(FixedWidthVerifyPolicy\) verifies for "
+        r"request, what EAGLE\.target_verify \(FixedWidthVerifyPolicy\) verifies for "
         r"num_draft_tokens=4: num_steps=5 is deeper than tokens_per_req=4 .*raise "
         r"num_draft_tokens or pick a tree that fits T=4",
     ):
@@ -439,7 +439,7 @@ def test_a_raising_tree_policy_fails_conformance() -> None:
 
 
 def test_replay_tree_refuses_mismatched_inputs(models: EmbeddedModels) -> None:
-    """The graph runner's tree replay names a width or parents shape it cannot verify."""
+    """The graph runner's tree replay names a token count or parents shape it cannot verify."""
     worker = ModelWorker(
         models.target, max_running_requests=16, context_len=512, max_total_tokens=16 * 512
     )

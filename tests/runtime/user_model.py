@@ -15,9 +15,13 @@ class BigramLM(nn.Module):
         self.qkv = nn.Linear(dim, 3 * dim)
         self.heads = heads
         self._shape = ModelShape(
-            vocab_size=vocab_size, hidden_size=dim, layers=1, heads=heads,
-            head_dim=dim // heads, max_positions=128,
-        )  # fmt: skip
+            vocab_size=vocab_size,
+            hidden_size=dim,
+            layers=1,
+            heads=heads,
+            head_dim=dim // heads,
+            max_positions=128,
+        )
 
     @property
     def shape(self) -> ModelShape:

@@ -33,11 +33,25 @@ def test_bench_runs_it_by_module_and_attribute(
 ) -> None:
     """``specstrat bench --adaptive tests.typing.gated_policy:GATED`` runs NGRAM under it."""
     out = tmp_path / "bench.json"
-    status = main([
-        "bench", "--algo", "NGRAM", "--adaptive", "tests.typing.gated_policy:GATED",
-        "--requests", "1", "--max-new-tokens", "12", "--repeats", "1", "--warmup", "0",
-        "--json", str(out),
-    ])  # fmt: skip
+    status = main(
+        [
+            "bench",
+            "--algo",
+            "NGRAM",
+            "--adaptive",
+            "tests.typing.gated_policy:GATED",
+            "--requests",
+            "1",
+            "--max-new-tokens",
+            "12",
+            "--repeats",
+            "1",
+            "--warmup",
+            "0",
+            "--json",
+            str(out),
+        ]
+    )
     assert status == 0, capsys.readouterr().err
     rows = {r["algorithm"]: r for r in json.loads(out.read_text())["rows"]}
     assert rows["NGRAM_GATED"]["lossless"] is True

@@ -23,7 +23,7 @@ __all__ = ["PrefillWorker"]
 
 
 class PrefillWorker:
-    """Prefills batches on the target and packages their KV, first tokens and the payload the
+    """Prefills batches on the target and packages their KV, bonus tokens and the payload the
     algorithm's drafter asks for (``drafter.prefill_payload``; ``needs.prefill_fields``)."""
 
     def __init__(
@@ -46,16 +46,16 @@ class PrefillWorker:
             lens = torch.tensor([len(p) for p in prompts])
             ends = lens.cumsum(0) - 1
             params = tuple(r.sampling for r in requests)
-            first, _ = choose_tokens(logits[ends], SamplingBatch.of(params), lens, DRAW_SAMPLE)
+            bonus, _ = choose_tokens(logits[ends], SamplingBatch.of(params), lens, DRAW_SAMPLE)
             kv = [self.worker.export_kv(s) for s in slots]
             return TransferBatch(
                 rids=tuple(r.rid for r in requests),
                 prompts=tuple(tuple(r.prompt) for r in requests),
                 max_new_tokens=torch.tensor([r.max_new_tokens for r in requests]),
-                bonus_tokens=first,
+                bonus_tokens=bonus,
                 k=torch.cat([k for k, _ in kv], dim=1),
                 v=torch.cat([v for _, v in kv], dim=1),
-                payload=self._payload(first, hidden[ends]),
+                payload=self._payload(bonus, hidden[ends]),
                 stop_token_ids=tuple(r.stop_token_ids for r in requests),
                 sampling=params,
             )
@@ -63,11 +63,11 @@ class PrefillWorker:
             for slot in slots:
                 self.worker.free_request(slot)
 
-    def _payload(self, first: torch.Tensor, hidden: torch.Tensor) -> RelayPayload:
+    def _payload(self, bonus: torch.Tensor, hidden: torch.Tensor) -> RelayPayload:
         drafter = self.algo.drafter
         hook = "drafter.prefill_payload"
         payload = call_hook(
-            self.algo.name, hook, drafter.prefill_payload, self.models, first, hidden
+            self.algo.name, hook, drafter.prefill_payload, self.models, bonus, hidden
         )
         want = drafter.needs.prefill_fields
         if not isinstance(payload, RelayPayload) or set(payload.present()) != want:

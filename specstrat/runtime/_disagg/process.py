@@ -200,9 +200,13 @@ def run_disaggregated(
     engine = Engine(algo, models if models is not None else loader("cpu"), config)
     backend = backend_for(engine.device)
     store = TCPStore(
-        "127.0.0.1", 0, world_size=2, is_master=True, timeout=timedelta(seconds=timeout),
+        "127.0.0.1",
+        0,
+        world_size=2,
+        is_master=True,
+        timeout=timedelta(seconds=timeout),
         wait_for_workers=False,
-    )  # fmt: skip
+    )
     child = mp.get_context("spawn").Process(
         target=prefill_main,
         args=(

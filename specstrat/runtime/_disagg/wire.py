@@ -48,10 +48,10 @@ def encode(batch: TransferBatch) -> list[torch.Tensor]:
     payload = batch.payload
     topk = payload.topk_p.shape[1] if payload.topk_p is not None else -1
     hidden = payload.hidden_states.shape[1] if payload.hidden_states is not None else -1
-    header = _flat([
-        _MAGIC, 0, len(batch.rids), len(flat_prompt), total, layers, heads, dim, topk, hidden,
-        _DTYPES.index(batch.k.dtype), sum(len(b) for b in rid_bytes), sum(len(s) for s in stops),
-    ])  # fmt: skip
+    counts = (len(batch.rids), len(flat_prompt))
+    shape = (total, layers, heads, dim, topk, hidden)
+    sizes = (sum(len(b) for b in rid_bytes), sum(len(s) for s in stops))
+    header = _flat([_MAGIC, 0, *counts, *shape, _DTYPES.index(batch.k.dtype), *sizes])
     parts = [
         header,
         _flat([len(b) for b in rid_bytes]),

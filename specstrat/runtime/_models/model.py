@@ -2,9 +2,9 @@
 a block head that lets the draft LM propose a whole block in one forward.
 
 The models never own a KV cache or a mask: each attention layer calls an
-:class:`~specstrat.models.AttentionBackend`, so one model definition serves training (dense causal attention over
-``[B, L]`` sequences) and the engine (paged attention that reads the TARGET_VERIFY/EXTEND/DECODE
-metadata the kernels build, so wrong metadata produces wrong tokens).
+:class:`~specstrat.models.AttentionBackend`, so one model definition serves training (dense causal
+attention over ``[B, L]`` sequences) and the engine (paged attention that reads the
+TARGET_VERIFY/EXTEND/DECODE metadata the kernels build, so wrong metadata produces wrong tokens).
 """
 
 from __future__ import annotations

@@ -1,12 +1,13 @@
 """Train the embedded models on the Python standard library's own source (deterministic).
 
-``python -m specstrat.runtime._models.train [--out PATH] [--steps N]`` trains, in order: the target LM on
-the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices (what
-speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
+``python -m specstrat.runtime._models.train [--out PATH] [--steps N]`` trains, in order: the target
+LM on the text; the draft LM and the EAGLE-style head distilled from the target's greedy choices
+(what speculation must match). ``--block-head`` trains only the block head (``weights/block.pt``)
 against the frozen target and draft LM of ``embedded.pt``, which it leaves untouched: on the
-target's greedy continuations of stdlib prompts (see :func:`train_block_head`). Seeds, file list and the math library's settings are fixed (one thread;
-MKL on one code path, see ``REPRODUCIBLE_ENV``), so the same Python, torch and CPU reproduce the
-same weights bit for bit. Weights are stored in float16 beside their configs.
+target's greedy continuations of stdlib prompts (see :func:`train_block_head`). Seeds, file list and
+the math library's settings are fixed (one thread; MKL on one code path, see ``REPRODUCIBLE_ENV``),
+so the same Python, torch and CPU reproduce the same weights bit for bit. Weights are stored in
+float16 beside their configs.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import hashlib
 import math
 import os
 import sys
-import sysconfig
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specstrat.runtime._models.corpus import SOURCE_FILES, corpus
 from specstrat.runtime._models.model import (
     VOCAB,
     BlockDraftLM,
@@ -33,15 +34,12 @@ from specstrat.runtime._models.model import (
     ModelConfig,
     TinyLM,
 )
-from specstrat.runtime._models.text import encode_indentation
 from specstrat.runtime._models.weights import EmbeddedModels
 
 __all__ = [
     "DRAFT_CONFIG",
     "REPRODUCIBLE_ENV",
-    "SOURCE_FILES",
     "TARGET_CONFIG",
-    "corpus",
     "greedy_rollouts",
     "main",
     "train_block_head",
@@ -54,16 +52,6 @@ __all__ = [
 TARGET_CONFIG = ModelConfig(dim=128, layers=4, heads=4, mlp=512, max_positions=1024)
 DRAFT_CONFIG = ModelConfig(dim=64, layers=2, heads=2, mlp=256, max_positions=1024)
 
-#: Standard-library modules every CPython 3.10+ ships; missing ones are skipped.
-SOURCE_FILES = (
-    "abc.py", "argparse.py", "bisect.py", "calendar.py", "collections/__init__.py",
-    "contextlib.py", "copy.py", "csv.py", "dataclasses.py", "difflib.py", "enum.py",
-    "fractions.py", "functools.py", "heapq.py", "inspect.py", "json/decoder.py",
-    "json/encoder.py", "logging/__init__.py", "os.py", "pprint.py", "queue.py", "random.py",
-    "shutil.py", "statistics.py", "string.py", "tempfile.py", "textwrap.py", "threading.py",
-    "typing.py", "unittest/case.py",
-)  # fmt: skip
-
 #: Set before torch loads MKL (the ``__main__`` entry re-executes itself with them): with several
 #: threads or MKL's run-time dispatch, two runs on one machine can differ in the last bit.
 REPRODUCIBLE_ENV = {
@@ -75,17 +63,6 @@ REPRODUCIBLE_ENV = {
 
 SEQ_LEN = 256
 BATCH = 24
-
-
-def corpus() -> torch.Tensor:
-    """The training bytes: the listed stdlib files, indentation encoded, concatenated in order."""
-    root = Path(sysconfig.get_paths()["stdlib"])
-    parts = [
-        encode_indentation((root / name).read_bytes())
-        for name in SOURCE_FILES
-        if (root / name).is_file()
-    ]
-    return torch.frombuffer(bytearray(b"\n".join(parts)), dtype=torch.uint8).long()
 
 
 def _batches(data: torch.Tensor, steps: int, seed: int) -> list[torch.Tensor]:
@@ -252,7 +229,8 @@ def greedy_rollouts(
 
 #: Block offsets the head learns (D - 1 placeholders: D up to 9 without reusing the last one).
 BLOCK = 8
-#: Context bytes a training example keeps before its anchor (cost: an example is WINDOW + BLOCK rows).
+#: Context bytes a training example keeps before its anchor (cost: an example is WINDOW + BLOCK
+#: rows).
 WINDOW = 96
 #: Steps of the shipped block head, and its transformer layers.
 BLOCK_STEPS, HEAD_LAYERS = 3000, 2

@@ -22,7 +22,8 @@ __all__ = ["BLOCK_WEIGHTS", "EMBEDDED_WEIGHTS", "EmbeddedModels"]
 #: The weights `python -m specstrat.runtime._models.train` wrote (float16, under 5 MB).
 EMBEDDED_WEIGHTS = Path(__file__).parent / "weights" / "embedded.pt"
 #: The block head `python -m specstrat.runtime._models.train --block-head` trained against the
-#: frozen models of :data:`EMBEDDED_WEIGHTS` (float16; a file of its own, so those stay as they are).
+#: frozen models of :data:`EMBEDDED_WEIGHTS` (float16; a file of its own, so those stay as they
+#: are).
 BLOCK_WEIGHTS = Path(__file__).parent / "weights" / "block.pt"
 
 
