@@ -115,7 +115,9 @@ def test_a_second_head_is_refused(models: HFModels, head_file: Path) -> None:
 
 
 @pytest.mark.parametrize("layers", [(), (0, 0), (2,), (-1,)])
-def test_feature_layers_outside_the_model_are_refused(layers: tuple[int, ...], own_llama: Any) -> None:
+def test_feature_layers_outside_the_model_are_refused(
+    layers: tuple[int, ...], own_llama: Any
+) -> None:
     """Layer indices must be distinct and inside the model's 2 layers."""
     lm = HFCausalLM(own_llama, vocab_size=tiny.VOCAB, name="tiny")
     with pytest.raises(
