@@ -338,8 +338,9 @@ def _fit(
     order: torch.Generator,
     bar: Any,
 ) -> tuple[int, float]:
-    """AdamW over shuffled batches until the epochs or the deadline end, a checkpoint after each
-    epoch; (steps, final loss), the loss an average of the last steps'."""
+    """AdamW over shuffled batches until the epochs or the deadline end (one step at least: a
+    budget that data generation used up still trains), a checkpoint after each epoch; (steps,
+    final loss), the loss an average of the last steps'."""
     config, data = state.config, state.data
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
@@ -360,7 +361,8 @@ def _fit(
             perm = torch.randperm(len(seqs), generator=order).tolist()
             for b in range(per_epoch):
                 now = time.monotonic()
-                if (deadline is not None and now > deadline) or (total and step >= total):
+                late = deadline is not None and now > deadline and step > 0  # one step at least
+                if late or (total and step >= total):
                     return step, _mean(recent)
                 frac = step / total if total else 0.0
                 if deadline is not None:
