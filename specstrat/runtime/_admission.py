@@ -161,6 +161,11 @@ def _check_payload(
         and payload.topk_p.shape != payload.topk_index.shape
     ):
         raise fail("topk_p and topk_index must both be [bs, k]")
+    # The relayed hidden state is the target's (hidden_size wide) or a head's own; a target
+    # returning k fused layers (an EAGLE-3 head's input) is k times its head's width.
     hidden = payload.hidden_states
-    if hidden is not None and hidden.shape[1] != shape.hidden_size:
-        raise fail(f"hidden_states is {tuple(hidden.shape)}, expected ({bs}, {shape.hidden_size})")
+    if hidden is not None and (hidden.dim() != 2 or shape.hidden_size % max(hidden.shape[1], 1)):
+        raise fail(
+            f"hidden_states is {tuple(hidden.shape)}, expected ({bs}, {shape.hidden_size}) or "
+            f"({bs}, W) for a W dividing {shape.hidden_size}"
+        )
