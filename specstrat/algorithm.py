@@ -185,7 +185,7 @@ class SpecAlgorithm(Generic[DraftT_co]):
                 f"{self.name}: drafter={kind} needs draft_worker_verify (a TARGET_VERIFY forward "
                 f"on the draft worker) but target_verify={type(self.target_verify).__name__}."
                 "supports_target_verify_for_draft() is False; use a policy that allows it (e.g. "
-                "FixedWidthVerifyPolicy(allow_on_draft_worker=True)) or a drafter that does not "
+                "OffsetVerifyPolicy(allow_on_draft_worker=True)) or a drafter that does not "
                 "need it"
             )
 

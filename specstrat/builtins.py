@@ -51,7 +51,7 @@ from specstrat.strategies.drafters import (
 )
 from specstrat.strategies.eagle_head import EagleHeadDrafterFactory
 from specstrat.strategies.future_map import SlotFutureMapFactory
-from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import OffsetVerifyPolicy
 
 __all__ = [
     "BUILTINS",
@@ -65,7 +65,7 @@ __all__ = [
     "STANDALONE",
 ]
 
-_TARGET_ONLY = FixedWidthVerifyPolicy()
+_TARGET_ONLY = OffsetVerifyPolicy()
 _SLOTS = SlotFutureMapFactory()
 _NO_STATE = NoDraftStateDisaggDraftBuilder()
 _EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, need_topk=True)
@@ -118,7 +118,7 @@ NGRAM: Final[SpecAlgorithm[None]] = SpecAlgorithm(
 DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
     name="DFLASH",
     capabilities=Capabilities(has_draft_kv=True),
-    target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True),
+    target_verify=OffsetVerifyPolicy(allow_on_draft_worker=True),
     future_map=_SLOTS,
     disagg=DflashDisaggDraftBuilder(),
     drafter=BlockDrafterFactory(),
@@ -127,7 +127,7 @@ DFLASH: Final[SpecAlgorithm[DflashDraftInput]] = SpecAlgorithm(
 DSPARK: Final[SpecAlgorithm[DsparkDraftInput]] = SpecAlgorithm(
     name="DSPARK",
     capabilities=Capabilities(has_draft_kv=True, supports_ragged_verify=True),
-    target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
+    target_verify=OffsetVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
     future_map=_SLOTS,
     disagg=DsparkDisaggDraftBuilder(),
     drafter=BlockDrafterFactory(confidence_threshold=DSPARK_CONFIDENCE),

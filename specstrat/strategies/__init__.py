@@ -45,7 +45,7 @@ from specstrat.strategies.speculation_policies import (
     GoodputSpeculationPolicy,
 )
 from specstrat.strategies.tree import ChainTree, TopkTree
-from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import OffsetVerifyPolicy
 
 __all__ = [
     "ChainTree",
@@ -73,7 +73,7 @@ __all__ = [
     "DsparkDraftInput",
     "EagleDisaggDraftBuilder",
     "EagleDraftInput",
-    "FixedWidthVerifyPolicy",
+    "OffsetVerifyPolicy",
     "NoDraftStateDisaggDraftBuilder",
     "RingFutureMap",
     "RingFutureMapFactory",

@@ -7,13 +7,13 @@ from dataclasses import dataclass
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
-__all__ = ["FixedWidthVerifyPolicy"]
+__all__ = ["OffsetVerifyPolicy"]
 
 _MIN_OFFSET, _MAX_OFFSET = -1, 1
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class FixedWidthVerifyPolicy:
+class OffsetVerifyPolicy:
     """``T = num_draft_tokens + offset``, with its own offset on the draft worker.
 
     ``allow_on_draft_worker`` says whether a draft worker may run TARGET_VERIFY (DFLASH and DSPARK

@@ -27,7 +27,7 @@ from specstrat.strategies.acceptance import GreedyAcceptance
 from specstrat.strategies.disagg import NoDraftStateDisaggDraftBuilder
 from specstrat.strategies.future_map import SlotFutureMapFactory
 from specstrat.strategies.tree import ChainTree
-from specstrat.strategies.verify_policies import FixedWidthVerifyPolicy
+from specstrat.strategies.verify_policies import OffsetVerifyPolicy
 
 __all__ = ["check_acceptance_rule", "check_drafter", "check_tree_policy"]
 
@@ -194,7 +194,7 @@ def check_drafter(
     algo: SpecAlgorithm[Any] = SpecAlgorithm(
         name=algorithm or type(factory).__name__,
         capabilities=capabilities or _capabilities(needs),
-        target_verify=FixedWidthVerifyPolicy(allow_on_draft_worker=needs.draft_worker_verify),
+        target_verify=OffsetVerifyPolicy(allow_on_draft_worker=needs.draft_worker_verify),
         future_map=SlotFutureMapFactory(),
         disagg=NoDraftStateDisaggDraftBuilder(),
         drafter=drafter,

@@ -8,10 +8,10 @@ import torch
 
 from specstrat import EAGLE, Capabilities, InvalidStrategy, SpecAlgorithm, StrategyError
 from specstrat.strategies import (
-    FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     SlotFutureMap,
     SlotFutureMapFactory,
 )
@@ -22,7 +22,7 @@ def compose(**overrides: Any) -> SpecAlgorithm[Any]:
     fields: dict[str, Any] = {
         "name": "CUSTOM",
         "capabilities": Capabilities(),
-        "target_verify": FixedWidthVerifyPolicy(),
+        "target_verify": OffsetVerifyPolicy(),
         "future_map": SlotFutureMapFactory(),
         "disagg": NoDraftStateDisaggDraftBuilder(),
         "drafter": NgramDrafterFactory(),
@@ -137,7 +137,7 @@ def test_supports_result_not_bool_is_a_strategy_error() -> None:
 
 def test_alias_delegates_to_per_req() -> None:
     """get_num_tokens_per_bs_for_target_verify returns the per-request value."""
-    algo = compose(target_verify=FixedWidthVerifyPolicy(draft_worker_offset=-1))
+    algo = compose(target_verify=OffsetVerifyPolicy(draft_worker_offset=-1))
     for d in range(1, 10):
         for worker in (False, True):
             assert algo.get_num_tokens_per_bs_for_target_verify(
@@ -175,7 +175,7 @@ def test_describe_lists_strategies_and_capabilities() -> None:
     """describe() names each hook's strategy class and every capability."""
     info = EAGLE.describe()
     assert info["strategies"] == {
-        "target_verify": "FixedWidthVerifyPolicy",
+        "target_verify": "OffsetVerifyPolicy",
         "future_map": "SlotFutureMapFactory",
         "disagg": "EagleDisaggDraftBuilder",
         "drafter": "EagleHeadDrafterFactory",

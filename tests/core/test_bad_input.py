@@ -18,10 +18,10 @@ from specstrat import (
 from specstrat.kernels import VerifyMetadataBuffers, build_verify_metadata, gather_relay
 from specstrat.strategies import (
     EagleDisaggDraftBuilder,
-    FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     RingFutureMapFactory,
     SlotFutureMapFactory,
 )
@@ -39,7 +39,7 @@ def algo(**kw: Any) -> SpecAlgorithm[Any]:
     fields: dict[str, Any] = {
         "name": "X",
         "capabilities": Capabilities(),
-        "target_verify": FixedWidthVerifyPolicy(),
+        "target_verify": OffsetVerifyPolicy(),
         "future_map": SlotFutureMapFactory(),
         "disagg": NoDraftStateDisaggDraftBuilder(),
         "drafter": NgramDrafterFactory(),
@@ -77,17 +77,17 @@ CASES: list[tuple[str, Callable[[], object], str]] = [
     ),
     (
         "offset-too-big",
-        lambda: FixedWidthVerifyPolicy(target_offset=2),
+        lambda: OffsetVerifyPolicy(target_offset=2),
         r"target_offset=2 is outside -1\.\.1",
     ),
     (
         "offset-float",
-        lambda: FixedWidthVerifyPolicy(draft_worker_offset=loose(0.5)),
+        lambda: OffsetVerifyPolicy(draft_worker_offset=loose(0.5)),
         r"draft_worker_offset=0.5 must be an int",
     ),
     (
         "allow-not-bool",
-        lambda: FixedWidthVerifyPolicy(allow_on_draft_worker=loose(1)),
+        lambda: OffsetVerifyPolicy(allow_on_draft_worker=loose(1)),
         r"allow_on_draft_worker=1",
     ),
     (

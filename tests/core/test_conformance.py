@@ -12,8 +12,8 @@ from specstrat.strategies import (
     DflashDisaggDraftBuilder,
     DsparkDisaggDraftBuilder,
     EagleDisaggDraftBuilder,
-    FixedWidthVerifyPolicy,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     RingFutureMapFactory,
     SlotFutureMap,
     SlotFutureMapFactory,
@@ -32,11 +32,11 @@ EAGLE_CAPS = Capabilities(has_draft_kv=True, carries_draft_hidden_states=True, n
 
 def test_builtin_strategies_pass_their_runners() -> None:
     """Every built-in strategy passes the runner of its hook."""
-    check_target_verify_policy(FixedWidthVerifyPolicy())
+    check_target_verify_policy(OffsetVerifyPolicy())
     check_target_verify_policy(
-        FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1)
+        OffsetVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1)
     )
-    check_target_verify_policy(FixedWidthVerifyPolicy(target_offset=1))
+    check_target_verify_policy(OffsetVerifyPolicy(target_offset=1))
     check_future_map_factory(SlotFutureMapFactory())
     check_future_map_factory(RingFutureMapFactory())
     check_disagg_draft_builder(EagleDisaggDraftBuilder())

@@ -16,10 +16,10 @@ from specstrat import (
 )
 from specstrat.drafting import Acceptance
 from specstrat.strategies import (
-    FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NoDrafter,
     NoDrafterFactory,
+    OffsetVerifyPolicy,
     SlotFutureMapFactory,
 )
 from specstrat.testing import check_acceptance_rule, check_target_verify_policy, run_conformance
@@ -43,7 +43,7 @@ class FloatAcceptance(GreedyAcceptance):
 
 
 @dataclass(frozen=True, slots=True)
-class ZeroWidth(FixedWidthVerifyPolicy):
+class ZeroWidth(OffsetVerifyPolicy):
     def get_num_tokens_per_req_for_target_verify(
         self, num_draft_tokens: int, is_draft_worker: bool
     ) -> int:
@@ -51,7 +51,7 @@ class ZeroWidth(FixedWidthVerifyPolicy):
 
 
 @dataclass(frozen=True, slots=True)
-class IntSupport(FixedWidthVerifyPolicy):
+class IntSupport(OffsetVerifyPolicy):
     def supports_target_verify_for_draft(self) -> bool:
         return 1  # type: ignore[return-value]
 

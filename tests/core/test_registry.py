@@ -21,10 +21,10 @@ from specstrat import (
     UnknownAlgorithm,
 )
 from specstrat.strategies import (
-    FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     SlotFutureMapFactory,
 )
 
@@ -33,7 +33,7 @@ def make(name: str) -> SpecAlgorithm[None]:
     return SpecAlgorithm(
         name=name,
         capabilities=Capabilities(),
-        target_verify=FixedWidthVerifyPolicy(),
+        target_verify=OffsetVerifyPolicy(),
         future_map=SlotFutureMapFactory(),
         disagg=NoDraftStateDisaggDraftBuilder(),
         drafter=NgramDrafterFactory(),

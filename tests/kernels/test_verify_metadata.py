@@ -23,10 +23,10 @@ from specstrat.kernels import (
     build_verify_metadata_into,
 )
 from specstrat.strategies import (
-    FixedWidthVerifyPolicy,
     GreedyAcceptance,
     NgramDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     SlotFutureMapFactory,
 )
 from specstrat.testing import VerifyBatch, check_verify_metadata, verify_batches
@@ -108,7 +108,7 @@ def test_ragged_table(bs: int) -> None:
     assert meta.tokens_per_req is None
 
 
-def policy_algo(policy: FixedWidthVerifyPolicy) -> SpecAlgorithm[None]:
+def policy_algo(policy: OffsetVerifyPolicy) -> SpecAlgorithm[None]:
     return SpecAlgorithm(
         name="T_NOT_D",
         capabilities=Capabilities(),
@@ -124,9 +124,9 @@ def policy_algo(policy: FixedWidthVerifyPolicy) -> SpecAlgorithm[None]:
     ("algo", "worker", "t_minus_d"),
     [
         (DSPARK, True, -1),
-        (policy_algo(FixedWidthVerifyPolicy(target_offset=1)), False, 1),
+        (policy_algo(OffsetVerifyPolicy(target_offset=1)), False, 1),
         (
-            policy_algo(FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=1)),
+            policy_algo(OffsetVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=1)),
             True,
             1,
         ),
@@ -155,7 +155,7 @@ def test_uniform_property(batch: VerifyBatch) -> None:
 @given(
     verify_batches(
         forms=("graph",),
-        policy=FixedWidthVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
+        policy=OffsetVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1),
     )
 )
 def test_graph_property_with_a_policy(batch: VerifyBatch) -> None:

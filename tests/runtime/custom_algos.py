@@ -7,7 +7,7 @@ from typing import ClassVar
 import torch
 
 from specstrat import NGRAM, FutureMap, PrebuiltBatch, RelayPayload, SpecAlgorithm
-from specstrat.strategies import FixedWidthVerifyPolicy, NgramDrafterFactory
+from specstrat.strategies import NgramDrafterFactory, OffsetVerifyPolicy
 
 # Prompt lookup that verifies only what it found (SGLang's NGRAM row has no ragged verify).
 NGRAM_RAGGED = replace(
@@ -47,7 +47,7 @@ class LookupDisaggDraftBuilder:
 LOOKUP: SpecAlgorithm[LookupDraftInput] = SpecAlgorithm(
     name="LOOKUP",
     capabilities=NGRAM.capabilities,
-    target_verify=FixedWidthVerifyPolicy(target_offset=-1),
+    target_verify=OffsetVerifyPolicy(target_offset=-1),
     future_map=NGRAM.future_map,
     disagg=LookupDisaggDraftBuilder(),
     drafter=NgramDrafterFactory(),

@@ -29,7 +29,7 @@ from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, run_disaggre
 from specstrat.strategies import (
     BlockDrafter,
     BlockDrafterFactory,
-    FixedWidthVerifyPolicy,
+    OffsetVerifyPolicy,
     block_layout,
 )
 from specstrat.testing import check_lossless_in_distribution
@@ -323,10 +323,10 @@ def test_a_policy_refusing_draft_worker_verify_cannot_use_the_block_drafter() ->
     with pytest.raises(
         InvalidStrategy,
         match=r"MY_BLOCK: drafter=BlockDrafterFactory needs draft_worker_verify .* "
-        r"target_verify=FixedWidthVerifyPolicy.supports_target_verify_for_draft\(\) is False; "
+        r"target_verify=OffsetVerifyPolicy.supports_target_verify_for_draft\(\) is False; "
         r"use a policy that allows it",
     ):
-        replace(DFLASH, name="MY_BLOCK", target_verify=FixedWidthVerifyPolicy())
+        replace(DFLASH, name="MY_BLOCK", target_verify=OffsetVerifyPolicy())
 
 
 class UndeclaredBlockFactory(BlockDrafterFactory):
@@ -343,7 +343,7 @@ def test_the_draft_worker_graph_runner_refuses_at_engine_start(models: EmbeddedM
     algo = replace(
         DFLASH,
         name="SNEAKY",
-        target_verify=FixedWidthVerifyPolicy(),
+        target_verify=OffsetVerifyPolicy(),
         drafter=UndeclaredBlockFactory(),
     )
     with pytest.raises(InvalidConfig, match=r"SNEAKY does not allow TARGET_VERIFY on the draft"):

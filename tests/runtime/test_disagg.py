@@ -124,7 +124,7 @@ def test_prefill_process_that_never_connects_times_out(
 def test_an_algorithm_that_cannot_be_pickled_is_refused(models: EmbeddedModels) -> None:
     """Strategies defined inside a function cannot reach the prefill process: a clear error."""
 
-    class LocalPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
+    class LocalPolicy(specstrat.strategies.OffsetVerifyPolicy):
         pass
 
     algo = replace(specstrat.NGRAM, name="LOCAL", target_verify=LocalPolicy())

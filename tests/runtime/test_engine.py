@@ -21,7 +21,7 @@ from specstrat import (
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ForwardMode, Request, workload
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._worker import ModelWorker
-from specstrat.strategies import FixedWidthVerifyPolicy, NgramDrafterFactory, RingFutureMapFactory
+from specstrat.strategies import NgramDrafterFactory, OffsetVerifyPolicy, RingFutureMapFactory
 from tests.runtime.custom_algos import NGRAM_RAGGED
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
@@ -43,7 +43,7 @@ def short_ngram() -> SpecAlgorithm[None]:
         NGRAM,
         name="SHORT_NGRAM",
         capabilities=Capabilities(),
-        target_verify=FixedWidthVerifyPolicy(target_offset=-1),
+        target_verify=OffsetVerifyPolicy(target_offset=-1),
     )
 
 

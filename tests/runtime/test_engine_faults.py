@@ -452,7 +452,7 @@ def test_engine_config_refuses_bad_values(case: str, kw: dict[str, Any], message
         EngineConfig(**kw)
 
 
-class ImpurePolicy(specstrat.strategies.FixedWidthVerifyPolicy):
+class ImpurePolicy(specstrat.strategies.OffsetVerifyPolicy):
     calls = 0
 
     def get_num_tokens_per_req_for_target_verify(self, d: int, is_draft_worker: bool) -> int:

@@ -64,12 +64,12 @@ class RaisingLossless(GreedyAcceptance):
         raise NotImplementedError("ask the authors")
 
 
-class DividingPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
+class DividingPolicy(specstrat.strategies.OffsetVerifyPolicy):
     def get_num_tokens_per_req_for_target_verify(self, d: int, is_draft_worker: bool) -> int:
         return d // 0
 
 
-class DividingDraftPolicy(specstrat.strategies.FixedWidthVerifyPolicy):
+class DividingDraftPolicy(specstrat.strategies.OffsetVerifyPolicy):
     def supports_target_verify_for_draft(self) -> bool:
         raise ZeroDivisionError("which worker?")
 

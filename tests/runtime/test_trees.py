@@ -365,7 +365,7 @@ def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> Non
     with pytest.raises(
         InvalidConfig,
         match=r"EAGLE\.tree \(TopkTree\(topk=2, num_steps=5\)\) cannot shape T=4 tokens per "
-        r"request, what EAGLE\.target_verify \(FixedWidthVerifyPolicy\) verifies for "
+        r"request, what EAGLE\.target_verify \(OffsetVerifyPolicy\) verifies for "
         r"num_draft_tokens=4: num_steps=5 is deeper than tokens_per_req=4 .*raise "
         r"num_draft_tokens or pick a tree that fits T=4",
     ):

@@ -52,7 +52,6 @@ from specstrat.strategies import (
     EarlyExitDrafterFactory,
     EmaLadderSpeculationPolicy,
     FixedSpeculationPolicy,
-    FixedWidthVerifyPolicy,
     GoodputSpeculationPolicy,
     GreedyAcceptance,
     NgramDrafter,
@@ -60,6 +59,7 @@ from specstrat.strategies import (
     NoDrafter,
     NoDrafterFactory,
     NoDraftStateDisaggDraftBuilder,
+    OffsetVerifyPolicy,
     RingFutureMap,
     RingFutureMapFactory,
     SlotFutureMap,
@@ -67,9 +67,7 @@ from specstrat.strategies import (
     TopkTree,
 )
 
-fixed: TargetVerifyPolicy = FixedWidthVerifyPolicy(
-    allow_on_draft_worker=True, draft_worker_offset=-1
-)
+fixed: TargetVerifyPolicy = OffsetVerifyPolicy(allow_on_draft_worker=True, draft_worker_offset=-1)
 slots: FutureMapFactory = SlotFutureMapFactory()
 ring: FutureMapFactory = RingFutureMapFactory()
 slot_map: FutureMap = SlotFutureMap(4, torch.device("cpu"))

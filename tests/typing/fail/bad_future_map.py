@@ -4,15 +4,10 @@ import torch
 from specstrat import Capabilities, RelayPayload, SpecAlgorithm
 
 from specstrat.strategies import (
-
-    FixedWidthVerifyPolicy,
-
+    OffsetVerifyPolicy,
     GreedyAcceptance,
-
     NoDraftStateDisaggDraftBuilder,
-
     NoDrafterFactory,
-
 )
 
 
@@ -23,7 +18,11 @@ class WriteOnlyMap:
 
 class WriteOnlyFactory:
     def create_future_map(
-        self, max_running_requests: int, chunked_prefill_size: int, context_len: int, device: torch.device
+        self,
+        max_running_requests: int,
+        chunked_prefill_size: int,
+        context_len: int,
+        device: torch.device,
     ) -> WriteOnlyMap:
         return WriteOnlyMap()
 
@@ -31,7 +30,7 @@ class WriteOnlyFactory:
 ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     name="BROKEN",
     capabilities=Capabilities(),
-    target_verify=FixedWidthVerifyPolicy(),
+    target_verify=OffsetVerifyPolicy(),
     future_map=WriteOnlyFactory(),
     disagg=NoDraftStateDisaggDraftBuilder(),
     drafter=NoDrafterFactory(),

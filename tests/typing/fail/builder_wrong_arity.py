@@ -4,15 +4,10 @@ import torch
 from specstrat import Capabilities, PrebuiltBatch, SpecAlgorithm
 
 from specstrat.strategies import (
-
-    FixedWidthVerifyPolicy,
-
+    OffsetVerifyPolicy,
     GreedyAcceptance,
-
     NoDrafterFactory,
-
     SlotFutureMapFactory,
-
 )
 
 
@@ -24,7 +19,7 @@ class NoRelayBuilder:
 ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     name="BROKEN",
     capabilities=Capabilities(),
-    target_verify=FixedWidthVerifyPolicy(),
+    target_verify=OffsetVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=NoRelayBuilder(),
     drafter=NoDrafterFactory(),

@@ -4,43 +4,25 @@ from collections.abc import Sequence
 import torch
 
 from specstrat import (
-
     Capabilities,
-
     DraftAdmission,
-
     DrafterContext,
-
     DrafterNeeds,
-
     DraftStep,
-
     DraftTree,
-
     LoadedModels,
-
     RelayPayload,
-
     SpecAlgorithm,
-
     StepOutcome,
-
 )
 
 from specstrat.strategies import (
-
     DsparkDraftInput,
-
     EagleDisaggDraftBuilder,
-
     EagleDraftInput,
-
-    FixedWidthVerifyPolicy,
-
+    OffsetVerifyPolicy,
     GreedyAcceptance,
-
     SlotFutureMapFactory,
-
 )
 
 
@@ -74,7 +56,7 @@ class DsparkOnlyDrafterFactory:
 ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
     name="BROKEN",
     capabilities=Capabilities(),
-    target_verify=FixedWidthVerifyPolicy(),
+    target_verify=OffsetVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=EagleDisaggDraftBuilder(),
     drafter=DsparkOnlyDrafterFactory(),

@@ -4,37 +4,22 @@ from collections.abc import Sequence
 import torch
 
 from specstrat import (
-
     Capabilities,
-
     DraftAdmission,
-
     DrafterContext,
-
     DrafterNeeds,
-
     DraftStep,
-
     DraftTree,
-
     LoadedModels,
-
     RelayPayload,
-
     SpecAlgorithm,
-
 )
 
 from specstrat.strategies import (
-
-    FixedWidthVerifyPolicy,
-
+    OffsetVerifyPolicy,
     GreedyAcceptance,
-
     NoDraftStateDisaggDraftBuilder,
-
     SlotFutureMapFactory,
-
 )
 
 
@@ -65,7 +50,7 @@ class ForgetfulDrafterFactory:
 ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     name="BROKEN",
     capabilities=Capabilities(),
-    target_verify=FixedWidthVerifyPolicy(),
+    target_verify=OffsetVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=NoDraftStateDisaggDraftBuilder(),
     drafter=ForgetfulDrafterFactory(),

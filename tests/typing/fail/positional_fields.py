@@ -1,7 +1,7 @@
 # expect: call-arg positional
 from specstrat import Capabilities, SpecAlgorithm
 from specstrat.strategies import (
-    FixedWidthVerifyPolicy,
+    OffsetVerifyPolicy,
     GreedyAcceptance,
     NoDraftStateDisaggDraftBuilder,
     NoDrafterFactory,
@@ -11,7 +11,7 @@ from specstrat.strategies import (
 ALGO: SpecAlgorithm[None] = SpecAlgorithm(
     "BROKEN",
     Capabilities(),
-    FixedWidthVerifyPolicy(),
+    OffsetVerifyPolicy(),
     SlotFutureMapFactory(),
     NoDraftStateDisaggDraftBuilder(),
     NoDrafterFactory(),

@@ -3,7 +3,7 @@ from specstrat import Capabilities, SpecAlgorithm
 from specstrat.strategies import (
     DsparkDisaggDraftBuilder,
     EagleDraftInput,
-    FixedWidthVerifyPolicy,
+    OffsetVerifyPolicy,
     GreedyAcceptance,
     NoDrafterFactory,
     SlotFutureMapFactory,
@@ -12,7 +12,7 @@ from specstrat.strategies import (
 ALGO: SpecAlgorithm[EagleDraftInput] = SpecAlgorithm(
     name="BROKEN",
     capabilities=Capabilities(),
-    target_verify=FixedWidthVerifyPolicy(),
+    target_verify=OffsetVerifyPolicy(),
     future_map=SlotFutureMapFactory(),
     disagg=DsparkDisaggDraftBuilder(),
     drafter=NoDrafterFactory(),
