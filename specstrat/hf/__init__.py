@@ -10,7 +10,7 @@ greedy ``generate`` (:func:`generate_reference`), certifying numerical ties.
 
 from specstrat.hf.adapter import ATTENTION_NAME, HFCausalLM, paged_attention
 from specstrat.hf.algorithms import EARLY_EXIT, NGRAM_RAGGED, early_exit_algorithm
-from specstrat.hf.loader import HFModels, cache_dir, load
+from specstrat.hf.loader import HFModels, cache_dir, eos_token_ids, load
 from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import (
     TIE_EPSILON,
@@ -33,6 +33,7 @@ __all__ = [
     "HFModels",
     "ReferenceCheck",
     "cache_dir",
+    "eos_token_ids",
     "certified_tie",
     "chat_request",
     "compare",

@@ -28,7 +28,7 @@ from specstrat.hf.text_io import chat_request, decode, text_request
 from specstrat.models import CausalLM, DraftHead
 from specstrat.runtime import Request
 
-__all__ = ["HFModels", "cache_dir", "load"]
+__all__ = ["HFModels", "cache_dir", "eos_token_ids", "load"]
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _INSTALL = "pip install 'specstrat[hf]' (transformers, tokenizers, gguf, accelerate)"
@@ -212,7 +212,9 @@ def _write_cache(model: Any, tokenizer: Any, target: Path) -> None:
         raise
 
 
-def _eos_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+def eos_token_ids(model: Any, tokenizer: Any) -> frozenset[int]:
+    """The ids that end a response: the model's generation config's ``eos_token_id`` (one or a
+    list) and the tokenizer's."""
     ids: set[int] = set()
     for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
         if isinstance(value, int):
@@ -247,5 +249,8 @@ def load(
     model = model.to(device).eval()
     target = HFCausalLM(model, vocab_size=len(tokenizer), name=p.name)
     return HFModels(
-        target=target, tokenizer=tokenizer, eos_token_ids=_eos_ids(model, tokenizer), source=str(p)
+        target=target,
+        tokenizer=tokenizer,
+        eos_token_ids=eos_token_ids(model, tokenizer),
+        source=str(p),
     )

@@ -42,8 +42,8 @@ from specstrat.train.checkpoint import (
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
 from specstrat.train.loop import TTT_DECAY, HeadConfig, train_head
+from specstrat.train.prompt_kinds import CHAT_TOPICS, chat_prompts, math_prompts, passage_prompts
 from specstrat.train.prompts import (
-    CHAT_TOPICS,
     STDLIB_MODULES,
     default_prompts,
     read_prompts,
@@ -52,6 +52,9 @@ from specstrat.train.prompts import (
 
 __all__ = [
     "CHAT_TOPICS",
+    "chat_prompts",
+    "math_prompts",
+    "passage_prompts",
     "CHECKPOINT_FORMAT",
     "FORMAT",
     "MAY_DIFFER",

@@ -3,9 +3,11 @@
 A head learns to predict what *this* target says, so the data is the target's own responses to
 the prompts (greedy, or sampled at a temperature with a seed), not a dataset's answers. For each
 generated sequence one further forward with ``output_hidden_states`` captures, at the response
-positions, the hidden states of the fused layers, the target's logits on the draft vocabulary
-and its greedy choices. That is a second forward over text the generation already ran; capturing
-during generation instead (no second pass) is left to the engine.
+positions, the hidden states of the fused layers, the LM head's input (from which the target's
+logits on the draft vocabulary are recomputed as training needs them, so the data stays about
+``(k + 1) * H`` half-precision numbers a position) and the target's greedy choices. That is a
+second forward over text the generation already ran; capturing during generation instead (no
+second pass) is left to the engine.
 
 Layer ``l`` means the output of decoder layer ``l`` (transformers' ``hidden_states[l + 1]``;
 the last layer's entry is after the final norm in most models).
@@ -20,18 +22,21 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
-from specstrat.hf import HFCausalLM, plain_defaults
+from specstrat.hf import HFCausalLM, eos_token_ids, plain_defaults
 
 __all__ = [
     "CapturedData",
     "CapturedSequence",
     "Generation",
     "capture",
+    "capture_sequences",
     "check_layers",
     "default_layers",
+    "draft_data",
     "draft_vocab",
     "generate",
     "raw_model",
@@ -87,12 +92,13 @@ class CapturedSequence:
     sequence positions ``start + r`` (``start = prompt_len - 1``: row 0 predicts the first
     response token). ``features [R, k * H]``: the fused layers' hidden states, concatenated;
     ``tokens [R]``: the token at each position; ``logits [R, N]``: the target's logits on the
-    draft vocabulary (``d2t`` order); ``greedy [R]``: the target's greedy next token over its
-    whole vocabulary. CPU tensors."""
+    draft vocabulary are :meth:`CapturedData.target_logits` of ``final [R, H]``, the LM head's
+    input; ``greedy [R]``: the target's greedy next token over its whole vocabulary. CPU
+    tensors, ``features`` and ``final`` in float16."""
 
     features: torch.Tensor
     tokens: torch.Tensor
-    logits: torch.Tensor
+    final: torch.Tensor
     greedy: torch.Tensor
     start: int
 
@@ -100,12 +106,20 @@ class CapturedSequence:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CapturedData:
     """Captured sequences of one target: the fused ``layers``, the draft vocabulary ``d2t``
-    (draft id -> target id) and a description of the prompts' ``source``."""
+    (draft id -> target id), the target's LM head rows at ``d2t`` (``lm_rows [N, H]`` and
+    ``lm_bias [N]``, float32) and a description of the prompts' ``source``."""
 
     sequences: tuple[CapturedSequence, ...]
     layers: tuple[int, ...]
     d2t: torch.Tensor
+    lm_rows: torch.Tensor
+    lm_bias: torch.Tensor
     source: str
+
+    def target_logits(self, final: torch.Tensor) -> torch.Tensor:
+        """The target's logits on the draft vocabulary (``[.., N]`` float32) for LM head inputs
+        ``final [.., H]``."""
+        return torch.nn.functional.linear(final.float(), self.lm_rows, self.lm_bias)
 
     @property
     def positions(self) -> int:
@@ -115,16 +129,6 @@ class CapturedData:
 
 def _vocab(model: Any, tokenizer: Any) -> int:
     return min(len(tokenizer), int(model.get_output_embeddings().weight.shape[0]))
-
-
-def _eos(model: Any, tokenizer: Any) -> list[int]:
-    ids: set[int] = set()
-    for value in (getattr(model.generation_config, "eos_token_id", None), tokenizer.eos_token_id):
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, list | tuple):
-            ids.update(v for v in value if isinstance(v, int))
-    return sorted(ids)
 
 
 def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
@@ -148,7 +152,7 @@ def generate(
     temperature: float = 0.0,
     seed: int = 0,
     deadline: float | None = None,
-    batch: int = 16,
+    batch: int = 64,
 ) -> tuple[Generation, ...]:
     """The target's responses to ``prompts``: greedy at ``temperature=0``, else sampled at it
     with ``seed + i`` for prompt ``i``; stops at the tokenizer's and generation config's EOS.
@@ -168,7 +172,7 @@ def generate(
     out: list[Generation] = []
     with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
         vocab, width = _vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
-        eos = _eos(lm, tokenizer)
+        eos = sorted(eos_token_ids(lm, tokenizer))
         sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
         config = GenerationConfig(  # type: ignore[no-untyped-call]
             max_new_tokens=max_new_tokens,
@@ -209,7 +213,7 @@ def _engine_generate(
     from specstrat.runtime import Engine, EngineConfig, Request, kv_reservation
 
     with raw_model(model) as lm:
-        eos = frozenset(_eos(lm, tokenizer))
+        eos = eos_token_ids(lm, tokenizer)
     requests = [
         Request(
             f"p{i}",
@@ -278,27 +282,85 @@ def capture(
     vocab_size: int,
     source: str = "",
 ) -> CapturedData:
+    """:func:`capture_sequences` of ``generations`` as :func:`draft_data` on ``d2t``."""
+    sequences = capture_sequences(model, generations, layers=layers, vocab_size=vocab_size)
+    return draft_data(model, sequences, layers=layers, d2t=d2t, source=source)
+
+
+def capture_sequences(
+    model: Any, generations: Sequence[Generation], *, layers: Sequence[int], vocab_size: int
+) -> tuple[CapturedSequence, ...]:
     """One forward per generation with ``output_hidden_states``: the fused ``layers``' hidden
-    states, the logits on ``d2t`` and the greedy next token (over the first ``vocab_size`` ids)
-    at every position from the last prompt token on (:class:`CapturedSequence`)."""
+    states, the LM head's input and the greedy next token (over the first ``vocab_size`` ids)
+    at every position from the last prompt token on (:class:`CapturedSequence`). A target whose
+    logits are not its LM head's output (a soft cap or a scale after the head) is refused: the
+    logits training recomputes would not be the target's."""
     picked = tuple(int(x) for x in layers)
     sequences: list[CapturedSequence] = []
     with raw_model(model) as lm, torch.inference_mode():
         check_layers(picked, int(lm.config.num_hidden_layers))
         device = next(lm.parameters()).device
-        index = d2t.to(device)
-        for g in generations:
-            start = g.prompt_len - 1
-            out = lm(input_ids=g.tokens[None].to(device), output_hidden_states=True)
-            feats = torch.cat([out.hidden_states[x + 1][0, start:] for x in picked], dim=-1)
-            logits = out.logits[0, start:].float()
-            sequences.append(
-                CapturedSequence(
-                    features=feats.float().cpu(),
-                    tokens=g.tokens[start:].clone(),
-                    logits=logits[:, index].cpu(),
-                    greedy=logits[:, :vocab_size].argmax(-1).cpu(),
-                    start=start,
+        head = lm.get_output_embeddings()
+        inputs: list[torch.Tensor] = []
+        hook = head.register_forward_pre_hook(lambda _module, args: inputs.append(args[0]))
+        try:
+            for g in generations:
+                start = g.prompt_len - 1
+                inputs.clear()
+                out = lm(input_ids=g.tokens[None].to(device), output_hidden_states=True)
+                feats = torch.cat([out.hidden_states[x + 1][0, start:] for x in picked], dim=-1)
+                logits = out.logits[0, start:].float()
+                final = inputs[-1][0, start:].float()
+                if not sequences:
+                    _check_head(head, final, logits)
+                sequences.append(
+                    CapturedSequence(
+                        features=feats.half().cpu(),
+                        tokens=g.tokens[start:].clone(),
+                        final=final.half().cpu(),
+                        greedy=logits[:, :vocab_size].argmax(-1).cpu(),
+                        start=start,
+                    )
                 )
-            )
-    return CapturedData(sequences=tuple(sequences), layers=picked, d2t=d2t.clone(), source=source)
+        finally:
+            hook.remove()
+    return tuple(sequences)
+
+
+def draft_data(
+    model: Any,
+    sequences: Sequence[CapturedSequence],
+    *,
+    layers: Sequence[int],
+    d2t: torch.Tensor,
+    source: str = "",
+) -> CapturedData:
+    """``sequences`` captured from ``model`` on the fused ``layers``, with the draft vocabulary
+    ``d2t`` and the target's LM head rows at it."""
+    with raw_model(model) as lm:
+        head = lm.get_output_embeddings()
+        rows = head.weight.detach()[d2t.to(head.weight.device)].float().cpu()
+        bias = getattr(head, "bias", None)
+    picked = torch.zeros(d2t.numel()) if bias is None else bias.detach()[d2t].float().cpu()
+    return CapturedData(
+        sequences=tuple(sequences),
+        layers=tuple(int(x) for x in layers),
+        d2t=d2t.clone(),
+        lm_rows=rows,
+        lm_bias=picked,
+        source=source,
+    )
+
+
+def _check_head(head: Any, final: torch.Tensor, logits: torch.Tensor) -> None:
+    """Refuses a target whose logits are not its LM head's output for the head's input."""
+    width = logits.shape[-1]
+    bias = getattr(head, "bias", None)
+    recomputed = F.linear(final.to(head.weight.dtype), head.weight, bias).float()[..., :width]
+    error = float((recomputed - logits).abs().max()) if logits.numel() else 0.0
+    if error > 1e-3 * max(1.0, float(logits.abs().max())):
+        raise InvalidConfig(
+            f"the target's logits differ from its LM head's output by up to {error:.3g} (a "
+            "soft cap or a scale after the head); specstrat train needs a target whose logits "
+            "are the output of get_output_embeddings()"
+        )

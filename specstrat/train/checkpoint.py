@@ -32,7 +32,7 @@ from specstrat.train.capture import CapturedData, CapturedSequence
 __all__ = ["CHECKPOINT_FORMAT", "MAY_DIFFER", "Checkpoint", "read_checkpoint", "save_checkpoint"]
 
 #: The ``format`` entry of a checkpoint file.
-CHECKPOINT_FORMAT = "specstrat-train-checkpoint/1"
+CHECKPOINT_FORMAT = "specstrat-train-checkpoint/2"
 #: The HeadConfig fields a resumed run may change.
 MAY_DIFFER = frozenset({"budget_seconds", "eval_depth"})
 _FIX = "pass the checkpoint the same run wrote, or start afresh without --resume"
@@ -100,12 +100,14 @@ def _data(data: CapturedData) -> dict[str, Any]:
     return {
         "layers": list(data.layers),
         "d2t": data.d2t,
+        "lm_rows": data.lm_rows,
+        "lm_bias": data.lm_bias,
         "source": data.source,
         "sequences": [
             {
                 "features": s.features,
                 "tokens": s.tokens,
-                "logits": s.logits,
+                "final": s.final,
                 "greedy": s.greedy,
                 "start": s.start,
             }
@@ -119,14 +121,19 @@ def _undata(raw: dict[str, Any]) -> CapturedData:
         CapturedSequence(
             features=s["features"],
             tokens=s["tokens"],
-            logits=s["logits"],
+            final=s["final"],
             greedy=s["greedy"],
             start=int(s["start"]),
         )
         for s in raw["sequences"]
     )
     return CapturedData(
-        sequences=sequences, layers=tuple(raw["layers"]), d2t=raw["d2t"], source=raw["source"]
+        sequences=sequences,
+        layers=tuple(raw["layers"]),
+        d2t=raw["d2t"],
+        lm_rows=raw["lm_rows"],
+        lm_bias=raw["lm_bias"],
+        source=raw["source"],
     )
 
 

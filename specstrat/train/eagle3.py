@@ -207,16 +207,19 @@ class Eagle3Head(nn.Module):
         hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
         emb = self.get_buffer("embed")[tokens].to(hidden.dtype)
         x = torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
-        q = self.q_proj(x).view(b, t, c.heads, c.head_dim).transpose(1, 2)
-        k = self.k_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
-        q, k = _rope(q, positions, c.rope_theta), _rope(k, positions, c.rope_theta)
         group = c.heads // c.kv_heads
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        mask = torch.ones(t, t, dtype=torch.bool, device=x.device)
-        mask = mask.tril() if causal else torch.eye(t, dtype=torch.bool, device=x.device)
-        attn = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, scale=c.head_dim**-0.5)
-        hidden = hidden + self.o_proj(attn.transpose(1, 2).reshape(b, t, c.heads * c.head_dim))
+        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
+        if causal:
+            q = self.q_proj(x).view(b, t, c.heads, c.head_dim).transpose(1, 2)
+            k = self.k_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
+            q, k = _rope(q, positions, c.rope_theta), _rope(k, positions, c.rope_theta)
+            k = k.repeat_interleave(group, dim=1)
+            v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+            attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c.head_dim**-0.5)
+            attn = attn.transpose(1, 2)
+        else:  # each row's only key is its own: the softmax is 1 and the output is its value
+            attn = v.repeat_interleave(group, dim=2)
+        hidden = hidden + self.o_proj(attn.reshape(b, t, c.heads * c.head_dim))
         y = self.post_norm(hidden)
         hidden = hidden + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
         return self.lm_head(self.norm(hidden)), hidden

@@ -33,9 +33,12 @@ from specstrat.train.artifact import TrainedHead, target_name, target_sha256
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
+    Generation,
     capture,
+    capture_sequences,
     check_layers,
     default_layers,
+    draft_data,
     draft_vocab,
     generate,
     raw_model,
@@ -45,6 +48,9 @@ from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
 
 __all__ = ["TTT_DECAY", "HeadConfig", "train_head"]
+
+#: Prompts generated (as one engine batch) and captured between two checks of the budget.
+_GENERATE_BATCH = 64
 
 #: Step ``i`` of the unrolled head weighs ``TTT_DECAY ** i`` in the loss (EAGLE-3's 0.8).
 TTT_DECAY = 0.8
@@ -65,7 +71,7 @@ class HeadConfig:
     :class:`~specstrat.train.Eagle3DraftHead` runs (the default, ``False``)."""
 
     layers: tuple[int, ...] | None = None
-    draft_vocab: int = 32768
+    draft_vocab: int = 8192
     ttt_steps: int = 3
     lr: float = 1e-3
     warmup: float = 0.05
@@ -128,16 +134,16 @@ class _Batch:
     starts: torch.Tensor  # [B] absolute position of row 0
 
 
-def _batch(sequences: Sequence[CapturedSequence]) -> _Batch:
+def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
     rows = max(s.tokens.numel() for s in sequences)
 
     def pad(x: torch.Tensor) -> torch.Tensor:
         return F.pad(x, [0, 0] * (x.dim() - 1) + [0, rows - x.shape[0]])
 
     return _Batch(
-        features=torch.stack([pad(s.features) for s in sequences]),
+        features=torch.stack([pad(s.features) for s in sequences]).float(),
         tokens=torch.stack([pad(s.tokens) for s in sequences]),
-        targets=torch.stack([pad(s.logits) for s in sequences]),
+        targets=data.target_logits(torch.stack([pad(s.final) for s in sequences])),
         lengths=torch.tensor([s.tokens.numel() for s in sequences]),
         starts=torch.tensor([s.start for s in sequences]),
     )
@@ -252,9 +258,9 @@ def _collect(
     source: str,
     start: float,
 ) -> tuple[CapturedData, CapturedData]:
-    """The training and held-out data: the target's responses, captured (generation stops at
-    half the budget; when it does, the held-out prompts keep their share of what was
-    generated)."""
+    """The training and held-out data: the target's responses, captured a batch of prompts at
+    a time (generation and capture stop at half the budget; when they do, the held-out prompts
+    keep their share of what was generated)."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
@@ -263,15 +269,22 @@ def _collect(
         vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
     layers = config.layers if config.layers is not None else default_layers(num_layers)
     check_layers(layers, num_layers)
-    gens = generate(
-        model,
-        tokenizer,
-        train_prompts,
-        max_new_tokens=config.max_new_tokens,
-        temperature=config.temperature,
-        seed=config.seed,
-        deadline=data_deadline,
-    )
+    gens: list[Generation] = []
+    sequences: list[CapturedSequence] = []
+    for first in range(0, len(train_prompts), _GENERATE_BATCH):
+        if data_deadline is not None and time.monotonic() > data_deadline:
+            break
+        chunk = generate(
+            model,
+            tokenizer,
+            train_prompts[first : first + _GENERATE_BATCH],
+            max_new_tokens=config.max_new_tokens,
+            temperature=config.temperature,
+            seed=config.seed + first,
+            batch=_GENERATE_BATCH,
+        )
+        gens += chunk
+        sequences += capture_sequences(model, chunk, layers=layers, vocab_size=vocab)
     if not gens:
         raise InvalidConfig(
             f"budget_seconds={config.budget_seconds} ended before one response was "
@@ -282,9 +295,8 @@ def _collect(
         held_prompts = held_prompts[: max(1, round(len(gens) * share))]
     d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
     held_gens = generate(model, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
-    with raw_model(model) as lm:
-        data = capture(lm, gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
-        held = capture(lm, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+    data = draft_data(model, sequences, layers=layers, d2t=d2t, source=source)
+    held = capture(model, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
     return data, held
 
 
@@ -369,9 +381,8 @@ def _fit(
                     frac = max(frac, (now - train_start) / max(deadline - train_start, 1e-9))
                 for group in opt.param_groups:
                     group["lr"] = config.lr * _lr_scale(frac, config.warmup)
-                batch = _batch(
-                    [seqs[i] for i in perm[b * config.batch_size :][: config.batch_size]]
-                )
+                picked = perm[b * config.batch_size :][: config.batch_size]
+                batch = _batch(data, [seqs[i] for i in picked])
                 loss, accuracy = _ttt_loss(head, batch, config.ttt_steps, config.causal)
                 opt.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]

@@ -1,11 +1,16 @@
 """Prompts a head trains on: a license-clean default pool built offline, or a user's JSONL file.
 
-The default pool has two parts, both made on this machine with nothing downloaded:
+The default pool has four parts, all made on this machine with nothing downloaded:
 
-- instructions written around the Python standard library's own functions and their docstrings
-  (``inspect`` over :data:`STDLIB_MODULES`, names in sorted order, one of four phrasings per
-  function in turn), e.g. "Explain what `textwrap.dedent` does and give an example.";
-- :data:`CHAT_TOPICS`, short everyday requests written for this module.
+- instructions written around the Python standard library's own functions and classes and
+  their docstrings (``inspect`` over :data:`STDLIB_MODULES`, names in sorted order, two of six
+  phrasings per name in turn), e.g. "Explain what `textwrap.dedent` does and give an example.";
+- tasks around passages of the standard library's docstrings (summarise, list, rewrite,
+  translate, answer from the passage, extract terms;
+  :func:`~specstrat.train.prompt_kinds.passage_prompts`);
+- arithmetic word problems from a fixed seed (:func:`~specstrat.train.prompt_kinds.math_prompts`);
+- everyday requests written for this module: :data:`CHAT_TOPICS`, writing tasks, role plays and
+  explanations (:func:`~specstrat.train.prompt_kinds.chat_prompts`).
 
 The pool depends only on the Python version's standard library, so one interpreter always builds
 the same pool in the same order. Benchmark prompts (Spec-Bench) are never part of it: a test
@@ -21,59 +26,20 @@ import os
 from pathlib import Path
 
 from specstrat.errors import InvalidConfig
+from specstrat.train.prompt_kinds import chat_prompts, math_prompts, passage_prompts
 
-__all__ = ["CHAT_TOPICS", "STDLIB_MODULES", "default_prompts", "read_prompts", "stdlib_prompts"]
+__all__ = ["STDLIB_MODULES", "default_prompts", "read_prompts", "stdlib_prompts"]
 
-#: The standard-library modules whose public functions the instructions are written around.
+#: The standard-library modules whose public functions and classes the instructions are written
+#: around.
 STDLIB_MODULES = (
-    *("base64", "bisect", "calendar", "collections", "copy", "csv", "difflib", "fnmatch"),
-    *("functools", "glob", "hashlib", "heapq", "html", "itertools", "json", "math"),
-    *("operator", "os.path", "pprint", "random", "re", "secrets", "shlex", "shutil"),
-    *("statistics", "string", "textwrap", "unicodedata", "urllib.parse", "zlib"),
-)
-
-#: Everyday requests, written for this module (no benchmark's wording).
-CHAT_TOPICS = (
-    "Suggest three names for a small bakery that sells sourdough and rye bread.",
-    "How do I keep basil alive on a windowsill through the winter?",
-    "Describe the water cycle to a ten-year-old in a few sentences.",
-    "Give me a packing list for a two-night camping trip in late autumn.",
-    "What is the difference between weather and climate?",
-    "Write a four-line poem about a lighthouse keeper's cat.",
-    "How can I politely decline a meeting invitation from a colleague?",
-    "Explain how a bicycle's gears make climbing hills easier.",
-    "Plan a vegetarian dinner for four with a soup, a main dish and a dessert.",
-    "What should I check before buying a used car?",
-    "Summarise the rules of chess for someone who has never played.",
-    "Why does bread go stale, and how can I slow it down?",
-    "Give tips for practising a musical instrument with only twenty minutes a day.",
-    "Write a short thank-you note to a neighbour who watered my plants.",
-    "How do noise-cancelling headphones work?",
-    "Explain compound interest with a small worked example.",
-    "Suggest a weekly routine for learning to draw faces.",
-    "What are some good ways to remember people's names?",
-    "Describe how a rainbow forms after a storm.",
-    "Write a riddle whose answer is a shadow.",
-    "How can a small team run better stand-up meetings?",
-    "List five board games that work well with two players and say why.",
-    "What makes a good first sentence in a short story?",
-    "Explain why the sky looks orange at sunset.",
-    "How do I clean a cast-iron pan without ruining its coating?",
-    "Give a beginner's plan for running five kilometres in eight weeks.",
-    "Write a limerick about a forgetful robot.",
-    "What is the difference between a virus and a bacterium?",
-    "How should I organise a bookshelf that holds two hundred books?",
-    "Explain what a budget spreadsheet is and how to start one.",
-    "Suggest activities for a rainy afternoon with two young children.",
-    "Why do onions make people cry when they are chopped?",
-    "Describe a calm morning at a harbour in three sentences.",
-    "How do bees decide where to build a new hive?",
-    "Give advice for writing a clear bug report.",
-    "What are the pros and cons of working from home?",
-    "Explain how a refrigerator keeps food cold.",
-    "Write a dialogue between a teapot and a coffee mug.",
-    "How can I make a small balcony feel like a garden?",
-    "What is a good way to learn the basics of a new language in a month?",
+    *("argparse", "base64", "bisect", "calendar", "cmath", "collections", "colorsys"),
+    *("contextlib", "copy", "csv", "dataclasses", "datetime", "decimal", "difflib", "enum"),
+    *("fnmatch", "fractions", "functools", "glob", "gzip", "hashlib", "heapq", "html"),
+    *("inspect", "io", "ipaddress", "itertools", "json", "logging", "math", "operator"),
+    *("os.path", "pathlib", "pickle", "pprint", "queue", "random", "re", "secrets", "shlex"),
+    *("shutil", "sqlite3", "statistics", "string", "struct", "tempfile", "textwrap"),
+    *("threading", "time", "unicodedata", "urllib.parse", "uuid", "zipfile", "zlib"),
 )
 
 _PHRASINGS = (
@@ -81,6 +47,8 @@ _PHRASINGS = (
     "Write a small Python program that uses `{name}` and explain what it prints.",
     'The documentation of `{name}` begins: "{doc}" Explain this in plain words for a beginner.',
     "What mistakes do people make with `{name}`? Show a correct use.",
+    "Write a function with type hints and a docstring that uses `{name}`, and a test for it.",
+    "Compare `{name}` with another way to do the same job in Python. When is each better?",
 )
 
 
@@ -92,32 +60,37 @@ def _first_line(obj: object) -> str:
 
 
 def stdlib_prompts() -> tuple[str, ...]:
-    """Instructions around the documented public functions of :data:`STDLIB_MODULES`: each
-    module's names in sorted order (``__all__`` where it has one), phrasings taken in turn."""
+    """Instructions around the documented public functions and classes (the module's own) of
+    :data:`STDLIB_MODULES`: each module's names in sorted order (``__all__`` where it has one),
+    two phrasings per name, the phrasings taken in turn."""
     out: list[str] = []
     for module_name in STDLIB_MODULES:
         module = importlib.import_module(module_name)
         names = getattr(module, "__all__", None) or [n for n in dir(module) if n[:1] != "_"]
         for name in sorted(names):
             obj = getattr(module, name, None)
-            if not (inspect.isfunction(obj) or inspect.isbuiltin(obj)):
+            home = str(getattr(obj, "__module__", "")).lstrip("_").split(".")[0]
+            own_class = inspect.isclass(obj) and home == module.__name__.split(".")[0]
+            if not (inspect.isfunction(obj) or inspect.isbuiltin(obj) or own_class):
                 continue
             doc = _first_line(obj)
             if not doc:
                 continue
-            phrasing = _PHRASINGS[len(out) % len(_PHRASINGS)]
-            out.append(phrasing.format(name=f"{module_name}.{name}", doc=doc))
+            for _ in range(2):
+                phrasing = _PHRASINGS[len(out) % len(_PHRASINGS)]
+                out.append(phrasing.format(name=f"{module_name}.{name}", doc=doc))
     return tuple(out)
 
 
 def default_prompts() -> tuple[str, ...]:
-    """The default pool: :func:`stdlib_prompts` and :data:`CHAT_TOPICS` interleaved evenly (each
-    list keeps its order), so any prefix of the pool mixes both kinds."""
-    parts = (stdlib_prompts(), CHAT_TOPICS)
+    """The default pool: :func:`stdlib_prompts`, passages, word problems and everyday requests
+    (see the module docstring) interleaved evenly (each part keeps its order), so any prefix of
+    the pool mixes every kind. Duplicates are dropped (the first kept)."""
+    parts = (stdlib_prompts(), passage_prompts(), math_prompts(), chat_prompts())
     keyed = [
         ((i + 0.5) / len(part), k, p) for k, part in enumerate(parts) for i, p in enumerate(part)
     ]
-    return tuple(p for _, _, p in sorted(keyed))
+    return tuple(dict.fromkeys(p for _, _, p in sorted(keyed)))
 
 
 def read_prompts(path: str | os.PathLike[str]) -> tuple[str, ...]:

@@ -52,15 +52,19 @@ def test_sampled_generation_is_seeded(llama: Any, tokenizer: Any) -> None:
 
 
 def test_capture_keeps_the_response_rows(llama: Any, tokenizer: Any) -> None:
-    """Rows start at the last prompt token; features are k*H wide, logits draft-vocab wide and
-    the greedy token is the generation's next token."""
+    """Rows start at the last prompt token; features are k*H wide, the LM head input gives the
+    target's logits on the draft vocabulary and the greedy token is the next token."""
     gens = generate(llama, tokenizer, ["Tell me a story."], max_new_tokens=8)
     d2t = draft_vocab(token_counts(gens, tiny.VOCAB), 16)
     data = capture(llama, gens, layers=(0, 1, 1), d2t=d2t, vocab_size=tiny.VOCAB)
     (seq,) = data.sequences
     rows = gens[0].tokens.numel() - gens[0].prompt_len + 1
     assert seq.features.shape == (rows, 3 * 64)
-    assert seq.logits.shape == (rows, 16)
+    assert seq.final.shape == (rows, 64)
+    assert seq.features.dtype == torch.float16
+    with torch.inference_mode():
+        logits = llama(input_ids=gens[0].tokens[None]).logits[0, gens[0].prompt_len - 1 :]
+    torch.testing.assert_close(data.target_logits(seq.final), logits[:, d2t], atol=2e-2, rtol=2e-2)
     assert seq.tokens.tolist() == gens[0].tokens[gens[0].prompt_len - 1 :].tolist()
     assert seq.greedy[:-1].tolist() == seq.tokens[1:].tolist()
     assert data.positions == rows
@@ -71,3 +75,16 @@ def test_capture_refuses_a_layer_past_the_model(llama: Any, tokenizer: Any) -> N
     gens = generate(llama, tokenizer, ["Hi."], max_new_tokens=2)
     with pytest.raises(InvalidConfig, match=r"layers=\(0, 5\).*default_layers\(2\)"):
         capture(llama, gens, layers=(0, 5), d2t=torch.arange(4), vocab_size=tiny.VOCAB)
+
+
+def test_capture_refuses_logits_that_are_not_the_lm_heads_output(
+    llama: Any, tokenizer: Any
+) -> None:
+    """A target that scales its LM head's output is refused: recomputed logits would differ."""
+    gens = generate(llama, tokenizer, ["Hi."], max_new_tokens=2)
+    hook = llama.get_output_embeddings().register_forward_hook(lambda _m, _a, out: out * 2.0)
+    try:
+        with pytest.raises(InvalidConfig, match=r"logits differ from its LM head's output"):
+            capture(llama, gens, layers=(0, 1), d2t=torch.arange(4), vocab_size=tiny.VOCAB)
+    finally:
+        hook.remove()

@@ -8,19 +8,27 @@ from pathlib import Path
 import pytest
 
 from specstrat.errors import InvalidConfig
-from specstrat.train import CHAT_TOPICS, default_prompts, read_prompts, stdlib_prompts
+from specstrat.train import (
+    CHAT_TOPICS,
+    chat_prompts,
+    default_prompts,
+    math_prompts,
+    passage_prompts,
+    read_prompts,
+    stdlib_prompts,
+)
 from tests.conftest import SPEC_BENCH, needs_spec_bench
 
 
-def test_pool_is_deterministic_and_mixes_both_kinds() -> None:
-    """Two builds give the same pool; its first 20 prompts hold stdlib and chat prompts."""
+def test_pool_is_deterministic_and_mixes_every_kind() -> None:
+    """Two builds give the same pool of distinct prompts; its first 20 hold every kind."""
     pool = default_prompts()
     assert pool == default_prompts()
-    assert len(pool) == len(stdlib_prompts()) + len(CHAT_TOPICS)
-    assert len(set(pool)) == len(pool)
-    head = pool[:20]
-    assert any(p in CHAT_TOPICS for p in head)
-    assert any(p not in CHAT_TOPICS for p in head)
+    kinds = (stdlib_prompts(), passage_prompts(), math_prompts(), chat_prompts())
+    assert set(pool) == set().union(*kinds)
+    assert len(set(pool)) == len(pool) > 2000
+    assert all(set(pool[:20]) & set(kind) for kind in kinds)
+    assert set(CHAT_TOPICS) <= set(pool)
     assert any("`textwrap.dedent`" in p for p in pool)
 
 
