@@ -138,15 +138,16 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.hf import load
     from specstrat.hf.hf_demo import run_hf_demo
     from specstrat.hf.smollm2 import model_path
+    from specstrat.train import attach_head, head_for
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
+    head = head_for(args.model, args.head, [algo])  # checked before the model loads
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
-    if args.head is not None:
-        from specstrat.train import attach_head
-
-        models = attach_head(models, args.head)
+    if head is not None:
+        print(f"draft head {head}", file=sys.stderr)
+        models = attach_head(models, head)
     trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(

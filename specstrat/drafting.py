@@ -314,6 +314,8 @@ class DrafterNeeds:
     """What a drafter needs from the engine and the algorithm, declared, checked at construction.
 
     ``target_hidden_states``: reads the target's hidden states (the algorithm must carry them);
+    ``draft_head``: runs ``models.head``, a draft head over those hidden states (a loader may
+    attach a trained head for it, as ``specstrat demo`` does for SmolLM2's shipped head);
     ``draft_model``: runs the draft LM with its own KV (``has_draft_kv``); ``prefill_fields``:
     the relay fields the prefill side of disaggregation must send for it (``topk_*`` need
     ``need_topk``, ``hidden_states`` need ``carries_draft_hidden_states``); ``trees``: drafts
@@ -324,6 +326,7 @@ class DrafterNeeds:
     """
 
     target_hidden_states: bool = False
+    draft_head: bool = False
     draft_model: bool = False
     prefill_fields: frozenset[RelayField] = frozenset()
     trees: bool = False

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -50,8 +50,12 @@ def _with_policies(
     return tuple(with_policy(a, spec, load, "bench") for a in algos for spec in specs)
 
 
-def _bench_models(model: str, head: str | None) -> tuple[Any, str]:
-    """The models ``--model`` names (with ``--head`` attached), and how the output names them."""
+def _bench_models(
+    model: str, head: str | None, algos: Sequence[SpecAlgorithm[Any] | str]
+) -> tuple[Any, str]:
+    """The models ``--model`` names with the head :func:`~specstrat.train.head_for` picks
+    attached (``--head``, or the shipped one when an algorithm runs a draft head), and how the
+    output names them."""
     if model == "embedded":
         if head is not None:
             raise InvalidConfig(
@@ -63,14 +67,14 @@ def _bench_models(model: str, head: str | None) -> tuple[Any, str]:
         return EmbeddedModels.load(), "embedded"
     from specstrat.hf import load
     from specstrat.hf.smollm2 import model_path
+    from specstrat.train import attach_head, head_for
 
+    head = head_for(model, head, algos)
     path = model_path(model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
     if head is None:
         return models, str(path)
-    from specstrat.train import attach_head
-
     return attach_head(models, head), f"{path} (head {head})"
 
 
@@ -107,7 +111,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         from specstrat.bench.plots import _pyplot
 
         _pyplot()  # a missing matplotlib is refused before any run
-    models, name = _bench_models(args.model, args.head)
+    models, name = _bench_models(args.model, args.head, config.algorithms)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
         result = run_bench(config, models, model_name=name, progress=bar.write, bar=bar)
     plots: list[str] = []

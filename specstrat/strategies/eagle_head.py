@@ -142,6 +142,7 @@ class EagleHeadDrafterFactory:
         """The target's hidden states and the head; the prefill side sends the first top-k."""
         return DrafterNeeds(
             target_hidden_states=True,
+            draft_head=True,
             prefill_fields=frozenset({"topk_p", "topk_index", "hidden_states"}),
             trees=True,
         )
@@ -150,7 +151,9 @@ class EagleHeadDrafterFactory:
         if models.head is None:
             raise InvalidConfig(
                 "EagleHeadDrafterFactory needs a draft head but models.head is None; load one "
-                "(EmbeddedModels.load(), or ModelSet(target=..., head=...))"
+                "(EmbeddedModels.load(), ModelSet(target=..., head=...), or for a Hugging Face "
+                "model specstrat.train.attach_head(models, 'head.safetensors'); the CLI's "
+                "--head FILE, a head `specstrat train` wrote)"
             )
         return models.head
 

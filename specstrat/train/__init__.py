@@ -15,12 +15,19 @@ from specstrat.train.artifact import (
     FORMAT,
     HeadMismatch,
     TrainedHead,
+    head_metadata,
     load_head,
     save_head,
     target_name,
     target_sha256,
 )
-from specstrat.train.attach import HeadAttacher, attach_head
+from specstrat.train.attach import (
+    SHIPPED_HEADS,
+    HeadAttacher,
+    attach_head,
+    head_for,
+    shipped_head,
+)
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
@@ -41,7 +48,8 @@ from specstrat.train.checkpoint import (
     save_checkpoint,
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
-from specstrat.train.loop import TTT_DECAY, HeadConfig, train_head
+from specstrat.train.head_config import HeadConfig
+from specstrat.train.loop import TTT_DECAY, train_head
 from specstrat.train.prompt_kinds import CHAT_TOPICS, chat_prompts, math_prompts, passage_prompts
 from specstrat.train.prompts import (
     STDLIB_MODULES,
@@ -68,11 +76,15 @@ __all__ = [
     "Eagle3DraftHead",
     "Eagle3Head",
     "Generation",
+    "SHIPPED_HEADS",
     "HeadAttacher",
     "HeadConfig",
     "HeadMismatch",
     "TrainedHead",
     "attach_head",
+    "head_metadata",
+    "head_for",
+    "shipped_head",
     "capture",
     "check_layers",
     "default_layers",

@@ -32,6 +32,7 @@ __all__ = [
     "FORMAT",
     "HeadMismatch",
     "TrainedHead",
+    "head_metadata",
     "load_head",
     "save_head",
     "target_name",
@@ -139,7 +140,14 @@ def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
     return file
 
 
-def _read(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def head_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The metadata of the head file at ``path``, read without its tensors: a missing or
+    unreadable file, or one that is not a specstrat head, is a ``ModelLoadError`` naming it
+    (the CLI checks ``--head`` so before it loads a model)."""
+    return _read(Path(path), tensors=False)[1]
+
+
+def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     from safetensors import safe_open
 
     if not file.is_file():
@@ -147,7 +155,8 @@ def _read(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
     try:
         with safe_open(str(file), framework="pt") as f:
             metadata = f.metadata() or {}
-            tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118 (not a dict)
+            names = list(f.keys()) if tensors else []
+            found = {k: f.get_tensor(k) for k in names}
     except Exception as exc:  # safetensors raises its own error types (and OSError)
         raise ModelLoadError(
             f"head={str(file)!r} is not a readable safetensors file ({type(exc).__name__}: "
@@ -158,7 +167,7 @@ def _read(file: Path) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
             f"head={str(file)!r} is a safetensors file but not a specstrat head "
             f"(format={metadata.get('format')!r}, expected {FORMAT!r}); {_TRAIN_HINT}"
         )
-    return tensors, metadata
+    return found, metadata
 
 
 def load_head(path: str | os.PathLike[str], target_model: Any) -> TrainedHead:

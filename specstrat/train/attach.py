@@ -6,19 +6,57 @@ outputs of the head's layers as its hidden state (:meth:`HFCausalLM.with_feature
 the head reads at prefill and after each verify) and sets ``models.head``. The attacher is
 recorded in ``models.attach``, so the prefill process of disaggregation attaches the same head
 after loading the same model.
+
+:func:`head_for` is the CLI's one rule for which head a run attaches: ``--head FILE`` when given,
+else the head the package ships for ``--model`` (:data:`SHIPPED_HEADS`) when an algorithm's
+drafter declares it runs a draft head (``DrafterNeeds.draft_head``), else none.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
+from types import MappingProxyType
+from typing import Any
 
+from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
-from specstrat.train.artifact import load_head
+from specstrat.train.artifact import head_metadata, load_head
 
-__all__ = ["HeadAttacher", "attach_head"]
+__all__ = ["SHIPPED_HEADS", "HeadAttacher", "attach_head", "head_for", "shipped_head"]
+
+#: The heads the package ships (in ``specstrat/train/heads/``), by the ``--model`` name of the
+#: target each was trained for; docs/real-models.md records how each was made.
+SHIPPED_HEADS: Mapping[str, str] = MappingProxyType({"smollm2": "smollm2-eagle3.safetensors"})
+
+
+def shipped_head(model: str) -> Path | None:
+    """The head file the package ships for ``--model model`` (None for a model without one,
+    or an installation that left the file out)."""
+    name = SHIPPED_HEADS.get(model)
+    path = None if name is None else Path(__file__).with_name("heads") / name
+    return path if path is not None and path.is_file() else None
+
+
+def head_for(
+    model: str, head: str | None, algorithms: Iterable[SpecAlgorithm[Any] | str]
+) -> str | None:
+    """The head file a CLI run on ``--model model`` attaches (see the module docstring),
+    checked to be a readable head file before any model loads (``ModelLoadError`` naming it);
+    algorithm names are looked up in the default registry."""
+    from specstrat.registry import default_registry
+
+    if head is None:
+        algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
+        found = shipped_head(model)
+        wanted = any(a.drafter.needs.draft_head for a in algos)
+        head = str(found) if found is not None and wanted else None
+    if head is not None:
+        head_metadata(head)
+    return head
 
 
 @dataclass(frozen=True, slots=True)

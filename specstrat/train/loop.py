@@ -26,7 +26,6 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.train.agreement import evaluate
 from specstrat.train.artifact import TrainedHead, target_name, target_sha256
@@ -46,83 +45,15 @@ from specstrat.train.capture import (
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
+from specstrat.train.head_config import HeadConfig
 
-__all__ = ["TTT_DECAY", "HeadConfig", "train_head"]
+__all__ = ["TTT_DECAY", "train_head"]
 
 #: Prompts generated (as one engine batch) and captured between two checks of the budget.
 _GENERATE_BATCH = 64
 
 #: Step ``i`` of the unrolled head weighs ``TTT_DECAY ** i`` in the loss (EAGLE-3's 0.8).
 TTT_DECAY = 0.8
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class HeadConfig:
-    """How :func:`train_head` builds a head. ``layers``: the fused target layers (``None``:
-    :func:`~specstrat.train.default_layers`); ``draft_vocab``: the draft vocabulary's size
-    (capped at the target's vocabulary); ``ttt_steps``: unrolled steps; ``lr``: AdamW's peak
-    learning rate (``warmup``: the share of training spent warming up); ``batch_size``:
-    sequences per step; ``epochs`` passes over the data and/or ``budget_seconds`` for data
-    generation plus training (generation stops at half the budget, training at all of it);
-    ``seed``; ``temperature`` (0: greedy responses); ``max_new_tokens`` per response;
-    ``held_out``: the share of prompts kept for measuring tau; ``eval_depth``: draft tokens
-    measured per anchor; ``causal``: train with causal attention over the sequence (EAGLE-3's
-    form) instead of each row attending to itself, which is what the one-token
-    :class:`~specstrat.train.Eagle3DraftHead` runs (the default, ``False``)."""
-
-    layers: tuple[int, ...] | None = None
-    draft_vocab: int = 8192
-    ttt_steps: int = 3
-    lr: float = 1e-3
-    warmup: float = 0.05
-    batch_size: int = 8
-    epochs: int | None = 2
-    budget_seconds: float | None = None
-    seed: int = 0
-    temperature: float = 0.0
-    max_new_tokens: int = 128
-    held_out: float = 0.1
-    eval_depth: int = 5
-    clip: float = 1.0
-    causal: bool = False
-
-    def __post_init__(self) -> None:
-        for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
-            value = getattr(self, name)
-            if not is_int(value) or value < 1:
-                raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
-        if not is_int(self.seed):
-            raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
-        if self.layers is not None and (
-            len(self.layers) < 2 or not all(is_int(x) and x >= 0 for x in self.layers)
-        ):
-            raise InvalidConfig(
-                f"HeadConfig.layers={self.layers!r} must be None (the default rule) or at least "
-                "2 decoder-layer indices >= 0, e.g. (1, 8, 14)"
-            )
-        if self.epochs is None and self.budget_seconds is None:
-            raise InvalidConfig(
-                "HeadConfig.epochs=None and budget_seconds=None: training would never end; "
-                "set epochs=N, budget_seconds=S, or both"
-            )
-        if self.epochs is not None and (not is_int(self.epochs) or self.epochs < 1):
-            raise InvalidConfig(f"HeadConfig.epochs={self.epochs!r} must be an int >= 1, or None")
-        checks = {
-            "lr": (self.lr, 0.0, math.inf, False),
-            "warmup": (self.warmup, 0.0, 1.0, True),
-            "temperature": (self.temperature, 0.0, math.inf, True),
-            "held_out": (self.held_out, 0.0, 1.0, True),
-            "clip": (self.clip, 0.0, math.inf, False),
-        }
-        if self.budget_seconds is not None:
-            checks["budget_seconds"] = (self.budget_seconds, 0.0, math.inf, False)
-        for name, (value, low, high, closed) in checks.items():
-            number = isinstance(value, int | float) and not isinstance(value, bool)
-            if not number or not (low <= value if closed else low < value) or value >= high:
-                side = ">=" if closed else ">"
-                raise InvalidConfig(
-                    f"HeadConfig.{name}={value!r} must be a number {side} {low} and < {high}"
-                )
 
 
 @dataclass(frozen=True, slots=True)
@@ -228,7 +159,7 @@ def train_head(
         resume.check_target(name, digest)
         data, held = resume.data, resume.held
     else:  # outside raw_model: an HFCausalLM generates through the engine's own attention
-        data, held = _collect(config, model, tokenizer, prompts, source, start)
+        data, held = _collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t)
@@ -257,10 +188,11 @@ def _collect(
     prompts: Sequence[str],
     source: str,
     start: float,
+    bar: Any,
 ) -> tuple[CapturedData, CapturedData]:
     """The training and held-out data: the target's responses, captured a batch of prompts at
     a time (generation and capture stop at half the budget; when they do, the held-out prompts
-    keep their share of what was generated)."""
+    keep their share of what was generated); ``bar``: a tqdm to show it in, or falsy."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
@@ -271,6 +203,7 @@ def _collect(
     check_layers(layers, num_layers)
     gens: list[Generation] = []
     sequences: list[CapturedSequence] = []
+    pbar = bar(total=len(train_prompts), desc="generate", unit="prompt") if bar else None
     for first in range(0, len(train_prompts), _GENERATE_BATCH):
         if data_deadline is not None and time.monotonic() > data_deadline:
             break
@@ -285,6 +218,11 @@ def _collect(
         )
         gens += chunk
         sequences += capture_sequences(model, chunk, layers=layers, vocab_size=vocab)
+        if pbar is not None:
+            pbar.update(len(chunk))
+            pbar.set_postfix_str(f"{sum(int(s.tokens.numel()) for s in sequences)} positions")
+    if pbar is not None:
+        pbar.close()
     if not gens:
         raise InvalidConfig(
             f"budget_seconds={config.budget_seconds} ended before one response was "

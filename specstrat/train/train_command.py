@@ -23,7 +23,8 @@ import torch
 from specstrat.errors import InvalidConfig
 from specstrat.train.artifact import TrainedHead, save_head
 from specstrat.train.checkpoint import Checkpoint, read_checkpoint
-from specstrat.train.loop import HeadConfig, train_head
+from specstrat.train.head_config import HeadConfig
+from specstrat.train.loop import train_head
 from specstrat.train.prompts import default_prompts, read_prompts
 
 __all__ = ["DEFAULT_SOURCE", "add_train_parser", "checkpoint_path", "train_command"]

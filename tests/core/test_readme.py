@@ -35,7 +35,7 @@ CLAIMS = {
     "specstrat demo --model smollm2 ": f"{REAL_TEST}::test_the_smollm2_block_runs",
     "specstrat bench ": f"{HERE}::test_the_bench_block_runs",
     "# mypkg/algos.py": PLUGIN_TEST,
-    "# pyproject.toml of mypkg": PLUGIN_TEST,
+    "specstrat train ": f"{REAL_TEST}::test_the_train_block_runs",
 }
 
 

@@ -19,11 +19,9 @@ from specstrat.hf import (
     ReferenceCheck,
     cache_dir,
     compare,
-    generate_reference,
     load,
 )
 from specstrat.hf.algorithms import early_exit_algorithm
-from specstrat.hf.hf_demo import code_requests
 from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig, Request
@@ -49,18 +47,6 @@ CONFIG = EngineConfig(num_draft_tokens=4, context_len=512, max_running_requests=
 def smollm2() -> HFModels:
     """SmolLM2 loaded once (converted into the fresh cache `make test-real` points at)."""
     return load(smollm2_path())
-
-
-@pytest.fixture(scope="module")
-def requests(smollm2: HFModels) -> list[Request]:
-    """Two code-editing requests through the chat template, 24 new tokens each."""
-    return code_requests(smollm2, 2, 24)
-
-
-@pytest.fixture(scope="module")
-def reference(smollm2: HFModels, requests: list[Request]) -> dict[str, list[int]]:
-    """transformers' greedy generate on the same requests."""
-    return generate_reference(smollm2.target, requests)
 
 
 def _check(

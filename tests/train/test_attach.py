@@ -146,3 +146,69 @@ def test_bench_refuses_a_head_on_the_embedded_models(
     err = capsys.readouterr().err
     assert "specstrat bench: InvalidConfig: --head" in err
     assert "pass --model smollm2 or --model PATH" in err
+
+
+def test_head_for_picks_the_flag_then_the_shipped_head_for_a_head_drafter(
+    head_file: Path,
+) -> None:
+    """--head wins; without it a head drafter on smollm2 gets the shipped head, others none."""
+    from specstrat.train import head_for, shipped_head
+
+    assert head_for("smollm2", str(head_file), ["NGRAM"]) == str(head_file)
+    assert head_for("smollm2", None, ["NGRAM", specstrat.NONE]) is None
+    assert head_for("/some/model", None, ["EAGLE"]) is None
+    shipped = shipped_head("smollm2")
+    assert head_for("smollm2", None, ["NGRAM", "EAGLE3"]) == (shipped and str(shipped))
+    assert shipped_head("/some/model") is None
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("missing.safetensors", r"missing\.safetensors'?: no such file"),
+        ("junk.safetensors", r"junk\.safetensors'? is not a readable safetensors file"),
+    ],
+)
+def test_head_for_refuses_a_bad_head_file_before_loading(
+    tmp_path: Path, text: str, match: str
+) -> None:
+    """A --head that is missing or not a head file is refused naming it."""
+    from specstrat.errors import ModelLoadError
+    from specstrat.train import head_for
+
+    (tmp_path / "junk.safetensors").write_bytes(b"not a head")
+    with pytest.raises(ModelLoadError, match=match):
+        head_for("smollm2", str(tmp_path / text), ["EAGLE"])
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_a_head_failing_mid_run_leaks_nothing_and_a_fresh_engine_stays_lossless(
+    overlap: bool, models: HFModels
+) -> None:
+    """A trained head that raises on its third call ends the run naming the error, frees every
+    slot and KV index, and the next engine on the same models is greedy-lossless."""
+    from specstrat.errors import EngineStateError, StrategyError
+
+    calls = [0]
+    head = models.head
+    assert head is not None
+
+    def failing(hidden: torch.Tensor, tokens: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("head fault injected")
+        return head(hidden, tokens)
+
+    ids = models.tokenizer("def wrap(text, width=70):\n    return text")["input_ids"]
+    requests = [Request("a", ids[:12], 12), Request("b", ids[:5], 9)]
+    config = EngineConfig(context_len=64, overlap=overlap)
+    broken = Engine(specstrat.EAGLE, replace(models, head=failing), config)
+    before = (broken.free_slots, broken.free_kv_tokens)
+    with pytest.raises((StrategyError, RuntimeError), match=r"head fault injected"):
+        broken.run(requests)
+    assert (broken.free_slots, broken.free_kv_tokens) == before
+    with pytest.raises(EngineStateError, match=r"this engine was closed after a failed run"):
+        broken.run(requests)
+    outputs = Engine(specstrat.EAGLE, models, config).run(requests)
+    check = compare(models.target, requests, outputs, generate_reference(models.target, requests))
+    assert check.lossless, check.line()

@@ -1,0 +1,80 @@
+"""How :func:`~specstrat.train.train_head` builds a head: :class:`HeadConfig`, checked when made."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from specstrat._ints import is_int
+from specstrat.errors import InvalidConfig
+
+__all__ = ["HeadConfig"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HeadConfig:
+    """How :func:`train_head` builds a head. ``layers``: the fused target layers (``None``:
+    :func:`~specstrat.train.default_layers`); ``draft_vocab``: the draft vocabulary's size
+    (capped at the target's vocabulary); ``ttt_steps``: unrolled steps; ``lr``: AdamW's peak
+    learning rate (``warmup``: the share of training spent warming up); ``batch_size``:
+    sequences per step; ``epochs`` passes over the data and/or ``budget_seconds`` for data
+    generation plus training (generation stops at half the budget, training at all of it);
+    ``seed``; ``temperature`` (0: greedy responses); ``max_new_tokens`` per response;
+    ``held_out``: the share of prompts kept for measuring tau; ``eval_depth``: draft tokens
+    measured per anchor; ``causal``: train with causal attention over the sequence (EAGLE-3's
+    form) instead of each row attending to itself, which is what the one-token
+    :class:`~specstrat.train.Eagle3DraftHead` runs (the default, ``False``)."""
+
+    layers: tuple[int, ...] | None = None
+    draft_vocab: int = 8192
+    ttt_steps: int = 3
+    lr: float = 1e-3
+    warmup: float = 0.05
+    batch_size: int = 8
+    epochs: int | None = 2
+    budget_seconds: float | None = None
+    seed: int = 0
+    temperature: float = 0.0
+    max_new_tokens: int = 128
+    held_out: float = 0.1
+    eval_depth: int = 5
+    clip: float = 1.0
+    causal: bool = False
+
+    def __post_init__(self) -> None:
+        for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
+            value = getattr(self, name)
+            if not is_int(value) or value < 1:
+                raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
+        if not is_int(self.seed):
+            raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
+        if self.layers is not None and (
+            len(self.layers) < 2 or not all(is_int(x) and x >= 0 for x in self.layers)
+        ):
+            raise InvalidConfig(
+                f"HeadConfig.layers={self.layers!r} must be None (the default rule) or at least "
+                "2 decoder-layer indices >= 0, e.g. (1, 8, 14)"
+            )
+        if self.epochs is None and self.budget_seconds is None:
+            raise InvalidConfig(
+                "HeadConfig.epochs=None and budget_seconds=None: training would never end; "
+                "set epochs=N, budget_seconds=S, or both"
+            )
+        if self.epochs is not None and (not is_int(self.epochs) or self.epochs < 1):
+            raise InvalidConfig(f"HeadConfig.epochs={self.epochs!r} must be an int >= 1, or None")
+        checks = {
+            "lr": (self.lr, 0.0, math.inf, False),
+            "warmup": (self.warmup, 0.0, 1.0, True),
+            "temperature": (self.temperature, 0.0, math.inf, True),
+            "held_out": (self.held_out, 0.0, 1.0, True),
+            "clip": (self.clip, 0.0, math.inf, False),
+        }
+        if self.budget_seconds is not None:
+            checks["budget_seconds"] = (self.budget_seconds, 0.0, math.inf, False)
+        for name, (value, low, high, closed) in checks.items():
+            number = isinstance(value, int | float) and not isinstance(value, bool)
+            if not number or not (low <= value if closed else low < value) or value >= high:
+                side = ">=" if closed else ">"
+                raise InvalidConfig(
+                    f"HeadConfig.{name}={value!r} must be a number {side} {low} and < {high}"
+                )
