@@ -232,7 +232,8 @@ def _parser() -> argparse.ArgumentParser:
     demo.add_argument(
         "--head",
         help="a draft head trained for --model (specstrat train --out FILE.safetensors): the "
-        "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it",
+        "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
+        "ships for --model, smollm2's)",
     )
     demo.add_argument(
         "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"

@@ -190,7 +190,7 @@ def add_bench_parser(
     bench.add_argument(
         "--head",
         help="a draft head trained for --model (specstrat train --out FILE.safetensors) for the "
-        "EAGLE drafters",
+        "EAGLE drafters (default: the head the package ships for --model, smollm2's)",
     )
     bench.add_argument(
         "--workload",

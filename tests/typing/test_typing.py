@@ -44,8 +44,9 @@ def test_mypy_rejects_with_expected_code(
 
 
 def test_builtins_and_readme_example_pass_strict() -> None:
-    """The positive typing files type-check cleanly under mypy --strict."""
+    """The positive typing files (built-ins, README, a policy, training) pass mypy --strict."""
     files = [HERE / "pass_builtins.py", HERE / "readme_example.py", HERE / "readme_drafter.py"]
     files.append(HERE / "gated_policy.py")  # the speculation-policy guide's own policy
+    files.append(HERE / "pass_train.py")  # the training API
     stdout, stderr, status = api.run(["--strict", *map(str, files)])
     assert status == 0, stdout + stderr
