@@ -1,6 +1,7 @@
 """The training API type-checks under mypy --strict: a config, a run, its file and the head."""
 
 from pathlib import Path
+
 from specstrat.hf import HFModels
 from specstrat.models import DraftHead
 from specstrat.train import (
