@@ -40,6 +40,7 @@ __all__ = [
     "draft_vocab",
     "generate",
     "raw_model",
+    "target_vocab",
     "token_counts",
 ]
 
@@ -119,7 +120,7 @@ class CapturedData:
     def target_logits(self, final: torch.Tensor) -> torch.Tensor:
         """The target's logits on the draft vocabulary (``[.., N]`` float32) for LM head inputs
         ``final [.., H]``."""
-        return torch.nn.functional.linear(final.float(), self.lm_rows, self.lm_bias)
+        return F.linear(final.float(), self.lm_rows, self.lm_bias)
 
     @property
     def positions(self) -> int:
@@ -127,7 +128,9 @@ class CapturedData:
         return sum(int(s.tokens.numel()) for s in self.sequences)
 
 
-def _vocab(model: Any, tokenizer: Any) -> int:
+def target_vocab(model: Any, tokenizer: Any) -> int:
+    """The ids a response can hold: the tokenizer's, capped at the LM head's rows (a padded
+    head's extra rows are never chosen)."""
     return min(len(tokenizer), int(model.get_output_embeddings().weight.shape[0]))
 
 
@@ -171,7 +174,7 @@ def generate(
         )
     out: list[Generation] = []
     with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
-        vocab, width = _vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
+        vocab, width = target_vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
         eos = sorted(eos_token_ids(lm, tokenizer))
         sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
         config = GenerationConfig(  # type: ignore[no-untyped-call]
@@ -339,9 +342,10 @@ def draft_data(
     ``d2t`` and the target's LM head rows at it."""
     with raw_model(model) as lm:
         head = lm.get_output_embeddings()
-        rows = head.weight.detach()[d2t.to(head.weight.device)].float().cpu()
         bias = getattr(head, "bias", None)
-    picked = torch.zeros(d2t.numel()) if bias is None else bias.detach()[d2t].float().cpu()
+        index = d2t.to(head.weight.device)
+        rows = head.weight.detach()[index].float().cpu()
+        picked = torch.zeros(d2t.numel()) if bias is None else bias.detach()[index].float().cpu()
     return CapturedData(
         sequences=tuple(sequences),
         layers=tuple(int(x) for x in layers),

@@ -41,6 +41,7 @@ from specstrat.train.capture import (
     draft_vocab,
     generate,
     raw_model,
+    target_vocab,
     token_counts,
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
@@ -198,11 +199,12 @@ def _collect(
     train_prompts, held_prompts = _split(prompts, config.held_out)
     with raw_model(model) as lm:
         num_layers = int(lm.config.num_hidden_layers)
-        vocab = min(len(tokenizer), int(lm.get_output_embeddings().weight.shape[0]))
+        vocab = target_vocab(lm, tokenizer)
     layers = config.layers if config.layers is not None else default_layers(num_layers)
     check_layers(layers, num_layers)
     gens: list[Generation] = []
     sequences: list[CapturedSequence] = []
+    positions = 0
     pbar = bar(total=len(train_prompts), desc="generate", unit="prompt") if bar else None
     for first in range(0, len(train_prompts), _GENERATE_BATCH):
         if data_deadline is not None and time.monotonic() > data_deadline:
@@ -217,10 +219,12 @@ def _collect(
             batch=_GENERATE_BATCH,
         )
         gens += chunk
-        sequences += capture_sequences(model, chunk, layers=layers, vocab_size=vocab)
+        captured = capture_sequences(model, chunk, layers=layers, vocab_size=vocab)
+        sequences += captured
+        positions += sum(int(s.tokens.numel()) for s in captured)
         if pbar is not None:
             pbar.update(len(chunk))
-            pbar.set_postfix_str(f"{sum(int(s.tokens.numel()) for s in sequences)} positions")
+            pbar.set_postfix_str(f"{positions} positions")
     if pbar is not None:
         pbar.close()
     if not gens:
