@@ -1,9 +1,10 @@
 """Train an EAGLE-3-style draft head for any Hugging Face causal LM on a CPU budget.
 
 :func:`train_head` generates the target's own responses to prompts (the license-clean
-:func:`default_prompts` pool, or :func:`read_prompts` of a JSONL file), captures the fused
-layers' hidden states and the target's logits on a reduced draft vocabulary
-(:mod:`~specstrat.train.capture`), and trains an :class:`Eagle3Head` with training-time test;
+:func:`default_prompts` pool, or :func:`read_prompts` of a JSONL file) through specstrat's
+engine, capturing the fused layers' hidden states and the LM head's input (the target's logits
+on a reduced draft vocabulary are recomputed from it) while it generates
+(:func:`generate_captured`), and trains an :class:`Eagle3Head` with training-time test;
 :func:`evaluate` measures its chained agreement with the target; :func:`save_head` and
 :func:`load_head` keep it in one safetensors file bound to the target's weights; a run writes a
 :class:`Checkpoint` after each epoch and resumes from one (:func:`read_checkpoint`);
@@ -33,10 +34,11 @@ from specstrat.train.capture import (
     CapturedSequence,
     Generation,
     capture,
+    capture_sequences,
     check_layers,
+    check_lm_head,
     default_layers,
     draft_vocab,
-    generate,
     raw_model,
     token_counts,
 )
@@ -48,6 +50,7 @@ from specstrat.train.checkpoint import (
     save_checkpoint,
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
+from specstrat.train.generation import generate, generate_captured
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import TTT_DECAY, train_head
 from specstrat.train.prompt_kinds import CHAT_TOPICS, chat_prompts, math_prompts, passage_prompts
@@ -86,12 +89,15 @@ __all__ = [
     "head_for",
     "shipped_head",
     "capture",
+    "capture_sequences",
+    "check_lm_head",
     "check_layers",
     "default_layers",
     "default_prompts",
     "draft_vocab",
     "evaluate",
     "generate",
+    "generate_captured",
     "load_head",
     "raw_model",
     "read_checkpoint",

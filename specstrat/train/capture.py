@@ -1,13 +1,14 @@
-"""The target's own generations, and the features a head trains on.
+"""The features a head trains on, captured from the target's own generations.
 
 A head learns to predict what *this* target says, so the data is the target's own responses to
-the prompts (greedy, or sampled at a temperature with a seed), not a dataset's answers. For each
-generated sequence one further forward with ``output_hidden_states`` captures, at the response
-positions, the hidden states of the fused layers, the LM head's input (from which the target's
-logits on the draft vocabulary are recomputed as training needs them, so the data stays about
-``(k + 1) * H`` half-precision numbers a position) and the target's greedy choices. That is a
-second forward over text the generation already ran; capturing during generation instead (no
-second pass) is left to the engine.
+the prompts (:mod:`~specstrat.train.generation`), not a dataset's answers. For each position
+from the last prompt token on, a :class:`CapturedSequence` holds the hidden states of the fused
+layers, the LM head's input (from which the target's logits on the draft vocabulary are
+recomputed as training needs them, so the data stays about ``(k + 1) * H`` half-precision
+numbers a position) and the target's greedy choice. :func:`~specstrat.train.generate_captured`
+records them while the engine generates; :func:`capture_sequences` is the second pass, one
+forward with ``output_hidden_states`` per generation, for a bare transformers model or
+generations made elsewhere.
 
 Layer ``l`` means the output of decoder layer ``l`` (transformers' ``hidden_states[l + 1]``;
 the last layer's entry is after the final norm in most models).
@@ -16,7 +17,6 @@ the last layer's entry is after the final norm in most models).
 from __future__ import annotations
 
 import contextlib
-import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -26,7 +26,7 @@ import torch.nn.functional as F
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
-from specstrat.hf import HFCausalLM, eos_token_ids, plain_defaults
+from specstrat.hf import HFCausalLM
 
 __all__ = [
     "CapturedData",
@@ -34,11 +34,11 @@ __all__ = [
     "Generation",
     "capture",
     "capture_sequences",
+    "check_lm_head",
     "check_layers",
     "default_layers",
     "draft_data",
     "draft_vocab",
-    "generate",
     "raw_model",
     "target_vocab",
     "token_counts",
@@ -132,120 +132,6 @@ def target_vocab(model: Any, tokenizer: Any) -> int:
     """The ids a response can hold: the tokenizer's, capped at the LM head's rows (a padded
     head's extra rows are never chosen)."""
     return min(len(tokenizer), int(model.get_output_embeddings().weight.shape[0]))
-
-
-def _prompt_ids(tokenizer: Any, prompt: str) -> list[int]:
-    """The prompt as one user turn through the chat template (plain text without a template)."""
-    if getattr(tokenizer, "chat_template", None) is None:
-        return [int(t) for t in tokenizer.encode(prompt)]
-    ids = tokenizer.apply_chat_template(
-        [{"role": "user", "content": prompt}], add_generation_prompt=True, tokenize=True
-    )
-    if isinstance(ids, dict) or hasattr(ids, "input_ids"):
-        ids = ids["input_ids"]
-    return [int(t) for t in ids]
-
-
-def generate(
-    model: Any,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    *,
-    max_new_tokens: int,
-    temperature: float = 0.0,
-    seed: int = 0,
-    deadline: float | None = None,
-    batch: int = 64,
-) -> tuple[Generation, ...]:
-    """The target's responses to ``prompts``: greedy at ``temperature=0``, else sampled at it
-    with ``seed + i`` for prompt ``i``; stops at the tokenizer's and generation config's EOS.
-    Logits past the tokenizer's vocabulary (a padded head) are never chosen. An
-    :class:`~specstrat.hf.HFCausalLM` generates through specstrat's own engine, ``batch``
-    prompts at a time (greedy output equal to transformers' ``generate``, batched); a bare
-    transformers model through its ``generate``, one prompt at a time. Stops early, keeping
-    what it has, once ``time.monotonic()`` passes ``deadline`` (checked between batches)."""
-    from transformers import GenerationConfig
-
-    if not is_int(max_new_tokens) or max_new_tokens < 1:
-        raise InvalidConfig(f"max_new_tokens={max_new_tokens!r} must be an int >= 1")
-    if isinstance(model, HFCausalLM):
-        return _engine_generate(
-            model, tokenizer, prompts, max_new_tokens, temperature, seed, deadline, batch
-        )
-    out: list[Generation] = []
-    with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
-        vocab, width = target_vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
-        eos = sorted(eos_token_ids(lm, tokenizer))
-        sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
-        config = GenerationConfig(  # type: ignore[no-untyped-call]
-            max_new_tokens=max_new_tokens,
-            eos_token_id=eos or None,
-            pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
-            suppress_tokens=list(range(vocab, width)) or None,
-            **(sampled if temperature > 0 else {"do_sample": False}),
-        )
-        device = next(lm.parameters()).device
-        for i, prompt in enumerate(prompts):
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            ids = torch.tensor([_prompt_ids(tokenizer, prompt)], device=device)
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed + i)
-                done = lm.generate(
-                    ids, attention_mask=torch.ones_like(ids), generation_config=config
-                )
-            out.append(Generation(tokens=done[0].cpu(), prompt_len=ids.shape[1]))
-    return tuple(out)
-
-
-def _engine_generate(
-    model: HFCausalLM,
-    tokenizer: Any,
-    prompts: Sequence[str],
-    max_new_tokens: int,
-    temperature: float,
-    seed: int,
-    deadline: float | None,
-    batch: int,
-) -> tuple[Generation, ...]:
-    """:func:`generate` through specstrat's engine (target-only decoding, ``batch`` requests
-    running at once)."""
-    from specstrat.builtins import NONE
-    from specstrat.drafting import SamplingParams
-    from specstrat.models import ModelSet
-    from specstrat.runtime import Engine, EngineConfig, Request, kv_reservation
-
-    with raw_model(model) as lm:
-        eos = eos_token_ids(lm, tokenizer)
-    requests = [
-        Request(
-            f"p{i}",
-            _prompt_ids(tokenizer, prompt),
-            max_new_tokens,
-            stop_token_ids=eos,
-            sampling=SamplingParams(temperature=temperature, seed=(seed + i) % 2**63),
-        )
-        for i, prompt in enumerate(prompts)
-    ]
-    context = kv_reservation(NONE, 1).context_len_for(requests)
-    if context > model.shape.max_positions:
-        raise InvalidConfig(
-            f"the longest prompt plus max_new_tokens={max_new_tokens} needs context_len="
-            f"{context}, past the model's {model.shape.max_positions} positions; lower "
-            "max_new_tokens or shorten the prompts"
-        )
-    config = EngineConfig(context_len=context, max_running_requests=batch)
-    engine = Engine(NONE, ModelSet(target=model), config)
-    out: list[Generation] = []
-    for first in range(0, len(requests), batch):
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        chunk = requests[first : first + batch]
-        outputs = engine.run(chunk)
-        for r in chunk:
-            tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
-            out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
-    return tuple(out)
 
 
 def token_counts(generations: Sequence[Generation], vocab_size: int) -> torch.Tensor:
@@ -354,6 +240,25 @@ def draft_data(
         lm_bias=picked,
         source=source,
     )
+
+
+def check_lm_head(model: Any, ids: Sequence[int]) -> None:
+    """Refuses (:class:`~specstrat.errors.InvalidConfig`) a transformers ``model`` whose logits
+    for ``ids`` are not its LM head's output (a soft cap or a scale after the head): the logits
+    training recomputes from the head's input would not be the target's. No ids: nothing to
+    check."""
+    if not ids:
+        return
+    head = model.get_output_embeddings()
+    inputs: list[torch.Tensor] = []
+    hook = head.register_forward_pre_hook(lambda _module, args: inputs.append(args[0]))
+    try:
+        with torch.inference_mode():
+            device = next(model.parameters()).device
+            out = model(input_ids=torch.tensor([list(ids)], device=device))
+            _check_head(head, inputs[-1][0].float(), out.logits[0].float())
+    finally:
+        hook.remove()
 
 
 def _check_head(head: Any, final: torch.Tensor, logits: torch.Tensor) -> None:

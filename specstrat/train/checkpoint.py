@@ -61,14 +61,14 @@ class Checkpoint:
 
     def check_resumes(self, config: Any, source: str) -> None:
         """Refuses (:class:`~specstrat.errors.InvalidConfig`) a run whose ``config`` (a
-        HeadConfig) or prompt ``source`` differs from this checkpoint's where it matters."""
+        HeadConfig) or prompt ``source`` differs from this checkpoint's where it matters. A
+        setting the checkpoint does not record (written before the setting existed) counts as
+        its default."""
         where = self.file
-        ours = _config_dict(config)
-        changed = [k for k in sorted(ours) if k not in MAY_DIFFER and ours[k] != self.config.get(k)]
+        ours, theirs = _config_dict(config), {**_config_dict(type(config)()), **self.config}
+        changed = [k for k in sorted(ours) if k not in MAY_DIFFER and ours[k] != theirs.get(k)]
         if changed:
-            diffs = ", ".join(
-                f"{k}={self.config.get(k)!r} (this run: {ours[k]!r})" for k in changed
-            )
+            diffs = ", ".join(f"{k}={theirs.get(k)!r} (this run: {ours[k]!r})" for k in changed)
             raise InvalidConfig(
                 f"resume={where!r} was written with HeadConfig {diffs}; rerun with the "
                 f"checkpoint's values, or {_FIX}"

@@ -19,7 +19,11 @@ class HeadConfig:
     learning rate (``warmup``: the share of training spent warming up); ``batch_size``:
     sequences per step; ``epochs`` passes over the data and/or ``budget_seconds`` for data
     generation plus training (generation stops at half the budget, training at all of it);
-    ``seed``; ``temperature`` (0: greedy responses); ``max_new_tokens`` per response;
+    ``seed``; ``temperature`` (0: greedy responses); ``repeat_temperature``: with a budget,
+    once every prompt has a response before half the budget, further passes over the prompts
+    sample at ``max(temperature, repeat_temperature)``, seeded anew each pass, so the rest of
+    the data half still adds new text (0 with greedy responses: no further passes);
+    ``max_new_tokens`` per response;
     ``held_out``: the share of prompts kept for measuring tau; ``eval_depth``: draft tokens
     measured per anchor; ``causal``: train with causal attention over the sequence (EAGLE-3's
     form) instead of each row attending to itself, which is what the one-token
@@ -35,6 +39,7 @@ class HeadConfig:
     budget_seconds: float | None = None
     seed: int = 0
     temperature: float = 0.0
+    repeat_temperature: float = 0.7
     max_new_tokens: int = 128
     held_out: float = 0.1
     eval_depth: int = 5
@@ -66,6 +71,7 @@ class HeadConfig:
             "lr": (self.lr, 0.0, math.inf, False),
             "warmup": (self.warmup, 0.0, 1.0, True),
             "temperature": (self.temperature, 0.0, math.inf, True),
+            "repeat_temperature": (self.repeat_temperature, 0.0, math.inf, True),
             "held_out": (self.held_out, 0.0, 1.0, True),
             "clip": (self.clip, 0.0, math.inf, False),
         }

@@ -1,25 +1,27 @@
 """Train an EAGLE-3-style head for a Hugging Face causal LM on a CPU budget, and measure it.
 
-:func:`train_head` generates the target's own responses to the prompts, captures the fused
-layers' features (:mod:`specstrat.train.capture`), picks the draft vocabulary from the tokens
-the target produced, and trains a fresh :class:`~specstrat.train.Eagle3Head` with training-time
-test (TTT): the head is unrolled over its own hidden states for ``ttt_steps`` steps, step ``i``
-fed the sequence's next token and weighted ``0.8 ** i``, each step a soft cross-entropy against
-the target's next-token distribution restricted to the draft vocabulary. AdamW, a linear warm-up
-then cosine learning rate, gradient-norm clipping, everything seeded. A held-out share of the
-prompts is generated greedily and measured with :func:`~specstrat.train.evaluate` (the
-file's ``tau`` and acceptance by position). A run can write a
-:class:`~specstrat.train.Checkpoint` after each epoch and resume from one.
+:func:`train_head` generates the target's own responses to the prompts, capturing the fused
+layers' features while it generates (:func:`~specstrat.train.generate_captured`), picks the
+draft vocabulary from the tokens the target produced, and trains a fresh
+:class:`~specstrat.train.Eagle3Head` with training-time test (TTT): the head is unrolled over
+its own hidden states for ``ttt_steps`` steps, step ``i`` fed the sequence's next token and
+weighted ``0.8 ** i``, each step a soft cross-entropy against the target's next-token
+distribution restricted to the draft vocabulary. AdamW, a linear warm-up then cosine learning
+rate, gradient-norm clipping, everything seeded. A held-out share of the prompts is generated
+greedily and measured with :func:`~specstrat.train.evaluate` (the file's ``tau`` and
+acceptance by position). A run can write a :class:`~specstrat.train.Checkpoint` after each
+epoch and resume from one.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -33,19 +35,17 @@ from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
     Generation,
-    capture,
-    capture_sequences,
     check_layers,
     default_layers,
     draft_data,
     draft_vocab,
-    generate,
     raw_model,
     target_vocab,
     token_counts,
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
+from specstrat.train.generation import generate_captured
 from specstrat.train.head_config import HeadConfig
 
 __all__ = ["TTT_DECAY", "train_head"]
@@ -192,8 +192,9 @@ def _collect(
     bar: Any,
 ) -> tuple[CapturedData, CapturedData]:
     """The training and held-out data: the target's responses, captured a batch of prompts at
-    a time (generation and capture stop at half the budget; when they do, the held-out prompts
-    keep their share of what was generated); ``bar``: a tqdm to show it in, or falsy."""
+    a time, in the passes :func:`_passes` gives (generation and capture stop at half the
+    budget; when that cuts the first pass short, the held-out prompts keep their share of what
+    was generated); ``bar``: a tqdm to show it in, or falsy."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
@@ -206,20 +207,22 @@ def _collect(
     sequences: list[CapturedSequence] = []
     positions = 0
     pbar = bar(total=len(train_prompts), desc="generate", unit="prompt") if bar else None
-    for first in range(0, len(train_prompts), _GENERATE_BATCH):
+    for temperature, seed, first in _passes(config, len(train_prompts)):
         if data_deadline is not None and time.monotonic() > data_deadline:
             break
-        chunk = generate(
+        if pbar is not None and first == 0 and gens:  # a further pass over the prompts
+            pbar.total += len(train_prompts)
+        chunk, captured = generate_captured(
             model,
             tokenizer,
             train_prompts[first : first + _GENERATE_BATCH],
+            layers=layers,
             max_new_tokens=config.max_new_tokens,
-            temperature=config.temperature,
-            seed=config.seed + first,
+            temperature=temperature,
+            seed=seed,
             batch=_GENERATE_BATCH,
         )
         gens += chunk
-        captured = capture_sequences(model, chunk, layers=layers, vocab_size=vocab)
         sequences += captured
         positions += sum(int(s.tokens.numel()) for s in captured)
         if pbar is not None:
@@ -236,10 +239,25 @@ def _collect(
         share = config.held_out / (1.0 - config.held_out)
         held_prompts = held_prompts[: max(1, round(len(gens) * share))]
     d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
-    held_gens = generate(model, tokenizer, held_prompts, max_new_tokens=config.max_new_tokens)
+    _, held_rows = generate_captured(
+        model, tokenizer, held_prompts, layers=layers, max_new_tokens=config.max_new_tokens
+    )
     data = draft_data(model, sequences, layers=layers, d2t=d2t, source=source)
-    held = capture(model, held_gens, layers=layers, d2t=d2t, vocab_size=vocab, source=source)
+    held = draft_data(model, held_rows, layers=layers, d2t=d2t, source=source)
     return data, held
+
+
+def _passes(config: HeadConfig, prompts: int) -> Iterator[tuple[float, int, int]]:
+    """(temperature, seed, first prompt) of each batch to generate: one pass over the prompts
+    at ``config.temperature``, then, with a budget (its deadline ends them), endless further
+    passes at ``max(temperature, repeat_temperature)``, each pass seeded after the last. A
+    greedy run with ``repeat_temperature=0`` makes one pass: another would repeat it."""
+    again = max(config.temperature, config.repeat_temperature)
+    passes = itertools.count() if config.budget_seconds is not None and again > 0 else range(1)
+    for n in passes:
+        temperature = config.temperature if n == 0 else again
+        for first in range(0, prompts, _GENERATE_BATCH):
+            yield temperature, config.seed + n * prompts + first, first
 
 
 @dataclass(frozen=True, slots=True)

@@ -115,6 +115,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         budget_seconds=budget,
         seed=args.seed,
         temperature=args.temperature,
+        repeat_temperature=args.repeat_temperature,
         max_new_tokens=args.max_new_tokens,
     )
 
@@ -252,6 +253,14 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         type=_number(0.0, closed=True),
         default=_DEFAULTS.temperature,
         help="0 (default): greedy responses; above 0: sampled, prompt i with seed + i",
+    )
+    train.add_argument(
+        "--repeat-temperature",
+        type=_number(0.0, closed=True),
+        default=_DEFAULTS.repeat_temperature,
+        metavar="T",
+        help="with --budget, once every prompt has a response, further passes sample at "
+        "max(--temperature, T) with new seeds (default %(default)s; 0 with greedy: none)",
     )
     train.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="default %(default)s")
     train.add_argument("--threads", type=positive, help="torch threads (default: torch's own)")

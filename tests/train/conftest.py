@@ -38,3 +38,13 @@ def tokenizer() -> Any:
 def llama() -> Any:
     """A tiny random llama (2 layers, width 64, head 400 wide) with learnable generations."""
     return tiny.model("llama", initializer_range=LEARNABLE_INIT)
+
+
+@pytest.fixture(scope="session")
+def engine_llama() -> Any:
+    """The same tiny llama (its own copy) wrapped for specstrat's engine, which generates and
+    captures in one pass."""
+    from specstrat.hf import HFCausalLM
+
+    built = tiny.model("llama", initializer_range=LEARNABLE_INIT)
+    return HFCausalLM(built, vocab_size=tiny.VOCAB, name="tiny-llama")

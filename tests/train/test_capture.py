@@ -41,16 +41,6 @@ def test_draft_vocab_refuses_bad_input(counts: torch.Tensor, n: int, match: str)
         draft_vocab(counts, n)
 
 
-def test_sampled_generation_is_seeded(llama: Any, tokenizer: Any) -> None:
-    """Sampling at a temperature with one seed repeats; greedy responses stop at max tokens."""
-    prompts = ["Say something.", "Say more."]
-    a = generate(llama, tokenizer, prompts, max_new_tokens=6, temperature=1.0, seed=3)
-    b = generate(llama, tokenizer, prompts, max_new_tokens=6, temperature=1.0, seed=3)
-    assert [g.tokens.tolist() for g in a] == [g.tokens.tolist() for g in b]
-    greedy = generate(llama, tokenizer, prompts, max_new_tokens=6)
-    assert all(g.tokens.numel() - g.prompt_len <= 6 for g in greedy)
-
-
 def test_capture_keeps_the_response_rows(llama: Any, tokenizer: Any) -> None:
     """Rows start at the last prompt token; features are k*H wide, the LM head input gives the
     target's logits on the draft vocabulary and the greedy token is the next token."""

@@ -2,6 +2,7 @@
 uninterrupted run, without generating again; a checkpoint is refused for another target, for a
 config or prompts that differ, and when missing or foreign."""
 
+import dataclasses
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -74,7 +75,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(
     """Resuming after epoch 2 of 4 runs epochs 3 and 4 on the stored data (nothing generated)
     and ends with exactly the uninterrupted run's weights, steps, loss and tau."""
     assert (after_two.epoch, after_two.step) == (2, 2 * 2)  # 8 training prompts, batches of 4
-    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
     again = tmp_path / "again.ckpt"
     resumed = train_head(
         CONFIG, llama, tokenizer, PROMPTS, progress=False, resume=after_two, checkpoint=again
@@ -95,7 +96,7 @@ def test_a_checkpoint_is_refused_for_another_target(
     """Another model's weights are refused by HeadMismatch naming both hashes, before any
     generation."""
     other = tiny.model("llama", seed=1, initializer_range=LEARNABLE_INIT)
-    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
     with pytest.raises(HeadMismatch, match=r"was written for target .* but target .* has weights"):
         train_head(CONFIG, other, tokenizer, PROMPTS, progress=False, resume=after_two)
 
@@ -121,6 +122,18 @@ def test_budget_and_eval_depth_may_differ(after_two: Checkpoint) -> None:
     """A budget and a measuring depth of its own do not stop a run from resuming."""
     config = HeadConfig(**{**_fields(CONFIG), "budget_seconds": 60.0, "eval_depth": 3})
     after_two.check_resumes(config, "prompts")
+
+
+def test_a_setting_an_older_checkpoint_lacks_counts_as_its_default(after_two: Checkpoint) -> None:
+    """A checkpoint written before repeat_temperature existed resumes at the default and is
+    refused, naming the default, for another value."""
+    older = dataclasses.replace(
+        after_two, config={k: v for k, v in after_two.config.items() if k != "repeat_temperature"}
+    )
+    older.check_resumes(CONFIG, "prompts")
+    hotter = HeadConfig(**{**_fields(CONFIG), "repeat_temperature": 1.0})
+    with pytest.raises(InvalidConfig, match=r"repeat_temperature=0\.7 \(this run: 1\.0\)"):
+        older.check_resumes(hotter, "prompts")
 
 
 def test_other_prompts_are_refused(after_two: Checkpoint) -> None:

@@ -1,7 +1,8 @@
 """HeadConfig refuses bad values by name; a seeded ~10-second training run on the tiny llama
 beats an untrained head's chained agreement on held-out generations by a clear margin; a time
-budget bounds a run."""
+budget bounds a run, and under one the prompts are passed over again, sampled."""
 
+import itertools
 import math
 import time
 from pathlib import Path
@@ -23,6 +24,7 @@ from specstrat.train import (
     save_head,
     train_head,
 )
+from specstrat.train.loop import _passes
 from tests.hf import tiny
 
 
@@ -31,6 +33,7 @@ from tests.hf import tiny
     [
         ({"ttt_steps": 0}, r"ttt_steps=0 must be an int >= 1"),
         ({"lr": 0.0}, r"lr=0.0 must be a number > 0.0"),
+        ({"repeat_temperature": -0.5}, r"repeat_temperature=-0.5 must be a number >= 0.0"),
         ({"held_out": 1.0}, r"held_out=1.0 must be a number >= 0.0 and < 1.0"),
         ({"epochs": None}, r"epochs=None and budget_seconds=None"),
         ({"epochs": 0}, r"epochs=0 must be an int >= 1, or None"),
@@ -53,9 +56,10 @@ CONFIG = HeadConfig(
 
 
 @pytest.fixture(scope="module")
-def trained(llama: Any, tokenizer: Any) -> TrainedHead:
-    """A head trained with CONFIG on the tiny llama's own greedy responses."""
-    return train_head(CONFIG, llama, tokenizer, TRAIN, progress=False, source="default pool")
+def trained(engine_llama: Any, tokenizer: Any) -> TrainedHead:
+    """A head trained with CONFIG on the tiny llama's own greedy responses, captured while the
+    engine generated them."""
+    return train_head(CONFIG, engine_llama, tokenizer, TRAIN, progress=False, source="default pool")
 
 
 def test_training_beats_an_untrained_head_by_a_clear_margin(
@@ -99,3 +103,17 @@ def test_a_budget_bounds_generation_and_training(llama: Any, tokenizer: Any) -> 
     trained = train_head(config, llama, tokenizer, TRAIN[:12], progress=False)
     assert time.monotonic() - start < 1.5 + 3.0
     assert trained.steps >= 1
+
+
+def test_passes_repeat_the_prompts_sampled_only_under_a_budget() -> None:
+    """Without a budget one pass; with one, further passes sample at repeat_temperature with
+    fresh seeds; greedy with repeat_temperature=0 stops after one pass."""
+    batches = list(_passes(HeadConfig(max_new_tokens=8), 130))
+    assert batches == [(0.0, 0, 0), (0.0, 64, 64), (0.0, 128, 128)]
+    budget = HeadConfig(epochs=None, budget_seconds=60.0, seed=5)
+    first_seven = list(itertools.islice(_passes(budget, 130), 7))
+    assert first_seven[3:] == [(0.7, 135, 0), (0.7, 199, 64), (0.7, 263, 128), (0.7, 265, 0)]
+    single = HeadConfig(epochs=None, budget_seconds=60.0, repeat_temperature=0.0)
+    assert len(list(_passes(single, 130))) == 3
+    hot = HeadConfig(epochs=None, budget_seconds=60.0, temperature=1.5)
+    assert next(itertools.islice(_passes(hot, 10), 1, None))[0] == 1.5

@@ -95,7 +95,7 @@ def test_resume_continues_from_the_checkpoint_without_generating(
     and writes the same head."""
     argv, out, _ = trained
     again = tmp_path / "again.safetensors"
-    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
     argv = [str(again) if a == str(out) else a for a in argv]
     assert main([*argv, "--resume", str(out.with_suffix(".ckpt"))]) == 0
     target = load(model_dir).target
@@ -175,7 +175,7 @@ def test_layers_past_the_model_are_refused_before_generating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """--layers beyond the target's 2 layers are refused once it loads, before generation."""
-    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
     argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--layers", "0,5")
     err = _refused(argv, capsys)
     assert "InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]" in err
@@ -190,7 +190,7 @@ def test_resume_for_another_target_is_refused(
 ) -> None:
     """A checkpoint written for another model is refused by HeadMismatch before generation."""
     other = _saved(tmp_path / "other", seed=1)
-    monkeypatch.setattr(specstrat.train.loop, "generate", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
     ckpt = str(trained[1].with_suffix(".ckpt"))
     argv = _argv(other, tmp_path / "h.safetensors", prompts_file, "--resume", ckpt)
     err = _refused(argv, capsys)
@@ -239,3 +239,13 @@ def test_the_default_pool_under_a_budget(
     assert main([*argv, "--threads", "1"]) == 0
     assert "positions from default pool" in capsys.readouterr().out
     assert load_head(out, load(model_dir).target).steps >= 1
+
+
+def test_a_negative_repeat_temperature_is_refused_by_argparse(
+    tmp_path: Path, prompts_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--repeat-temperature below 0 exits with status 2 and the flag named."""
+    argv = _argv(tmp_path, tmp_path / "h.safetensors", prompts_file, "--repeat-temperature=-1")
+    with pytest.raises(SystemExit, match=r"^2$"):
+        main(argv)
+    assert "argument --repeat-temperature" in capsys.readouterr().err
