@@ -90,7 +90,7 @@ def generate(
         return ()
     if isinstance(model, HFCausalLM):
         return _engine_run(model, requests, deadline, batch, None, model.shape.layers)[0]
-    return _transformers_generate(model, tokenizer, requests, temperature, seed, deadline)
+    return _transformers_generate(model, tokenizer, requests, deadline)
 
 
 def generate_captured(
@@ -119,7 +119,7 @@ def generate_captured(
     if not requests:
         return (), ()
     if not isinstance(model, HFCausalLM):
-        gens = _transformers_generate(model, tokenizer, requests, temperature, seed, None)
+        gens = _transformers_generate(model, tokenizer, requests, None)
         return gens, capture_sequences(model, gens, layers=picked, vocab_size=vocab)
     with raw_model(model) as lm:
         check_lm_head(lm, requests[0].prompt)
@@ -281,31 +281,31 @@ def _transformers_generate(
     model: Any,
     tokenizer: Any,
     requests: Sequence[Request],
-    temperature: float,
-    seed: int,
     deadline: float | None,
 ) -> tuple[Generation, ...]:
-    """``requests`` through transformers' ``generate``, one at a time (a bare model)."""
+    """``requests`` (at least one, all at one temperature) through transformers' ``generate``,
+    one at a time (a bare model), each sampled with its own seed."""
     from transformers import GenerationConfig
 
     out: list[Generation] = []
     with raw_model(model) as lm, plain_defaults(lm), torch.inference_mode():
         vocab, width = target_vocab(lm, tokenizer), int(lm.get_output_embeddings().weight.shape[0])
+        temperature = requests[0].sampling.temperature
         sampled = {"do_sample": True, "temperature": temperature, "top_k": 0, "top_p": 1.0}
         config = GenerationConfig(  # type: ignore[no-untyped-call]
-            max_new_tokens=requests[0].max_new_tokens if requests else 1,
+            max_new_tokens=requests[0].max_new_tokens,
             eos_token_id=sorted(eos_token_ids(lm, tokenizer)) or None,
             pad_token_id=tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0,
             suppress_tokens=list(range(vocab, width)) or None,
             **(sampled if temperature > 0 else {"do_sample": False}),
         )
         device = next(lm.parameters()).device
-        for i, request in enumerate(requests):
+        for request in requests:
             if deadline is not None and time.monotonic() > deadline:
                 break
             ids = torch.tensor([list(request.prompt)], device=device)
             with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(seed + i)
+                torch.manual_seed(request.sampling.seed)
                 done = lm.generate(
                     ids, attention_mask=torch.ones_like(ids), generation_config=config
                 )

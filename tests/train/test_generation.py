@@ -142,3 +142,30 @@ def test_no_prompts_generate_nothing(engine_llama: Any, tokenizer: Any) -> None:
         (),
     )
     assert generate(engine_llama, tokenizer, [], max_new_tokens=4) == ()
+
+
+def test_a_fault_mid_generation_leaves_the_next_capture_exact(
+    engine_llama: Any, tokenizer: Any
+) -> None:
+    """A forward that fails on the fourth call ends the capture with its error; the next
+    capture on the same model gives exactly the rows of a run that never failed."""
+    clean = generate_captured(engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=6)
+    calls = [0]
+
+    def fail_fourth(_module: Any, _args: Any, _out: Any) -> None:
+        calls[0] += 1
+        if calls[0] == 4:
+            raise RuntimeError("injected fault")
+
+    layer = engine_llama.model.model.layers[0]
+    hook = layer.register_forward_hook(fail_fourth)
+    try:
+        with pytest.raises(RuntimeError, match=r"injected fault"):
+            generate_captured(engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=6)
+    finally:
+        hook.remove()
+    again = generate_captured(engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=6)
+    assert [g.tokens.tolist() for g in again[0]] == [g.tokens.tolist() for g in clean[0]]
+    for ours, theirs in zip(again[1], clean[1], strict=True):
+        assert torch.equal(ours.features, theirs.features)
+        assert ours.greedy.tolist() == theirs.greedy.tolist()
