@@ -95,7 +95,13 @@ class Engine:
         self._relay: FutureMap = self._init_overlap(self._target.device)
         control = WidthControl(algo, lanes, cfg.num_draft_tokens)
         self._steps = StepRunner(
-            algo, self._target, self._drafter, control, self._relay, self._table
+            algo,
+            self._target,
+            self._drafter,
+            control,
+            self._relay,
+            self._table,
+            cfg.chunked_prefill_size,
         )
         ledger = RunLedger(
             self.stats,

@@ -84,6 +84,9 @@ class EngineConfig:
     """Scheduler limits. ``num_draft_tokens`` is D; the verify policy answers T from it.
 
     ``max_total_tokens``: KV indices per model (``None``: ``max_running_requests * context_len``).
+    ``chunked_prefill_size``: tokens per prefill forward; the prompts admitted together are
+    packed into forwards of at most this many tokens, a longer prompt in consecutive pieces, so
+    a prefill's activations and logits stay bounded (the relay is sized by it too).
     ``ragged_verify``: for an algorithm with ``supports_ragged_verify``, a step where the drafter
     proposed fewer than ``T - 1`` tokens for some request verifies only what was proposed (one
     eager forward with ragged metadata; steps of T tokens per request replay the graph runner).

@@ -68,13 +68,16 @@ class StepRunner:
         control: WidthControl,
         relay: FutureMap,
         table: SlotTable,
+        prefill_tokens: int,
     ) -> None:
         self.algo, self.worker, self.drafter = algo, worker, drafter
         self.control, self.relay, self.table = control, relay, table
         self.vocab = worker.shape.vocab_size
         self.speculative = algo.is_speculative()
         self.relay_io = StepRelay(algo.name, relay, worker.device)
-        self.admission = AdmissionSteps(algo, worker, drafter, relay, self.relay_io, table)
+        self.admission = AdmissionSteps(
+            algo, worker, drafter, relay, self.relay_io, table, prefill_tokens
+        )
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algo.name, hook, fn, *args, **kwargs)

@@ -45,9 +45,12 @@ class AdmissionSteps:
         relay: FutureMap,
         relay_io: StepRelay,
         table: SlotTable,
+        prefill_tokens: int,
     ) -> None:
         self.algo, self.worker, self.drafter = algo, worker, drafter
         self.relay, self.relay_io, self.table = relay, relay_io, table
+        #: Tokens per prefill forward (``EngineConfig.chunked_prefill_size``).
+        self.prefill_tokens = prefill_tokens
 
     def _hook(self, hook: str, fn: Callable[_P, _R], *args: _P.args, **kwargs: _P.kwargs) -> _R:
         return call_hook(self.algo.name, hook, fn, *args, **kwargs)
@@ -56,23 +59,52 @@ class AdmissionSteps:
         payload = self._hook("drafter.admit", self.drafter.admit, admission)
         return frozen_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
 
+    def _extend(self, slots: list[int], prompts: list[list[int]]) -> tuple[torch.Tensor, ...]:
+        """EXTEND over the prompts in forwards of at most :attr:`prefill_tokens` tokens (a
+        longer prompt in consecutive pieces, each after the KV of the one before), so a
+        forward's activations and logits stay bounded however many prompts arrive; the logits
+        and hidden state of each prompt's last position, in ``slots`` order."""
+        last: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        forwards: list[list[tuple[int, int, int]]] = [[]]  # (request, start, end) per forward
+        room = self.prefill_tokens
+        for i, prompt in enumerate(prompts):
+            start = 0
+            while start < len(prompt):
+                if room == 0:
+                    forwards.append([])
+                    room = self.prefill_tokens
+                end = min(len(prompt), start + room)
+                forwards[-1].append((i, start, end))
+                room -= end - start
+                start = end
+        for pieces in forwards:
+            tokens = [prompts[i][start:end] for i, start, end in pieces]
+            logits, hidden = self.worker.forward(
+                ForwardMode.EXTEND, [slots[i] for i, _, _ in pieces], tokens
+            )
+            row = -1
+            for (i, _, end), piece in zip(pieces, tokens, strict=True):
+                row += len(piece)
+                if end == len(prompts[i]):
+                    last[i] = (logits[row], hidden[row])
+        return tuple(torch.stack([last[i][k] for i in range(len(prompts))]) for k in (0, 1))
+
     def prefill(self, admit: Sequence[tuple[Request, int]]) -> StepOutput:
         """EXTEND over the prompts, the first token of each, and the drafter's admission."""
         slots = [slot for _, slot in admit]
         prompts = [list(req.prompt) for req, _ in admit]
         with engine_invariant("prefill"):
-            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
+            logits, hidden = self._extend(slots, prompts)
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
-        ends = lens.cumsum(0) - 1
         params = tuple(req.sampling for req, _ in admit)
         sampling = SamplingBatch.of(params, self.worker.device)
-        first, _ = choose_tokens(logits[ends], sampling, lens, DRAW_SAMPLE)
+        first, _ = choose_tokens(logits, sampling, lens, DRAW_SAMPLE)
         tokens = first.tolist()  # before the drafter sees them: it gets a copy
         admission: DraftAdmission[Any] = DraftAdmission(
             slots=tuple(slots),
             bonus_tokens=first.clone(),
             seq_lens=lens,
-            hidden=hidden[ends],
+            hidden=hidden,
             draft_input=None,
             sampling=params,
         )
