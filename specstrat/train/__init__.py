@@ -50,9 +50,16 @@ from specstrat.train.checkpoint import (
     save_checkpoint,
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
-from specstrat.train.generation import generate, generate_captured
+from specstrat.train.generation import fitting_prompts, generate, generate_captured
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import TTT_DECAY, train_head
+from specstrat.train.prompt_documents import (
+    SOURCE_MODULES,
+    code_prompts,
+    document_prompts,
+    documents,
+    rag_prompts,
+)
 from specstrat.train.prompt_kinds import CHAT_TOPICS, chat_prompts, math_prompts, passage_prompts
 from specstrat.train.prompts import (
     STDLIB_MODULES,
@@ -66,6 +73,11 @@ __all__ = [
     "chat_prompts",
     "math_prompts",
     "passage_prompts",
+    "SOURCE_MODULES",
+    "code_prompts",
+    "document_prompts",
+    "documents",
+    "rag_prompts",
     "CHECKPOINT_FORMAT",
     "FORMAT",
     "MAY_DIFFER",
@@ -96,6 +108,7 @@ __all__ = [
     "default_prompts",
     "draft_vocab",
     "evaluate",
+    "fitting_prompts",
     "generate",
     "generate_captured",
     "load_head",

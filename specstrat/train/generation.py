@@ -36,7 +36,7 @@ from specstrat.train.capture import (
     target_vocab,
 )
 
-__all__ = ["generate", "generate_captured"]
+__all__ = ["fitting_prompts", "generate", "generate_captured"]
 
 
 def _requests(
@@ -65,6 +65,25 @@ def _requests(
             else text_request(tokenizer, rid, prompt, max_new_tokens, eos=eos, sampling=sampling)
         )
     return out
+
+
+def fitting_prompts(
+    model: Any, tokenizer: Any, prompts: Sequence[str], max_new_tokens: int
+) -> tuple[str, ...]:
+    """The ``prompts`` whose request (chat template included) and ``max_new_tokens`` fit an
+    :class:`~specstrat.hf.HFCausalLM`'s positions, in order; every prompt for a bare
+    transformers model, which generates without specstrat's context."""
+    if not isinstance(model, HFCausalLM):
+        return tuple(prompts)
+    from specstrat.builtins import NONE
+    from specstrat.runtime import kv_reservation
+
+    requests = _requests(model, tokenizer, prompts, max_new_tokens, 0.0, 0)
+    reservation = kv_reservation(NONE, 1)
+    limit = model.shape.max_positions
+    return tuple(
+        p for p, r in zip(prompts, requests, strict=True) if reservation.for_request(r) <= limit
+    )
 
 
 def generate(

@@ -1,6 +1,6 @@
 """Prompts a head trains on: a license-clean default pool built offline, or a user's JSONL file.
 
-The default pool has four parts, all made on this machine with nothing downloaded:
+The default pool has five parts, all made on this machine with nothing downloaded:
 
 - instructions written around the Python standard library's own functions and classes and
   their docstrings (``inspect`` over :data:`STDLIB_MODULES`, names in sorted order, two of six
@@ -8,6 +8,9 @@ The default pool has four parts, all made on this machine with nothing downloade
 - tasks around passages of the standard library's docstrings (summarise, list, rewrite,
   translate, answer from the passage, extract terms;
   :func:`~specstrat.train.prompt_kinds.passage_prompts`);
+- long inputs: whole docstrings to summarise or mine, several numbered documents with a
+  question about one, and standard-library functions' source to explain, comment, rewrite,
+  annotate or test (:mod:`specstrat.train.prompt_documents`);
 - arithmetic word problems from a fixed seed (:func:`~specstrat.train.prompt_kinds.math_prompts`);
 - everyday requests written for this module: :data:`CHAT_TOPICS`, writing tasks, role plays and
   explanations (:func:`~specstrat.train.prompt_kinds.chat_prompts`).
@@ -26,6 +29,7 @@ import os
 from pathlib import Path
 
 from specstrat.errors import InvalidConfig
+from specstrat.train.prompt_documents import code_prompts, document_prompts, rag_prompts
 from specstrat.train.prompt_kinds import chat_prompts, math_prompts, passage_prompts
 
 __all__ = ["STDLIB_MODULES", "default_prompts", "read_prompts", "stdlib_prompts"]
@@ -83,10 +87,13 @@ def stdlib_prompts() -> tuple[str, ...]:
 
 
 def default_prompts() -> tuple[str, ...]:
-    """The default pool: :func:`stdlib_prompts`, passages, word problems and everyday requests
-    (see the module docstring) interleaved evenly (each part keeps its order), so any prefix of
-    the pool mixes every kind. Duplicates are dropped (the first kept)."""
-    parts = (stdlib_prompts(), passage_prompts(), math_prompts(), chat_prompts())
+    """The default pool: :func:`stdlib_prompts`, passages, long inputs, word problems and
+    everyday requests (see the module docstring) interleaved evenly (each part keeps its order),
+    so any prefix of the pool mixes every kind. Duplicates are dropped (the first kept)."""
+    parts = (
+        *(stdlib_prompts(), passage_prompts(), document_prompts(), rag_prompts()),
+        *(code_prompts(), math_prompts(), chat_prompts()),
+    )
     keyed = [
         ((i + 0.5) / len(part), k, p) for k, part in enumerate(parts) for i, p in enumerate(part)
     ]

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,9 +19,11 @@ from typing import Any
 
 import torch
 
+from specstrat._outputs import check_file
 from specstrat.errors import InvalidConfig
 from specstrat.train.artifact import TrainedHead, save_head
 from specstrat.train.checkpoint import Checkpoint, read_checkpoint
+from specstrat.train.generation import fitting_prompts
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import train_head
 from specstrat.train.prompts import default_prompts, read_prompts
@@ -82,23 +83,7 @@ def _check_out(text: str) -> Path:
         raise InvalidConfig(
             f"--out {text!r} is a directory; pass a file in it: --out {out / 'head.safetensors'}"
         )
-    found = next((p for p in (out.parent, *out.parent.parents) if p.exists()), Path("."))
-    if not found.is_dir():
-        raise InvalidConfig(
-            f"--out {text!r} is under {str(found)!r}, a plain file, not a directory; pass a "
-            "path in a directory"
-        )
-    if found != out.parent:
-        raise InvalidConfig(
-            f"--out {text!r}: its directory {str(out.parent)!r} does not exist; create it "
-            f"(mkdir -p {out.parent}) or pass a path in an existing directory"
-        )
-    if not os.access(out.parent, os.W_OK):
-        raise InvalidConfig(
-            f"--out {text!r}: directory {str(out.parent)!r} is not writable; pass a path in a "
-            "directory you can write to"
-        )
-    return out
+    return check_file("--out", text)
 
 
 def _config(args: argparse.Namespace) -> HeadConfig:
@@ -141,6 +126,16 @@ def train_command(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
+    if args.prompts is None:  # the built-in pool adapts to a short-context model
+        fitting = fitting_prompts(models.target, models.tokenizer, prompts, config.max_new_tokens)
+        if len(fitting) < len(prompts):
+            print(
+                f"skipping {len(prompts) - len(fitting)} of the built-in pool's {len(prompts)} "
+                f"prompts: with --max-new-tokens {config.max_new_tokens} they pass the model's "
+                f"{models.target.shape.max_positions} positions",
+                file=sys.stderr,
+            )
+        prompts = fitting
     if resume is None:
         print(f"generating the target's responses to {len(prompts)} prompts ...", file=sys.stderr)
     else:

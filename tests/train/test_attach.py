@@ -14,7 +14,7 @@ import specstrat
 from specstrat import InvalidConfig, SpecAlgorithm
 from specstrat.cli import main
 from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
-from specstrat.hf.adapter import _Probe
+from specstrat.hf.attention_probe import Probe
 from specstrat.hf.process_loader import HFLoader
 from specstrat.runtime import Engine, EngineConfig, Request
 from specstrat.strategies import TopkTree
@@ -80,7 +80,7 @@ def test_the_target_returns_its_layers_outputs_fused(models: HFModels) -> None:
     with target.reference() as lm, torch.inference_mode():
         want = lm(input_ids=tokens[None], output_hidden_states=True).hidden_states
     with torch.inference_mode():  # the load-time probe's backend: plain causal attention
-        _, hidden = target(tokens, torch.arange(4), _Probe())
+        _, hidden = target(tokens, torch.arange(4), Probe())
     fused = torch.cat([want[1][0], want[2][0]], dim=-1)
     torch.testing.assert_close(hidden, fused, atol=1e-4, rtol=1e-4)
 

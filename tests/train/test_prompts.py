@@ -11,9 +11,13 @@ from specstrat.errors import InvalidConfig
 from specstrat.train import (
     CHAT_TOPICS,
     chat_prompts,
+    code_prompts,
     default_prompts,
+    document_prompts,
+    documents,
     math_prompts,
     passage_prompts,
+    rag_prompts,
     read_prompts,
     stdlib_prompts,
 )
@@ -21,15 +25,48 @@ from tests.conftest import SPEC_BENCH, needs_spec_bench
 
 
 def test_pool_is_deterministic_and_mixes_every_kind() -> None:
-    """Two builds give the same pool of distinct prompts; its first 20 hold every kind."""
+    """Two builds give the same pool of distinct prompts; its first 40 hold every kind."""
     pool = default_prompts()
     assert pool == default_prompts()
-    kinds = (stdlib_prompts(), passage_prompts(), math_prompts(), chat_prompts())
+    kinds: tuple[tuple[str, ...], ...] = (stdlib_prompts(), passage_prompts(), math_prompts())
+    kinds += (chat_prompts(), document_prompts(), rag_prompts(), code_prompts())
     assert set(pool) == set().union(*kinds)
-    assert len(set(pool)) == len(pool) > 2000
-    assert all(set(pool[:20]) & set(kind) for kind in kinds)
+    assert len(set(pool)) == len(pool) > 2900
+    assert all(set(pool[:40]) & set(kind) for kind in kinds)
     assert set(CHAT_TOPICS) <= set(pool)
     assert any("`textwrap.dedent`" in p for p in pool)
+
+
+def test_documents_are_whole_paragraph_runs_within_the_word_bounds() -> None:
+    """Each document has 100-300 words made of whole docstring paragraphs, and each document
+    task holds its document."""
+    docs = documents()
+    assert len(docs) > 50
+    assert all(100 <= len(text.split()) <= 300 for _, text in docs)
+    assert all(text in task for (_, text), task in zip(docs, document_prompts(), strict=True))
+
+
+def test_rag_prompts_number_three_documents_and_ask_about_one_of_them() -> None:
+    """A retrieval prompt numbers three documents, one of them the named owner's, and the
+    answer's place moves from first to third in turn."""
+    docs = dict(documents(min_words=40, max_words=120))
+    prompts = rag_prompts()
+    assert len(prompts) == len(documents(min_words=40, max_words=120))
+    for i, prompt in enumerate(prompts[:6]):
+        assert [f"Document [{n}]:" in prompt for n in (1, 2, 3, 4)] == [True] * 3 + [False]
+        name = prompt.rsplit("`", 2)[1]
+        part = prompt.split(f"Document [{i % 3 + 1}]:\n", 1)[1]
+        assert part.startswith(docs[name])
+
+
+def test_code_prompts_hold_whole_functions_within_the_line_bounds() -> None:
+    """Each code prompt holds one function's dedented source of 6-30 lines in a fence."""
+    prompts = code_prompts()
+    assert len(prompts) > 400
+    for prompt in prompts:
+        code = prompt.split("```python\n", 1)[1].split("\n```", 1)[0]
+        assert code.startswith(("def ", "async def ", "@")), code[:40]
+        assert 6 <= code.count("\n") + 1 <= 30
 
 
 def _runs(text: str) -> set[tuple[str, ...]]:

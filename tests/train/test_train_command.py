@@ -232,12 +232,19 @@ def test_a_missing_resume_is_refused_before_loading(
 def test_the_default_pool_under_a_budget(
     model_dir: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """Without --prompts the built-in pool is used, and --budget (minutes) with no --epochs
-    trains until the budget ends."""
+    """Without --prompts the built-in pool is used, less the prompts too long for the tiny
+    model's 512 positions (said on stderr), and --budget (minutes) with no --epochs trains
+    until the budget ends."""
     out = tmp_path / "head.safetensors"
     argv = ["train", "--model", str(model_dir), "--out", str(out), *FLAGS, "--budget", "0.05"]
     assert main([*argv, "--threads", "1"]) == 0
-    assert "positions from default pool" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert "positions from default pool" in captured.out
+    assert re.search(
+        r"skipping [1-9]\d* of the built-in pool's \d+ prompts: with --max-new-tokens \d+ they "
+        r"pass the model's 512 positions",
+        captured.err,
+    )
     assert load_head(out, load(model_dir).target).steps >= 1
 
 
