@@ -17,6 +17,7 @@ import torch
 from specstrat._adaptive import add_adaptive_flag, demo_algorithm
 from specstrat._cli_check import check_command as _check
 from specstrat._cli_check import load_target as _load
+from specstrat._outputs import check_file
 from specstrat.algorithm import HOOKS, SpecAlgorithm
 from specstrat.bench.command import add_bench_parser, bench_command
 from specstrat.drafting import SamplingParams
@@ -86,6 +87,8 @@ def _demo(args: argparse.Namespace) -> int:
     algo = demo_algorithm(algo, args.adaptive, _load)
     if args.trace is not None and args.disagg:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
+    if args.trace is not None:
+        check_file("--trace", args.trace)  # before any model loads
     if args.head is not None and args.model == "embedded":
         raise SystemExit(
             f"specstrat demo: --head {args.head} is a head trained for a Hugging Face model; "
@@ -119,6 +122,22 @@ def _demo(args: argparse.Namespace) -> int:
         print(summary.table())
     # A lossless rule whose output differs from target-only is a failure; a lossy one says so.
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """``specstrat cache``: each converted model and its size; ``--clear`` removes them."""
+    from specstrat.hf import cache_dir
+    from specstrat.hf.conversion_cache import cached_models, clear_cache
+
+    if args.clear:
+        print(f"removed {clear_cache() / 1e6:.0f} MB of converted models from {cache_dir()}")
+        return 0
+    models = cached_models()
+    total = sum(m.size for m in models) / 1e6
+    print(f"{cache_dir()}: {len(models)} converted model(s), {total:.0f} MB")
+    for model in models:
+        print(f"  {model.size / 1e6:8.0f} MB  {model.path.name}")
+    return 0
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -206,6 +225,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = parser.add_subparsers(dest="command", required=True)
     sub.add_parser("list", help="registered algorithms with their strategies and capabilities")
+    cache = sub.add_parser(
+        "cache", help="the converted GGUF models specstrat keeps, with their sizes"
+    )
+    cache.add_argument(
+        "--clear", action="store_true", help="remove the converted models (they convert again)"
+    )
     check = sub.add_parser("check", help="conformance kit and mypy on MODULE:ATTR")
     check.add_argument("target", help="the algorithm: a registered name (EAGLE) or MODULE:ATTR")
     check.add_argument("--no-mypy", dest="mypy", action="store_false", help="skip mypy")
@@ -302,6 +327,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args.command_line = shlex.join(["specstrat", *words])  # train records it in the head
     commands = {
         "list": _list,
+        "cache": _cache,
         "check": _check,
         "demo": _demo,
         "bench": _bench,

@@ -4,15 +4,14 @@ report, the JSON file and the plots (:mod:`specstrat.cli` dispatches here)."""
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Callable, Sequence
-from pathlib import Path
 from typing import Any
 
 import torch
 
 from specstrat._adaptive import with_policy
+from specstrat._outputs import STDOUT, check_dir, check_json, write_json
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import SamplingParams
 from specstrat.errors import InvalidConfig
@@ -107,26 +106,36 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         baseline_hf=args.baseline == "hf",
         force_accept=args.force_accept,
     )
-    if args.plot is not None:
+    json_path = None if args.json is None else check_json("--json", args.json)
+    plot_dir = None if args.plot is None else check_dir("--plot", args.plot)
+    if plot_dir is not None:
         from specstrat.bench.plots import _pyplot
 
         _pyplot()  # a missing matplotlib is refused before any run
     models, name = _bench_models(args.model, args.head, config.algorithms)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
-        result = run_bench(config, models, model_name=name, progress=bar.write, bar=bar)
-    plots: list[str] = []
-    if args.plot is not None:
+        result = run_bench(
+            config,
+            models,
+            model_name=name,
+            progress=lambda line: bar.write(line, sys.stderr),
+            bar=bar,
+        )
+    # The table and the JSON are out before any plot is drawn: a plotting failure loses neither.
+    table = sys.stderr if args.json == STDOUT else sys.stdout
+    print(render(result), file=table, flush=True)
+    document = result.as_dict()
+    if args.json is not None:
+        write_json("--json", json_path, {**document, "plots": []})
+    if plot_dir is not None:
         from specstrat.bench.plots import write_plots
 
-        plots = [str(p) for p in write_plots(result, args.plot)]
-    print(render(result, plots))
-    if args.json is not None:
-        document = {**result.as_dict(), "plots": plots}
-        try:
-            Path(args.json).write_text(json.dumps(document, indent=2) + "\n", encoding="utf-8")
-        except OSError as exc:
-            raise InvalidConfig(f"--json {args.json}: cannot write it ({exc.strerror})") from exc
-        print(f"wrote {args.json}")
+        plots = [str(p) for p in write_plots(result, plot_dir)]
+        print("\nplots:\n" + "\n".join(f"  {p}" for p in plots), file=table)
+        if args.json is not None:
+            write_json("--json", json_path, {**document, "plots": plots})
+    if json_path is not None:
+        print(f"wrote {args.json}", file=sys.stderr)
     failed = [r for r in result.rows if r.acceptance_rule_lossless and not r.lossless]
     return 1 if failed else 0
 
@@ -250,5 +259,15 @@ def add_bench_parser(
         help="accept each draft position with probability R given the earlier ones (lossy; "
         "stop tokens off): measures the system apart from the drafter",
     )
-    bench.add_argument("--json", metavar="FILE", help="write the result as JSON")
-    bench.add_argument("--plot", metavar="DIR", help="write PNG plots into DIR (matplotlib)")
+    bench.add_argument(
+        "--json",
+        metavar="FILE",
+        help="write the result as JSON to FILE, or to stdout with - (the table then goes to "
+        "stderr); checked before any run",
+    )
+    bench.add_argument(
+        "--plot",
+        metavar="DIR",
+        help="write PNG plots into DIR (matplotlib; checked before any run, drawn after the JSON "
+        "is written)",
+    )

@@ -72,8 +72,8 @@ def spec_bench_tables(result: BenchResult) -> list[str]:
     return out
 
 
-def render(result: BenchResult, plots: Sequence[str] = ()) -> str:
-    """The whole report: notes, the rows, Spec-Bench's tables, what is not lossless, plots."""
+def render(result: BenchResult) -> str:
+    """The whole report: notes, the rows, Spec-Bench's tables, what is not lossless."""
     parts = ["\n".join(f"# {n}" for n in result.notes), rows_table(result.rows)]
     if len(result.categories) > 1:
         parts += spec_bench_tables(result)
@@ -82,6 +82,4 @@ def render(result: BenchResult, plots: Sequence[str] = ()) -> str:
         lines = [f"  {r.algorithm} {r.category} bs{r.batch_size}: {r.lossless_check}" for r in bad]
         parts.append("* not lossless (its speed is not comparable with target-only's):")
         parts[-1] += "\n" + "\n".join(lines)
-    if plots:
-        parts.append("plots:\n" + "\n".join(f"  {p}" for p in plots))
     return "\n\n".join(parts)

@@ -345,10 +345,17 @@ def test_check_passes_outside_the_repository(
     assert done.returncode == 0, report
 
 
-def test_demo_trace_to_an_unwritable_path_is_a_clear_error(tmp_path: Path) -> None:
-    """--trace into a missing directory exits with a one-line message, no traceback."""
-    with pytest.raises(SystemExit, match=r"specstrat demo: cannot write --trace .*missing/x"):
-        main(["demo", "--requests", "1", "--trace", str(tmp_path / "missing" / "x")])
+def test_demo_trace_to_an_unwritable_path_is_a_clear_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--trace into a missing directory exits 2 with a one-line message, no traceback."""
+    assert main(["demo", "--requests", "1", "--trace", str(tmp_path / "missing" / "x")]) == 2
+    err = capsys.readouterr().err
+    assert re.fullmatch(
+        r"specstrat demo: InvalidConfig: --trace '.*missing/x': its directory '.*missing' does "
+        r"not exist.*\n",
+        err,
+    ), err
 
 
 def test_demo_trace_writes_one_json_line_per_step_and_request(tmp_path: Path) -> None:
