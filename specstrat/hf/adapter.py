@@ -20,14 +20,14 @@ import contextlib
 import contextvars
 import copy
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
+from specstrat.hf.attention_probe import LayerShape, Probe, attention_class, attention_layers
 from specstrat.hf.early_exit_view import truncated_model
 from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
 from specstrat.models import AttentionBackend, ModelShape
@@ -134,60 +134,12 @@ def _register() -> None:
     AttentionInterface.register(ATTENTION_NAME, paged_attention)
 
 
-@dataclass(frozen=True, slots=True)
-class _LayerShape:
-    heads: int
-    kv_heads: int
-    head_dim: int
-
-
-class _Probe:
-    """An attention backend that records each layer's head shapes and runs dense causal
-    attention with the layer's arguments (one probe forward at load)."""
-
-    def __init__(self) -> None:
-        self.layers: dict[int, _LayerShape] = {}
-
-    def __call__(
-        self,
-        layer: int,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        *,
-        scaling: float | None = None,
-        sliding_window: int | None = None,
-        softcap: float | None = None,
-    ) -> torch.Tensor:
-        if not (q.shape[2] == k.shape[2] == v.shape[2]) or k.shape[1] != v.shape[1]:
-            raise ModelLoadError(
-                f"layer {layer}: query, key and value heads are {tuple(q.shape[1:])}, "
-                f"{tuple(k.shape[1:])} and {tuple(v.shape[1:])} (heads, width): specstrat's KV "
-                "cache holds key and value heads of the query's width (a value head width such "
-                "as v_head_dim that differs is not supported)"
-            )
-        if q.shape[1] % k.shape[1]:
-            raise ModelLoadError(
-                f"layer {layer}: {q.shape[1]} query heads are not a multiple of {k.shape[1]} "
-                "key/value heads"
-            )
-        self.layers[layer] = _LayerShape(q.shape[1], k.shape[1], q.shape[2])
-        group = q.shape[1] // k.shape[1]
-        k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        scores = torch.einsum("qhd,khd->hqk", q, k) * (scaling or q.shape[2] ** -0.5)
-        if softcap is not None:
-            scores = softcap * torch.tanh(scores / softcap)
-        n = q.shape[0]
-        causal = torch.ones(n, n, dtype=torch.bool, device=q.device).tril()
-        scores = scores.masked_fill(~causal, float("-inf"))
-        return torch.einsum("hqk,khd->qhd", F.softmax(scores, dim=-1), v)
-
-
 class HFCausalLM:
     """A transformers causal LM as a :class:`~specstrat.models.CausalLM`.
 
-    ``model``: a ``PreTrainedModel`` with an LM head whose attention goes through transformers'
-    ``AttentionInterface`` (``model.is_backend_compatible()``); ``vocab_size``: the ids the engine
+    ``model``: a ``PreTrainedModel`` with an LM head whose every attention layer calls
+    transformers' ``AttentionInterface`` (seen in the probe forward, whatever the class's
+    ``_supports_attention_backend`` flag says); ``vocab_size``: the ids the engine
     may use (the tokenizer's vocabulary; default the LM head's width). The LM head may be wider
     (padded): its extra logits are sliced off. ``__call__`` returns the LM head's logits (after
     any final soft-cap the model applies) and the final normalised hidden state: the LM head's
@@ -265,16 +217,25 @@ class HFCausalLM:
             max_positions=positions,
         )
 
-    def _probe(self) -> dict[int, _LayerShape]:
-        probe = _Probe()
+    def _probe(self) -> dict[int, LayerShape]:
+        probe = Probe()
         device = next(self.model.parameters()).device
         tokens = torch.zeros(2, dtype=torch.long, device=device)
         with torch.inference_mode():
             self(tokens, torch.arange(2, device=device), probe)
-        if not probe.layers:
+        config = self.model.config
+        text = config.get_text_config() if hasattr(config, "get_text_config") else config
+        depth = int(getattr(text, "num_hidden_layers", 0) or len(probe.layers))
+        held = attention_layers(self.model) or set(range(depth))  # a view may hold fewer
+        missing = sorted(held - set(probe.layers))
+        if missing:
+            classes = sorted({attention_class(self.model, i) for i in missing})
+            which = "none of its layers" if len(missing) == len(held) else f"layers {missing}"
             raise ModelLoadError(
-                f"{self.name}: {type(self.model).__name__} never called the attention interface; "
-                "its attention is not pluggable, so specstrat cannot run it"
+                f"{self.name}: {type(self.model).__name__}'s attention in {which} "
+                f"({', '.join(classes)}) did not call transformers' attention interface in the "
+                "probe forward (it computes attention itself), so specstrat's KV cache would be "
+                "bypassed; this model is not supported"
             )
         return probe.layers
 
@@ -389,9 +350,4 @@ def _check_model(model: Any, name: str) -> None:
             f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were "
             "never loaded; load them (from_pretrained, load_state_dict) or move the model to a "
             "real device"
-        )
-    if not model.is_backend_compatible():
-        raise ModelLoadError(
-            f"{name}: {kind} does not route attention through transformers' AttentionInterface "
-            "(_supports_attention_backend is False), so specstrat cannot run its attention"
         )

@@ -3,16 +3,20 @@
 A ``.gguf`` file is dequantised by transformers (it needs the ``gguf`` and ``accelerate``
 packages) once; the converted weights and tokenizer are kept in a per-user cache directory
 (``$SPECSTRAT_CACHE``, else ``$XDG_CACHE_HOME/specstrat``, else ``~/.cache/specstrat``), keyed by
-the file's path, size and modification time, so later loads read plain weights in seconds.
-Remove the directory to clear it.
+the file's content (its SHA-256, with the converter's versions), so later loads read plain
+weights in seconds and a copy of the file in another environment reuses the conversion.
+``specstrat cache`` lists the converted models and their sizes; ``specstrat cache --clear``
+removes them.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import re
 import shutil
+import sys
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,14 +26,23 @@ from typing import Any
 import torch
 
 from specstrat.drafting import GREEDY, SamplingParams
-from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.errors import InvalidConfig, ModelLoadError, SpecstratError
 from specstrat.hf.adapter import HFCausalLM
+from specstrat.hf.file_checks import (
+    check_gguf_file,
+    check_load_args,
+    check_loading_info,
+    check_safetensors_files,
+    check_tokenizer_width,
+    tokenizer_hint,
+)
 from specstrat.hf.text_io import chat_request, decode, text_request
 from specstrat.models import CausalLM, DraftHead
 from specstrat.runtime import Request
 
-__all__ = ["HFModels", "cache_dir", "eos_token_ids", "load"]
+__all__ = ["CONVERSION_FORMAT", "HFModels", "cache_dir", "eos_token_ids", "load"]
 
+_CORRUPT_GGUF = "the file's tokenizer fields may be corrupt: copy the .gguf file again"
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
 _INSTALL = "pip install 'specstrat[hf]' (transformers, tokenizers, gguf, accelerate)"
 
@@ -114,24 +127,36 @@ def _resolve(path: str | os.PathLike[str]) -> Path:
     raise ModelLoadError(f"model={text!r}: no such file or directory")
 
 
-_NO_TOKENIZER = (
-    "the directory lacks the tokenizer files (tokenizer.json, tokenizer.model, vocab.json and "
-    "merges.txt, ...): copy them from where the model came from"
-)
-
-
 def _loaded(source: str, build: Callable[[], Any], hint: str = "") -> Any:
     """``build()``, its failures as :class:`~specstrat.errors.ModelLoadError` naming ``source``
     (the first line of transformers' message, then ``hint``)."""
     try:
         return build()
+    except SpecstratError:
+        raise
     except ImportError as exc:
         raise ModelLoadError(f"loading {source} failed: {exc}; {_INSTALL}") from exc
-    except (OSError, ValueError, KeyError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+    except Exception as exc:  # whatever transformers, tokenizers, safetensors or torch raise
         raise ModelLoadError(
-            f"model={source!r} cannot be loaded: {first}" + (f"; {hint}" if hint else "")
+            f"model={source!r} cannot be loaded: {_first_line(exc)}" + (f"; {hint}" if hint else "")
         ) from exc
+
+
+def _first_line(exc: BaseException) -> str:
+    """The first line of ``exc``'s message, and of its root cause's when it has one (a library
+    that rewraps an error, e.g. transformers' "not a valid JSON file" around a GGUF decoding
+    error, hides the cause otherwise)."""
+
+    def line(e: BaseException) -> str:
+        return str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+
+    root, seen = exc, {id(exc)}
+    while (inner := root.__cause__ or root.__context__) is not None and id(inner) not in seen:
+        root = inner
+        seen.add(id(inner))
+    if root is exc:
+        return line(exc)
+    return f"{line(exc)} (caused by {type(root).__name__}: {line(root)})"
 
 
 def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None) -> tuple[Any, Any]:
@@ -143,33 +168,67 @@ def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None)
         )
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     source = str(directory / gguf_file) if gguf_file else str(directory)
-    model = _loaded(
+    if gguf_file is None:
+        check_safetensors_files(directory)
+    model, info = _loaded(
         source,
         lambda: tf.AutoModelForCausalLM.from_pretrained(
-            directory, local_files_only=True, dtype=dtype, **extra
+            directory, local_files_only=True, dtype=dtype, output_loading_info=True, **extra
         ),
     )
+    check_loading_info(source, info)
     tokenizer = _loaded(
         source,
         lambda: tf.AutoTokenizer.from_pretrained(directory, local_files_only=True, **extra),
-        _NO_TOKENIZER,
+        tokenizer_hint(directory) if gguf_file is None else _CORRUPT_GGUF,
     )
     # transformers builds a tokenizer of nothing but its special tokens from a directory with no
     # tokenizer files (for some model types); every prompt would encode to unknown ids.
     if len(tokenizer) <= len(set(tokenizer.all_special_ids)):
         raise ModelLoadError(
             f"model={source!r}: its tokenizer has only {len(tokenizer)} id(s), its special "
-            f"tokens; {_NO_TOKENIZER}"
+            f"tokens; {tokenizer_hint(directory)}"
         )
+    check_tokenizer_width(source, tokenizer, model)
     return model, tokenizer
 
 
-def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
-    """The GGUF file's model, from the cache when converted before (converted now otherwise)."""
+#: Bumped when the conversion's output changes, so older cache entries are not reused.
+CONVERSION_FORMAT = 1
+
+
+def _content_key(file: Path) -> str:
+    """A key for ``file``'s conversion: the SHA-256 of its bytes with the converter's versions
+    (transformers' and :data:`CONVERSION_FORMAT`). The hash is remembered under the file's
+    path, size and modification time, so only a new or changed file is read to hash it."""
+    import transformers
+
     stat = file.stat()
-    key = hashlib.sha256(f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}".encode())
-    target = cache_dir() / "models" / f"{file.stem}-{key.hexdigest()[:16]}"
+    seen = f"{file.resolve()}|{stat.st_size}|{stat.st_mtime_ns}"
+    index = cache_dir() / "index" / hashlib.sha256(seen.encode()).hexdigest()[:32]
+    try:
+        content = index.read_text(encoding="ascii").strip()
+    except OSError:
+        digest = hashlib.sha256()
+        with file.open("rb") as handle:
+            while chunk := handle.read(1 << 22):
+                digest.update(chunk)
+        content = digest.hexdigest()
+        with contextlib.suppress(OSError):  # an unwritable cache only costs a hash next time
+            index.parent.mkdir(parents=True, exist_ok=True)
+            write = index.with_name(f".{index.name}.{os.getpid()}")
+            write.write_text(content, encoding="ascii")
+            os.replace(write, index)
+    versions = f"{content}|transformers {transformers.__version__}|format {CONVERSION_FORMAT}"
+    return hashlib.sha256(versions.encode()).hexdigest()[:16]
+
+
+def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
+    """The GGUF file's model, from the cache when a file of the same bytes was converted before
+    (by any path or environment), converted now otherwise."""
+    target = cache_dir() / "models" / f"{file.stem}-{_content_key(file)}"
     if not (target / "config.json").is_file():
+        check_gguf_file(file)
         model, tokenizer = _from_dir(file.parent, torch.float32, gguf_file=file.name)
         # transformers dequantises GGUF weights at load but keeps the quantizer, which refuses
         # save_pretrained; the weights are plain tensors by now, saved as such.
@@ -177,6 +236,12 @@ def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
         if hasattr(model.config, "quantization_config"):
             del model.config.quantization_config
         _write_cache(model, tokenizer, target)
+        size = sum(f.stat().st_size for f in target.iterdir()) / 1e6
+        print(
+            f"converted {file.name} into {target} ({size:.0f} MB); `specstrat cache --clear` "
+            "removes the converted models",
+            file=sys.stderr,
+        )
         if dtype == torch.float32:
             return model, tokenizer
         del model
@@ -234,9 +299,12 @@ def load(
 
     Always ``local_files_only``: a hub id or a missing path is a
     :class:`~specstrat.errors.ModelLoadError` saying so, as is a model whose attention the engine
-    cannot run. ``shape.vocab_size`` is the tokenizer's vocabulary (a wider LM head's extra
-    logits are sliced off).
+    cannot run, a file cut short or corrupt, or weight files that leave a weight out (see
+    :mod:`specstrat.hf.file_checks`); a bad argument or a device this machine lacks is an
+    :class:`~specstrat.errors.InvalidConfig` raised before any work. ``shape.vocab_size`` is
+    the tokenizer's vocabulary (a wider LM head's extra logits are sliced off).
     """
+    where = check_load_args(path, dtype, device)
     p = _resolve(path)
     if p.is_file():
         if p.suffix != ".gguf":
@@ -246,7 +314,7 @@ def load(
         model, tokenizer = _gguf_cached(p, dtype)
     else:
         model, tokenizer = _from_dir(p, dtype)
-    model = model.to(device).eval()
+    model = _loaded(str(p), lambda: model.to(where).eval())
     target = HFCausalLM(model, vocab_size=len(tokenizer), name=p.name)
     return HFModels(
         target=target,

@@ -58,14 +58,29 @@ def chat_request(
         raise InvalidConfig(
             f"request {rid!r}: the tokenizer has no chat template; pass text= instead"
         )
-    if not isinstance(messages, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("content"), str) for m in messages
+    if (
+        not isinstance(messages, list)
+        or not messages
+        or not all(
+            isinstance(m, dict)
+            and isinstance(m.get("role"), str)
+            and isinstance(m.get("content"), str)
+            for m in messages
+        )
     ):
         raise InvalidConfig(
-            f"request {rid!r}: messages={messages!r}; pass a list of "
-            "{'role': ..., 'content': str} dicts"
+            f"request {rid!r}: messages={messages!r}; pass a non-empty list of "
+            "{'role': str, 'content': str} dicts, e.g. [{'role': 'user', 'content': 'Hi'}]"
         )
-    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    try:
+        ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=True)
+    except Exception as exc:  # the template's own refusals (jinja2's TemplateError, ...)
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise InvalidConfig(
+            f"request {rid!r}: the tokenizer's chat template refused messages with roles "
+            f"{[m['role'] for m in messages]} ({type(exc).__name__}: {reason}); use the roles "
+            "and order the model's template expects, or pass text= instead"
+        ) from exc
     if isinstance(ids, dict) or hasattr(ids, "input_ids"):
         ids = ids["input_ids"]
     return _request(tokenizer, rid, ids, max_new_tokens, eos, stop, sampling)

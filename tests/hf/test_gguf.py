@@ -1,8 +1,10 @@
-"""Loading a ``.gguf`` file: converted once into the cache (keyed by path, size and mtime), read
-from it afterwards, lossless in the engine; a cache that cannot be written, or a conversion that
-another process finished first, is handled by name."""
+"""Loading a ``.gguf`` file: converted once into the cache (keyed by the file's content), read
+from it afterwards (by any path), lossless in the engine; a cache that cannot be written, or a
+conversion that another process finished first, is handled by name; `specstrat cache` lists
+and clears it."""
 
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +44,8 @@ def test_a_gguf_file_is_converted_once_and_runs_losslessly(
     gguf_file: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The first load converts the file into one cache entry, a second (bfloat16) load reads
-    the entry without converting, a touched file converts again; greedy runs equal generate."""
+    the entry without converting, as do a touched file and a copy elsewhere (the key is the
+    content); a file of other bytes converts again; greedy runs equal generate."""
     seen = conversions(monkeypatch)
     first = load(gguf_file)
     entries = sorted((gguf_file.parent / "cache" / "models").iterdir())
@@ -60,6 +63,13 @@ def test_a_gguf_file_is_converted_once_and_runs_losslessly(
     check = compare(first.target, requests, outputs, generate_reference(first.target, requests))
     assert check.lossless, check.line()
     os.utime(gguf_file, ns=(1, 1))
+    load(gguf_file)
+    copy = gguf_file.parent / "elsewhere" / "tiny-llama.gguf"
+    copy.parent.mkdir()
+    copy.write_bytes(gguf_file.read_bytes())
+    load(copy)
+    assert seen == ["tiny-llama.gguf"]
+    tiny.save_gguf(gguf_file, seed=1)
     load(gguf_file)
     assert seen == ["tiny-llama.gguf"] * 2
     assert len(list((gguf_file.parent / "cache" / "models").iterdir())) == 2
@@ -98,3 +108,24 @@ def test_a_conversion_finished_meanwhile_by_another_process_is_kept(
     assert models.target.shape.vocab_size == tiny.VOCAB
     entries = list((gguf_file.parent / "cache" / "models").iterdir())
     assert [(e / "marker").read_text() for e in entries] == ["winner"]
+
+
+def test_the_cache_command_lists_the_conversions_and_clears_them(
+    gguf_file: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`specstrat cache` lists each converted model with its size; `--clear` removes them and
+    the next load converts again."""
+    from specstrat.cli import main
+
+    load(gguf_file)
+    capsys.readouterr()
+    assert main(["cache"]) == 0
+    out = capsys.readouterr().out
+    assert re.search(
+        r"cache: 1 converted model\(s\), \d+ MB\n +\d+ MB  tiny-llama-[0-9a-f]{16}", out
+    )
+    assert main(["cache", "--clear"]) == 0
+    assert re.match(r"removed \d+ MB of converted models from .*cache", capsys.readouterr().out)
+    assert not (gguf_file.parent / "cache" / "models").exists()
+    assert main(["cache"]) == 0
+    assert "cache: 0 converted model(s), 0 MB" in capsys.readouterr().out

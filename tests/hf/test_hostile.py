@@ -135,11 +135,21 @@ def _bloom() -> Any:
     return model.eval()
 
 
-def _no_backend() -> Any:
-    """A llama whose class says it does not route attention through the interface."""
-    model = tiny.model("llama")
-    model.__class__ = type("OwnAttentionLM", (type(model),), {"_supports_attention_backend": False})
-    return model
+def _bypassing(*layers: int) -> Callable[[], Any]:
+    """A llama whose ``layers`` compute their attention themselves (never call the interface)."""
+
+    def own(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> tuple[torch.Tensor, None]:
+        return torch.zeros_like(hidden_states), None
+
+    def build() -> Any:
+        model = tiny.model("llama")
+        for layer in layers:
+            attention = model.model.layers[layer].self_attn
+            attention.__class__ = type("OwnAttention", (type(attention),), {})
+            attention.forward = own
+        return model
+
+    return build
 
 
 REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str]] = [
@@ -159,18 +169,26 @@ REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str
     ),
     ("no-lm-head", _no_head, {}, ModelLoadError, r"LlamaModel has no LM head; load it as a causal"),
     (
-        "no-attention-backend",
-        _no_backend,
+        "a-layer-bypasses-the-interface",
+        _bypassing(1),
         {},
         ModelLoadError,
-        r"OwnAttentionLM does not route attention through transformers' AttentionInterface",
+        r"LlamaForCausalLM's attention in layers \[1\] \(OwnAttention\) did not call "
+        r"transformers' attention interface",
+    ),
+    (
+        "every-layer-bypasses-the-interface",
+        _bypassing(0, 1),
+        {},
+        ModelLoadError,
+        r"LlamaForCausalLM's attention in none of its layers \(OwnAttention\) did not call",
     ),
     (
         "own-attention-bloom",
         _bloom,
         {},
         ModelLoadError,
-        r"BloomForCausalLM does not route attention through transformers' Atten",
+        r"BloomForCausalLM: config has no max_position_embeddings; specstrat bounds context_len",
     ),
     (
         "sinks",
@@ -224,6 +242,21 @@ REFUSED: list[tuple[str, Callable[[], Any], dict[str, Any], type[Exception], str
         r"vocab_size=0 must be an int >= 1, or None",
     ),
 ]
+
+
+def test_a_class_without_the_backend_flag_that_calls_the_interface_runs_losslessly(
+    ids: tuple[int, ...],
+) -> None:
+    """A model class whose _supports_attention_backend is False but whose every layer calls the
+    attention interface is decided by the probe: it wraps and runs equal to transformers."""
+    model = tiny.model("llama")
+    model.__class__ = type("FlaglessLM", (type(model),), {"_supports_attention_backend": False})
+    assert not model.is_backend_compatible()
+    lm = HFCausalLM(model, vocab_size=tiny.VOCAB, name="flagless")
+    requests = [Request("r", list(ids[:12]), max_new_tokens=8)]
+    outputs = Engine("NGRAM", ModelSet(target=lm), EngineConfig(context_len=64)).run(requests)
+    check = compare(lm, requests, outputs, generate_reference(lm, requests))
+    assert check.lossless, check.line()
 
 
 @pytest.mark.parametrize(

@@ -136,7 +136,7 @@ REFUSALS: list[tuple[str, Callable[[Path, Path], Any], str]] = [
     (
         "bad-gguf",
         _written("bad.gguf", "x"),
-        r"model='.*bad\.gguf' cannot be loaded: .* does not start with the GGUF magic bytes",
+        r"model='.*bad\.gguf' does not start with the GGUF magic bytes \(found b'x'\); it is not",
     ),
     (
         "no-weights",

@@ -106,9 +106,11 @@ REFUSALS: list[tuple[dict[str, Any], str]] = [
     ),
     (
         {"messages": "hello"},
-        r"request 'r': messages='hello'; pass a list of \{'role': \.\.\., 'content'",
+        r"request 'r': messages='hello'; pass a non-empty list of \{'role': str, 'content'",
     ),
-    ({"messages": [{"role": "user"}]}, r"messages=\[\{'role': 'user'\}\]; pass a list of"),
+    ({"messages": [{"role": "user"}]}, r"messages=\[\{'role': 'user'\}\]; pass a non-empty"),
+    ({"messages": []}, r"request 'r': messages=\[\]; pass a non-empty list of \{'role'"),
+    ({"messages": [{"content": "x"}]}, r"messages=\[\{'content': 'x'\}\]; pass a non-empty"),
 ]
 
 
@@ -126,6 +128,20 @@ def test_decode_refuses_stop_as_a_bare_string(models: HFModels) -> None:
     """decode(stop="\\n") would cut at each character of the string: refused, as in request."""
     with pytest.raises(InvalidConfig, match=r"stop='\\n' is a string; pass a tuple of strings"):
         models.decode([1, 2], stop="\n")  # type: ignore[arg-type]
+
+
+def test_a_template_that_refuses_the_messages_is_named() -> None:
+    """A chat template that raises (as templates do for roles out of order) is an InvalidConfig
+    naming the request and the roles, with the template's reason."""
+    tok = tiny.tokenizer()
+    tok.chat_template = "{{ raise_exception('roles must alternate user/assistant') }}"
+    models = HFModels(target=HFCausalLM(tiny.model("llama"), vocab_size=len(tok)), tokenizer=tok)
+    with pytest.raises(
+        InvalidConfig,
+        match=r"request 'r': the tokenizer's chat template refused messages with roles "
+        r"\['user', 'user'\] \(TemplateError: roles must alternate",
+    ):
+        models.request("r", 4, messages=[{"role": "user", "content": "x"}] * 2)
 
 
 def test_chat_without_a_template_is_refused() -> None:

@@ -1,0 +1,213 @@
+"""What :func:`specstrat.hf.load` checks before and after transformers reads a model, so a bad
+argument, a cut-short or corrupt file, or a file whose tensors do not fill the model is a named
+error, never a raw exception from another library or a model with silently random weights.
+
+Before any work: the arguments' types, the dtype, and the device (parsed by torch, and present
+on this machine). Before transformers reads the files: each ``*.safetensors`` file's header
+(through ``safetensors.safe_open``, which checks the header's length, JSON and offsets against
+the file's size) and a ``.gguf`` file's header and tensor table (``gguf.GGUFReader``). After it
+reads them: no weight of the model was left out of the files (transformers would initialise it
+at random and go on), and the tokenizer has no id the model's embedding lacks.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from specstrat.errors import InvalidConfig, ModelLoadError
+
+__all__ = [
+    "TOKENIZER_FILES",
+    "check_device",
+    "check_gguf_file",
+    "check_load_args",
+    "check_loading_info",
+    "check_safetensors_files",
+    "check_tokenizer_width",
+    "tokenizer_hint",
+]
+
+#: The files a transformers tokenizer is built from (any one of them may be present).
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "vocab.json",
+    "merges.txt",
+    "special_tokens_map.json",
+)
+
+_CORRUPT = "it may be cut short or corrupt: copy it again from where the model came from"
+
+
+def check_device(device: object) -> torch.device:
+    """``device`` as a :class:`torch.device` that exists on this machine; an unknown string or
+    an accelerator that is absent (or an index past the ones present) raises
+    :class:`~specstrat.errors.InvalidConfig` naming it."""
+    if not isinstance(device, str | torch.device):
+        raise InvalidConfig(
+            f"device={device!r} is a {type(device).__name__}; pass a string such as 'cpu' or "
+            "'cuda:0', or a torch.device"
+        )
+    try:
+        parsed = torch.device(device)
+    except RuntimeError as exc:
+        raise InvalidConfig(
+            f"device={device!r} is not a device torch knows ({str(exc).splitlines()[0]}); pass "
+            "'cpu', 'cuda', 'cuda:N' or 'mps'"
+        ) from exc
+    if parsed.type in ("cpu", "meta"):
+        return parsed
+    backend: Any = torch.backends.mps if parsed.type == "mps" else getattr(torch, parsed.type, None)
+    if backend is None or not backend.is_available():
+        raise InvalidConfig(
+            f"device={device!r}: this machine has no {parsed.type} device (torch "
+            f"{torch.__version__} sees none); pass device='cpu'"
+        )
+    count = int(backend.device_count()) if hasattr(backend, "device_count") else 1
+    if parsed.index is not None and parsed.index >= count:
+        raise InvalidConfig(
+            f"device={device!r}: this machine has {count} {parsed.type} device(s), "
+            f"{parsed.type}:0 to {parsed.type}:{count - 1}; pass one of them"
+        )
+    return parsed
+
+
+def check_load_args(path: object, dtype: object, device: object) -> torch.device:
+    """:func:`~specstrat.hf.load`'s arguments before any work: ``path`` a string or path,
+    ``dtype`` a floating torch dtype, ``device`` as :func:`check_device`; the device parsed."""
+    if not isinstance(path, str | os.PathLike):
+        raise InvalidConfig(
+            f"load(path={path!r}): path is a {type(path).__name__}; pass a model directory or a "
+            ".gguf file as a str or a pathlib.Path (e.g. specstrat.hf.smollm2.smollm2_path())"
+        )
+    if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
+        raise InvalidConfig(
+            f"dtype={dtype!r} is not a floating torch dtype; pass torch.float32, torch.bfloat16 "
+            "or torch.float16"
+        )
+    return check_device(device)
+
+
+def check_safetensors_files(directory: Path) -> None:
+    """Each ``*.safetensors`` file in ``directory`` opens: its header is whole, valid JSON, and
+    its tensors' offsets fit the file. A bad one raises
+    :class:`~specstrat.errors.ModelLoadError` naming the file."""
+    try:
+        from safetensors import safe_open
+    except ImportError:  # transformers then reads no safetensors file either
+        return
+    for file in sorted(directory.glob("*.safetensors")):
+        try:
+            with safe_open(str(file), "pt") as opened:
+                opened.keys()
+        except Exception as exc:  # SafetensorError, and OSError from the file system
+            message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            raise ModelLoadError(
+                f"model={str(directory)!r}: {file.name} ({file.stat().st_size} bytes) is not a "
+                f"readable safetensors file ({message}); {_CORRUPT}"
+            ) from exc
+
+
+def check_gguf_file(file: Path) -> None:
+    """``file``'s GGUF header and tensor table read whole (``gguf.GGUFReader``); otherwise a
+    :class:`~specstrat.errors.ModelLoadError` naming the file and what is wrong."""
+    try:
+        from gguf import GGUFReader
+    except ImportError:  # transformers refuses the file with its own install hint
+        return
+    with file.open("rb") as handle:
+        magic = handle.read(4)
+    if magic != b"GGUF":
+        raise ModelLoadError(
+            f"model={str(file)!r} does not start with the GGUF magic bytes (found {magic!r}); it "
+            "is not a GGUF file, or it is corrupt: pass a .gguf file written by llama.cpp or the "
+            "gguf package"
+        )
+    try:
+        reader = GGUFReader(str(file))
+        problem = _gguf_problem(reader, file.stat().st_size)
+    except Exception as exc:  # ValueError, struct.error, IndexError, OSError, ... from gguf
+        message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        problem = f"{type(exc).__name__}: {message}"
+    if problem:
+        raise ModelLoadError(
+            f"model={str(file)!r} ({file.stat().st_size} bytes) is not a readable GGUF file "
+            f"({problem}); {_CORRUPT}"
+        )
+
+
+def _gguf_problem(reader: Any, size: int) -> str:
+    """What is wrong with a GGUF file the reader parsed, or "": a string field that is not
+    UTF-8, or tensors that do not tile the data region in order (each starts where the one
+    before ends, rounded up to the alignment; the last ends inside the file)."""
+    from gguf import GGUFValueType
+
+    for field in reader.fields.values():
+        if GGUFValueType.STRING in field.types:
+            for index in field.data:
+                try:
+                    bytes(field.parts[index]).decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    return f"field {field.name} holds a string that is not UTF-8 ({exc.reason})"
+    alignment = int(getattr(reader, "alignment", 32))
+    tensors = sorted(reader.tensors, key=lambda t: int(t.data_offset))
+    for before, after in itertools.pairwise(tensors):
+        end = int(before.data_offset) + int(before.n_bytes)
+        if int(after.data_offset) != -(-end // alignment) * alignment:
+            return (
+                f"tensor {after.name} starts at byte {int(after.data_offset)}, not where "
+                f"{before.name} ends ({end}, aligned to {alignment})"
+            )
+    if tensors and int(tensors[-1].data_offset) + int(tensors[-1].n_bytes) > size:
+        return f"tensor {tensors[-1].name} runs past the end of the file"
+    return ""
+
+
+def check_loading_info(source: str, info: dict[str, Any]) -> None:
+    """transformers' ``output_loading_info``: a weight the files did not hold (``missing_keys``)
+    or held at another shape (``mismatched_keys``) would be left at random; refused naming
+    it."""
+    missing = sorted(info.get("missing_keys") or ())
+    mismatched = [
+        str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or ()
+    ]
+    if missing or mismatched:
+        names = ", ".join((missing + mismatched)[:3])
+        more = len(missing) + len(mismatched) - 3
+        raise ModelLoadError(
+            f"model={source!r}: the weight files do not hold {names}"
+            + (f" and {more} more" if more > 0 else "")
+            + " (missing or of another shape); transformers would start them at random. The "
+            "files are corrupt or from another model: copy them again"
+        )
+
+
+def check_tokenizer_width(source: str, tokenizer: Any, model: Any) -> None:
+    """The tokenizer's vocabulary (its added tokens apart) has no id past the model's input
+    embedding rows (a tokenizer from another model would index past them); otherwise a
+    :class:`~specstrat.errors.ModelLoadError`."""
+    rows = int(model.get_input_embeddings().weight.shape[0])
+    ids = int(getattr(tokenizer, "vocab_size", None) or len(tokenizer))
+    if ids > rows:
+        raise ModelLoadError(
+            f"model={source!r}: its tokenizer has {ids} ids but the model's embedding "
+            f"has {rows} rows; the tokenizer files are from another model: copy the model's own"
+        )
+
+
+def tokenizer_hint(directory: Path) -> str:
+    """What to do when transformers cannot build the tokenizer: copy the files when none is
+    present, else name the ones present as unreadable."""
+    present = [name for name in TOKENIZER_FILES if (directory / name).is_file()]
+    if not present:
+        return (
+            "the directory lacks the tokenizer files (tokenizer.json, tokenizer.model, "
+            "vocab.json and merges.txt, ...): copy them from where the model came from"
+        )
+    return f"its tokenizer files ({', '.join(present)}) cannot be read; {_CORRUPT}"

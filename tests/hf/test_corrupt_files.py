@@ -1,0 +1,264 @@
+"""Corrupt model files (cut short anywhere, a bit flipped in a header) end in a named error or a
+load whose weights equal the original's, never a raw exception or silently random weights; the
+loader's arguments and a mismatched tokenizer are refused by name before any work."""
+
+import contextlib
+import os
+import shutil
+import struct
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.hf import HFModels, load
+from tests.hf import tiny
+
+#: Examples per property in make test; make test-slow runs the same properties with more.
+FEW, MANY = 20, 300
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A saved tiny llama directory."""
+    return tiny.save("llama", tmp_path_factory.mktemp("models") / "tiny-llama")
+
+
+@pytest.fixture(scope="module")
+def gguf_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny llama written as a float32 .gguf file."""
+    return tiny.save_gguf(tmp_path_factory.mktemp("gguf") / "tiny.gguf")
+
+
+@contextlib.contextmanager
+def _scratch() -> Iterator[Path]:
+    """A fresh directory that is also the conversion cache (hypothesis runs many examples in
+    one test call, so function-scoped fixtures would be shared between them)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        before = os.environ.get("SPECSTRAT_CACHE")
+        os.environ["SPECSTRAT_CACHE"] = str(Path(tmp) / "cache")
+        try:
+            yield Path(tmp)
+        finally:
+            if before is None:
+                del os.environ["SPECSTRAT_CACHE"]
+            else:
+                os.environ["SPECSTRAT_CACHE"] = before
+
+
+def _weights(models: HFModels) -> dict[str, torch.Tensor]:
+    return dict(models.target.model.state_dict())
+
+
+def _named_error_or_same_weights(path: Path, reference: Callable[[], HFModels]) -> None:
+    """Loading ``path`` raises ModelLoadError, or loads weights equal to ``reference()``'s."""
+    try:
+        loaded = load(path)
+    except ModelLoadError as exc:
+        message = str(exc)
+        assert path.name in message, message
+        return
+    want = _weights(reference())
+    got = _weights(loaded)
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want), "a corrupt file loaded other weights"
+
+
+def _damage(data: bytes, cut: int | None, flip: tuple[int, int] | None) -> bytes:
+    """``data`` cut to ``cut`` bytes, or with bit ``flip[1]`` of byte ``flip[0]`` flipped."""
+    if cut is not None:
+        return data[:cut]
+    assert flip is not None
+    out = bytearray(data)
+    out[flip[0]] ^= 1 << flip[1]
+    return bytes(out)
+
+
+Damage = tuple[int | None, tuple[int, int] | None]
+
+
+def _damages(size: int, header: int) -> st.SearchStrategy[Damage]:
+    """A cut anywhere in a file of ``size`` bytes, or a bit flip in its first ``header``."""
+    cuts = st.integers(0, size - 1).map(lambda c: (c, None))
+    flips = st.tuples(st.integers(0, header - 1), st.integers(0, 7)).map(lambda f: (None, f))
+    return st.one_of(cuts, flips)
+
+
+def _safetensors_property(saved: Path, examples: int) -> None:
+    data = (saved / "model.safetensors").read_bytes()
+    header = 8 + struct.unpack("<Q", data[:8])[0]
+    reference = load(saved)
+
+    @settings(max_examples=examples)
+    @given(_damages(len(data), header))
+    def check(damage: Damage) -> None:
+        with _scratch() as tmp:
+            copy = shutil.copytree(saved, tmp / "model")
+            (copy / "model.safetensors").write_bytes(_damage(data, *damage))
+            _named_error_or_same_weights(copy, lambda: reference)
+
+    check()
+
+
+def _gguf_property(gguf_file: Path, examples: int) -> None:
+    import gguf
+
+    data = gguf_file.read_bytes()
+    header = min(int(t.data_offset) for t in gguf.GGUFReader(str(gguf_file)).tensors)
+    with _scratch():
+        reference = load(gguf_file)
+
+    @settings(max_examples=examples)
+    @given(_damages(len(data), header))
+    def check(damage: Damage) -> None:
+        with _scratch() as tmp:
+            (tmp / "model.gguf").write_bytes(_damage(data, *damage))
+            _named_error_or_same_weights(tmp / "model.gguf", lambda: reference)
+
+    check()
+
+
+def test_a_damaged_safetensors_file_is_named_or_loads_the_same_weights(saved: Path) -> None:
+    """A safetensors file cut anywhere or with a header bit flipped: a named error or the
+    original weights (a few examples; test-slow runs more)."""
+    _safetensors_property(saved, FEW)
+
+
+def test_a_damaged_gguf_file_is_named_or_loads_the_same_weights(gguf_file: Path) -> None:
+    """A GGUF file cut anywhere or with a bit flipped before its tensor data: a named error or
+    the original weights (a few examples; test-slow runs more)."""
+    _gguf_property(gguf_file, FEW)
+
+
+@pytest.mark.slow
+def test_many_damaged_safetensors_files(saved: Path) -> None:
+    """The safetensors property over many examples."""
+    _safetensors_property(saved, MANY)
+
+
+@pytest.mark.slow
+def test_many_damaged_gguf_files(gguf_file: Path) -> None:
+    """The GGUF property over many examples."""
+    _gguf_property(gguf_file, MANY)
+
+
+@pytest.mark.parametrize(
+    ("cut", "message"),
+    [
+        (0, r"model\.safetensors \(0 bytes\) is not a readable safetensors file \(.*header too"),
+        (100, r"model\.safetensors \(100 bytes\) is not a readable safetensors file"),
+        (-1, r"is not a readable safetensors file \(.*incomplete metadata.*\); it may be cut"),
+    ],
+    ids=["empty", "in-header", "in-data"],
+)
+def test_a_cut_safetensors_file_is_named(
+    cut: int, message: str, saved: Path, tmp_path: Path
+) -> None:
+    """A safetensors file cut short is a ModelLoadError naming the file, its size and why."""
+    copy = shutil.copytree(saved, tmp_path / "model")
+    data = (saved / "model.safetensors").read_bytes()
+    (copy / "model.safetensors").write_bytes(data[: cut % len(data)])
+    with pytest.raises(ModelLoadError, match=message):
+        load(copy)
+
+
+def test_a_renamed_tensor_is_refused_not_left_random(saved: Path, tmp_path: Path) -> None:
+    """A header whose tensor name no longer matches the model (same length, so the file stays
+    valid) is refused naming the weight transformers would have started at random."""
+    copy = shutil.copytree(saved, tmp_path / "model")
+    data = (saved / "model.safetensors").read_bytes()
+    name = b"model.layers.0.mlp.up_proj.weight"
+    assert data.count(name) == 1
+    (copy / "model.safetensors").write_bytes(data.replace(name, name.replace(b"up_", b"uq_")))
+    with pytest.raises(ModelLoadError, match=r"do not hold model\.layers\.0\.mlp\.up_proj\.weight"):
+        load(copy)
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        (b"GGUF" + bytes(range(256)) * 8, r"tiny-bad\.gguf' \(2052 bytes\) is not a readable GGUF"),
+        (b"GGML" + bytes(64), r"does not start with the GGUF magic bytes \(found b'GGML'\)"),
+        (b"", r"does not start with the GGUF magic bytes \(found b''\)"),
+    ],
+    ids=["magic-then-garbage", "wrong-magic", "empty"],
+)
+def test_a_bad_gguf_file_is_named_as_such(
+    data: bytes, message: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GGUF file with garbage after the magic, another magic, or nothing is named as a bad
+    GGUF file (not as a bad JSON config)."""
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    (tmp_path / "tiny-bad.gguf").write_bytes(data)
+    with pytest.raises(ModelLoadError, match=message):
+        load(tmp_path / "tiny-bad.gguf")
+
+
+def test_a_gguf_string_that_is_not_utf8_is_named(
+    gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A token string with a broken UTF-8 byte names the field, not a JSON config."""
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    data = bytearray(gguf_file.read_bytes())
+    at = data.index("Ġ".encode())  # a byte-level BPE token: two UTF-8 bytes
+    data[at + 1] = 0x41  # the continuation byte replaced
+    (tmp_path / "broken.gguf").write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=r"field tokenizer\.ggml\.tokens holds a string that"):
+        load(tmp_path / "broken.gguf")
+
+
+def test_a_tokenizer_wider_than_the_model_is_refused(tmp_path: Path) -> None:
+    """Tokenizer files from a model with more ids than this one's embedding are refused."""
+    narrow = tiny.model("llama", vocab_size=tiny.VOCAB - 8)
+    directory = tiny.save_model(narrow, tmp_path / "narrow")
+    with pytest.raises(
+        ModelLoadError, match=rf"tokenizer has {tiny.VOCAB} ids but the model's embedding has "
+    ):
+        load(directory)
+
+
+def test_tokenizer_files_that_cannot_be_read_are_named(saved: Path, tmp_path: Path) -> None:
+    """A tokenizer.json cut short is named as unreadable, not as missing."""
+    copy = shutil.copytree(saved, tmp_path / "model")
+    text = (saved / "tokenizer.json").read_bytes()
+    (copy / "tokenizer.json").write_bytes(text[: len(text) // 2])
+    with pytest.raises(ModelLoadError, match=r"its tokenizer files \(tokenizer\.json, .*\) cannot"):
+        load(copy)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"path": None}, r"load\(path=None\): path is a NoneType; pass a model directory"),
+        ({"dtype": "float32"}, r"dtype='float32' is not a floating torch dtype; pass torch\."),
+        ({"dtype": torch.int64}, r"dtype=torch\.int64 is not a floating torch dtype"),
+        ({"device": "gpu"}, r"device='gpu' is not a device torch knows .*; pass 'cpu', 'cuda'"),
+        ({"device": 0}, r"device=0 is a int; pass a string such as 'cpu'"),
+        ({"device": "xpu:3"}, r"device='xpu:3': this machine has no xpu device"),
+    ],
+    ids=["path-none", "dtype-str", "dtype-int", "device-unknown", "device-int", "device-absent"],
+)
+def test_bad_loader_arguments_are_refused_before_any_work(
+    kwargs: dict[str, object], message: str, saved: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """load's arguments are checked before a file is read: each refusal names the argument."""
+    import specstrat.hf.loader
+
+    def unreachable(*args: object) -> None:
+        raise AssertionError("a file was read before the arguments were checked")
+
+    monkeypatch.setattr(specstrat.hf.loader, "_resolve", unreachable)
+    with pytest.raises(InvalidConfig, match=message):
+        load(**{"path": saved, **kwargs})  # type: ignore[arg-type]
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="the machine has CUDA")
+def test_cuda_on_a_machine_without_it_is_refused(saved: Path) -> None:
+    """device='cuda:7' without CUDA names the missing device and suggests the CPU."""
+    with pytest.raises(InvalidConfig, match=r"device='cuda:7': this machine has no cuda device"):
+        load(saved, device="cuda:7")
