@@ -221,9 +221,11 @@ class ByteEncoder:
         room = self.context_len - max_new_tokens - self.margin
         if room < 1:
             raise InvalidConfig(
-                f"max_new_tokens={max_new_tokens} leaves no room for a prompt in "
-                f"context_len={self.context_len} (a step reserves {self.margin}); lower "
-                "--max-new-tokens or raise --context-len"
+                f"max_new_tokens={max_new_tokens} (--max-new-tokens) leaves no room for a "
+                f"prompt in context_len={self.context_len} (--context-len), where a step "
+                f"reserves {self.margin} tokens for the widest --draft-tokens; lower "
+                "--max-new-tokens or --draft-tokens, or pass --context-len "
+                f"{max_new_tokens + self.margin + 1} or more"
             )
         data = prompt.text.encode("utf-8")[-room:]
         return Request(prompt.rid, tuple(data), max_new_tokens, sampling=sampling)

@@ -126,7 +126,10 @@ def build_lanes(
 
 def _lane_tree(algo: SpecAlgorithm[Any], tokens: int, width: int, top: TreeShape) -> TreeShape:
     """The tree policy's shape for a lane's T; where it refuses a narrower lane (a top-k tree
-    deeper than T - 1), the widest lane's tree cut to depth T - 1."""
+    deeper than T - 1), the widest lane's tree cut to depth T - 1; where every lane verifies
+    one token, the widest lane's chain of no nodes (a D = 1 step drafts nothing)."""
+    if top.tokens_per_req == 1:
+        return top
     try:
         return tree_shape(algo, tokens, width)
     except InvalidConfig:

@@ -64,15 +64,37 @@ def verify_tokens_per_req(algo: SpecAlgorithm[Any], cfg: EngineConfig) -> int:
         raise InvalidConfig(
             f"num_draft_tokens={d} verifies T={tokens} tokens per request, which leaves no "
             f"room in context_len={cfg.context_len} (needs > 2*T + 1); lower "
-            "num_draft_tokens or raise context_len"
+            "EngineConfig.num_draft_tokens (--draft-tokens) or raise EngineConfig.context_len "
+            f"(--context-len) to {2 * tokens + 2} or more"
         )
     return tokens
 
 
-def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: int) -> TreeShape:
+def _fitting_width(algo: SpecAlgorithm[Any], num_draft_tokens: int) -> int | None:
+    """The smallest D above ``num_draft_tokens`` (within 64 more) whose T the tree policy
+    shapes, or ``None``: what a refusal suggests, so the suggestion is one that works."""
+    for width in range(num_draft_tokens + 1, num_draft_tokens + 65):
+        try:
+            tokens = pure_tokens_per_req(algo, width)
+            algo.tree.tree_shape(tokens)
+        except Exception:  # a width the policies refuse is not suggested
+            continue
+        return width
+    return None
+
+
+def tree_shape(
+    algo: SpecAlgorithm[Any],
+    tokens_per_req: int,
+    num_draft_tokens: int,
+    *,
+    declared_by: str | None = None,
+) -> TreeShape:
     """The draft tree for the target's tokens per request ``T``, from the algorithm's tree
     policy; refused for a drafter that drafts chains only when the tree is not one. A policy
-    refusing ``T`` is told where ``T`` came from (``num_draft_tokens`` and the verify policy)."""
+    refusing ``T`` is told where ``T`` came from: the verify policy at ``num_draft_tokens``,
+    which is the configured D or (``declared_by``: the speculation policy's name) the widest
+    width that policy declares; the suggested width is one the tree policy accepts."""
     policy = type(algo.tree).__name__
     try:
         shape = call_start_hook(algo.name, "tree.tree_shape", algo.tree.tree_shape, tokens_per_req)
@@ -85,11 +107,19 @@ def tree_shape(algo: SpecAlgorithm[Any], tokens_per_req: int, num_draft_tokens: 
                 "with a speculative algorithm"
             ) from exc
         verify = type(algo.target_verify).__name__
+        wider = _fitting_width(algo, num_draft_tokens)
+        fix = f"pick a tree that fits T={tokens_per_req}"
+        origin = f"num_draft_tokens={num_draft_tokens}"
+        if declared_by is not None:
+            origin = f"D={num_draft_tokens}, the widest width speculation={declared_by} declares"
+        if wider is not None and declared_by is None:
+            fix = f"raise num_draft_tokens to {wider} (--draft-tokens {wider}) or {fix}"
+        elif wider is not None:
+            fix = f"declare a width of {wider} or more in {declared_by}.candidate_widths or {fix}"
         raise InvalidConfig(
             f"{algo.name}.tree ({algo.tree!r}) cannot shape T={tokens_per_req} tokens per "
-            f"request, what {algo.name}.target_verify ({verify}) verifies for "
-            f"num_draft_tokens={num_draft_tokens}: {exc}; raise num_draft_tokens or pick a "
-            f"tree that fits T={tokens_per_req}"
+            f"request, what {algo.name}.target_verify ({verify}) verifies for {origin}: {exc}; "
+            f"{fix}"
         ) from exc
     if not isinstance(shape, TreeShape) or shape.tokens_per_req != tokens_per_req:
         raise InvalidConfig(

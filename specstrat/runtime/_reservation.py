@@ -122,5 +122,18 @@ def kv_reservation(
     else:
         tokens = top_tokens_per_req(algo, config, widths)
     return KVReservation(
-        widths=widths, tokens_per_req=tokens, tree=tree_shape(algo, tokens, num_draft_tokens)
+        widths=widths, tokens_per_req=tokens, tree=_top_tree(algo, tokens, widths, num_draft_tokens)
     )
+
+
+def _top_tree(
+    algo: SpecAlgorithm[Any], tokens: int, widths: tuple[int, ...], num_draft_tokens: int
+) -> TreeShape:
+    """The widest lane's tree: none needed where that lane verifies one token (a D = 1 step
+    drafts nothing: a chain of no nodes) of a speculative algorithm, else the tree policy's
+    shape, a refusal naming the speculation policy when the width is one it declared rather
+    than the configured D (or, for an algorithm that never speculates, saying so)."""
+    if tokens == 1 and algo.is_speculative():
+        return TreeShape.chain(1)
+    declared = None if widths[-1] == num_draft_tokens else type(algo.speculation).__name__
+    return tree_shape(algo, tokens, widths[-1], declared_by=declared)

@@ -102,5 +102,13 @@ def test_byte_encoding_keeps_the_prompts_end() -> None:
     assert len(request.prompt) == 34
     assert bytes(request.prompt).endswith(b"end")
     assert "left-truncated" in encoder.note
-    with pytest.raises(InvalidConfig, match=r"max_new_tokens=60 leaves no room.*--context-len"):
+    with pytest.raises(
+        InvalidConfig,
+        match=r"max_new_tokens=60 \(--max-new-tokens\) leaves no room .* reserves 10 tokens for "
+        r"the widest --draft-tokens; .* pass --context-len 71 or more",
+    ):
         encoder.encode(Prompt("p", "qa", "x"), 60, GREEDY, True)
+    fitted = ByteEncoder(context_len=71, margin=10).encode(
+        Prompt("p", "qa", "xy"), 60, GREEDY, True
+    )
+    assert fitted.prompt == (ord("y"),)

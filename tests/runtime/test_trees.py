@@ -366,10 +366,11 @@ def test_steps_deeper_than_the_budget_are_refused(models: EmbeddedModels) -> Non
         InvalidConfig,
         match=r"EAGLE\.tree \(TopkTree\(topk=2, num_steps=5\)\) cannot shape T=4 tokens per "
         r"request, what EAGLE\.target_verify \(OffsetVerifyPolicy\) verifies for "
-        r"num_draft_tokens=4: num_steps=5 is deeper than tokens_per_req=4 .*raise "
-        r"num_draft_tokens or pick a tree that fits T=4",
+        r"num_draft_tokens=4: num_steps=5 is deeper than tokens_per_req=4 .*; raise "
+        r"num_draft_tokens to 6 \(--draft-tokens 6\) or pick a tree that fits T=4",
     ):
         Engine(tree(specstrat.EAGLE, 2, 5), models, EngineConfig(num_draft_tokens=4))
+    Engine(tree(specstrat.EAGLE, 2, 5), models, EngineConfig(num_draft_tokens=6))  # the fix
 
 
 def test_a_tree_on_an_algorithm_that_drafts_nothing_says_so(models: EmbeddedModels) -> None:
