@@ -13,6 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -73,11 +74,23 @@ def kv_bytes(model: CausalLM, max_total_tokens: int, dtype: torch.dtype) -> int:
     return 2 * s.layers * (max_total_tokens + 1) * s.num_kv_heads * s.head_dim * itemsize
 
 
-def _available_bytes(device: torch.device) -> int | None:
-    """Free memory on ``device`` (None when it cannot be told)."""
+#: Linux's estimate of memory a new allocation can have without swapping: free pages plus the
+#: page cache and other reclaimable memory (free pages alone fall near zero once files are read).
+_MEMINFO = Path("/proc/meminfo")
+
+
+def _available_bytes(device: torch.device, meminfo: Path = _MEMINFO) -> int | None:
+    """Memory a KV cache can take on ``device`` (None when it cannot be told): CUDA's free
+    memory; on the CPU, ``MemAvailable`` where the kernel reports it, else free pages."""
     if device.type == "cuda":
         free, _ = torch.cuda.mem_get_info(device)
         return int(free)
+    try:
+        for line in meminfo.read_text().splitlines():
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
     try:
         return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
     except (ValueError, OSError, AttributeError):

@@ -1,12 +1,15 @@
 """Model worker: paged attention through kernel metadata equals dense attention; KV bookkeeping."""
 
+import os
+from pathlib import Path
+
 import pytest
 import torch
 
 from specstrat import CapacityError, InvalidConfig
 from specstrat.runtime import ForwardMode
 from specstrat.runtime._models.model import CausalAttention, TinyLM
-from specstrat.runtime._worker import ModelWorker
+from specstrat.runtime._worker import ModelWorker, _available_bytes
 from tests.runtime.conftest import make_worker
 
 M = ForwardMode
@@ -176,3 +179,13 @@ def test_kv_larger_than_memory_is_refused_before_allocating(tiny: TinyLM) -> Non
     """An absurd max_total_tokens is refused with the bytes it needs, before any allocation."""
     with pytest.raises(InvalidConfig, match=r"max_total_tokens=\d+ needs [\d.]+ GiB of KV cache"):
         ModelWorker(tiny, max_running_requests=1, context_len=64, max_total_tokens=10**13)
+
+
+def test_cpu_memory_counts_the_reclaimable_page_cache(tmp_path: Path) -> None:
+    """On Linux the KV check reads MemAvailable (free plus page cache), not free pages alone,
+    which fall near zero once files are read; without /proc/meminfo it falls back to them."""
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal: 24000000 kB\nMemFree: 1000 kB\nMemAvailable: 20000000 kB\n")
+    assert _available_bytes(torch.device("cpu"), meminfo) == 20000000 * 1024
+    fallback = _available_bytes(torch.device("cpu"), tmp_path / "missing")
+    assert fallback == os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
