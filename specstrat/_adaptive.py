@@ -8,6 +8,7 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
+from specstrat._module_attr import not_a
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.protocols import SpeculationPolicy
@@ -56,11 +57,10 @@ def with_policy(
         policy, label = POLICIES[spec](), spec
     elif ":" in spec:
         policy, label = load(spec, command)[0], spec.rpartition(":")[2]
-        if not isinstance(policy, SpeculationPolicy):
-            raise InvalidConfig(
-                f"--adaptive {spec!r} is a {type(policy).__name__}, not a SpeculationPolicy "
-                "(it needs candidate_widths and create_chooser)"
-            )
+        # A class has the Protocol's methods too: only an instance is one.
+        if isinstance(policy, type) or not isinstance(policy, SpeculationPolicy):
+            wanted = "SpeculationPolicy (candidate_widths and create_chooser)"
+            raise InvalidConfig(not_a("--adaptive", spec, policy, wanted))
     else:
         raise InvalidConfig(
             f"--adaptive {spec!r} is not one of {', '.join(POLICIES)} or MODULE:ATTR"

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from specstrat import registry
+from specstrat._module_attr import not_a
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import UnknownAlgorithm
 from specstrat.testing.conformance import run_conformance
@@ -91,9 +92,7 @@ def _target(spec: str) -> tuple[Any, Path | None]:
     except UnknownAlgorithm as exc:
         message = f"specstrat check: {exc}; or pass MODULE:ATTR (e.g. mypkg.algos:ALGO)"
         raise SystemExit(message) from exc
-    modules = [m for m in list(sys.modules.values()) if m.__name__ != "specstrat"]
-    holding = (m for m in modules if any(v is algo for v in vars(m).values()))
-    source = next((f for m in holding if (f := getattr(m, "__file__", None))), None)
+    source = getattr(registry.holding_module(algo), "__file__", None)
     return algo, Path(source) if source else None
 
 
@@ -103,9 +102,7 @@ def _check_sglang(target: str) -> int:
 
     algo, _ = _target(target)
     if not isinstance(algo, SpecAlgorithm):
-        raise SystemExit(
-            f"specstrat check --sglang: {target!r} is a {type(algo).__name__}, not a SpecAlgorithm"
-        )
+        raise SystemExit("specstrat check --sglang: " + not_a("", target, algo, "SpecAlgorithm"))
     report = check_sglang(algo)
     for check in report.checks:
         print(check.line())
@@ -117,6 +114,8 @@ def check_command(args: argparse.Namespace) -> int:
     if args.sglang:
         return _check_sglang(args.target)
     algo, source = _target(args.target)
+    if not isinstance(algo, SpecAlgorithm) and (isinstance(algo, type) or callable(algo)):
+        raise SystemExit("specstrat check: " + not_a("", args.target, algo, "SpecAlgorithm"))
     failed = False
     results = run_conformance(algo)
     for result in results:

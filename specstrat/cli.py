@@ -17,6 +17,7 @@ import torch
 from specstrat._adaptive import add_adaptive_flag, demo_algorithm
 from specstrat._cli_check import check_command as _check
 from specstrat._cli_check import load_target as _load
+from specstrat._module_attr import not_a
 from specstrat._outputs import check_file
 from specstrat.algorithm import HOOKS, SpecAlgorithm
 from specstrat.bench.command import add_bench_parser, bench_command
@@ -47,6 +48,7 @@ def _list(_: argparse.Namespace) -> int:
             print(f"  {hook:<14} {info['strategies'][hook]}{note}")
         caps = ", ".join(k for k, v in info["capabilities"].items() if v) or "-"
         print(f"  {'capabilities':<14} {caps}")
+        print(f"  {'origin':<14} {registry.origin(name)}")
     if broken is not None:
         message = " ".join(str(broken).split())  # one line, whatever the plugin's message held
         print(f"specstrat list: {type(broken).__name__}: {message}", file=sys.stderr)
@@ -66,9 +68,7 @@ def _demo(args: argparse.Namespace) -> int:
     if ":" in args.algo:  # the user's own algorithm, unregistered
         algo = _load(args.algo, "demo")[0]
         if not isinstance(algo, SpecAlgorithm):
-            raise SystemExit(
-                f"specstrat demo: {args.algo!r} is a {type(algo).__name__}, not a SpecAlgorithm"
-            )
+            raise SystemExit("specstrat demo: " + not_a("--algo", args.algo, algo, "SpecAlgorithm"))
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
     )

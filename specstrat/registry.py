@@ -14,6 +14,7 @@ independent, for tests and embedding engines.
 from __future__ import annotations
 
 import sys
+import types
 from collections.abc import Iterable
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any, TypeVar
@@ -27,6 +28,7 @@ __all__ = [
     "RESERVED_NAMES",
     "Registry",
     "default_registry",
+    "holding_module",
     "get",
     "names",
     "register",
@@ -48,8 +50,10 @@ class Registry:
         self._plugins_loaded = False
         self._loading = False
         self._loaded_points: set[str] = set()
+        self._origins: dict[str, str] = {}  # by key; a name absent is one register() added
         for algo in builtins:
             self._add(algo, reserved_ok=True)
+            self._origins[algo.name.upper()] = "built-in"
 
     def _add(self, algo: SpecAlgorithm[Any], *, reserved_ok: bool) -> None:
         self._admit(algo, reserved_ok=reserved_ok, pending=())
@@ -96,6 +100,17 @@ class Registry:
         """Registered names (upper case), in registration order."""
         return tuple(self._algorithms)
 
+    def origin(self, name: str) -> str:
+        """Where the algorithm registered as ``name`` came from: ``built-in``, ``plugin NAME
+        (MODULE:ATTR) from DISTRIBUTION VERSION``, or ``registered by MODULE`` (the first loaded
+        module holding it; ``registered at run time`` when none does)."""
+        algo = self.get(name)
+        found = self._origins.get(algo.name.upper())
+        if found is not None:
+            return found
+        module = holding_module(algo)
+        return f"registered by {module.__name__}" if module else "registered at run time"
+
     def load_entry_points(self, found: Iterable[EntryPoint] | None = None) -> tuple[str, ...]:
         """Register every plugin in ``found`` (default: the installed ``specstrat.algorithms``).
 
@@ -110,7 +125,7 @@ class Registry:
         Returns the names registered from entry points by this call.
         """
         candidates = list(entry_points(group=ENTRY_POINT_GROUP) if found is None else found)
-        before = dict(self._algorithms)
+        before, origins = dict(self._algorithms), dict(self._origins)
         loaded: list[SpecAlgorithm[Any]] = []
         done: list[str] = []
         self._loading = True
@@ -123,7 +138,7 @@ class Registry:
                     loaded.append(algo)
                 done.append(ep.value)
         except BaseException:
-            self._algorithms = before
+            self._algorithms, self._origins = before, origins
             raise
         finally:
             self._loading = False
@@ -140,6 +155,8 @@ class Registry:
             obj = ep.load()
             if callable(obj) and not isinstance(obj, SpecAlgorithm):
                 obj = obj()
+            if isinstance(obj, SpecAlgorithm):  # kept only if the whole discovery registers
+                self._origins[obj.name.upper()] = _plugin_origin(ep)
             if isinstance(obj, SpecAlgorithm) and self._algorithms.get(obj.name.upper()) is obj:
                 return None
             return self._admit(obj, reserved_ok=False, pending=[a.name.upper() for a in loaded])
@@ -163,6 +180,26 @@ class Registry:
         self._plugins_loaded = not any(
             _importing(ep.module) for ep in entry_points(group=ENTRY_POINT_GROUP)
         )
+
+
+def holding_module(algo: SpecAlgorithm[Any]) -> types.ModuleType | None:
+    """The first loaded module other than the top-level ``specstrat`` whose attribute is
+    ``algo`` (where a user's algorithm was defined or imported), or None."""
+    modules = [m for m in list(sys.modules.values()) if m is not None]
+    return next(
+        (
+            m
+            for m in modules
+            if m.__name__ != "specstrat" and any(v is algo for v in list(vars(m).values()))
+        ),
+        None,
+    )
+
+
+def _plugin_origin(ep: EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    source = f"{dist.name} {dist.version}" if dist is not None else "an unknown distribution"
+    return f"plugin {ep.name} ({ep.value}) from {source}"
 
 
 def _importing(module: str) -> bool:

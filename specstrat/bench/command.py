@@ -11,6 +11,7 @@ from typing import Any
 import torch
 
 from specstrat._adaptive import with_policy
+from specstrat._module_attr import not_a
 from specstrat._outputs import STDOUT, check_dir, check_json, write_json
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import SamplingParams
@@ -35,7 +36,7 @@ def _bench_algorithm(spec: str, load: Loader) -> SpecAlgorithm[Any] | str:
     except SystemExit as exc:  # _load's messages name the command; here they are InvalidConfig
         raise InvalidConfig(str(exc.code).removeprefix("specstrat bench: ")) from None
     if not isinstance(algo, SpecAlgorithm):
-        raise InvalidConfig(f"--algo {spec!r} is a {type(algo).__name__}, not a SpecAlgorithm")
+        raise InvalidConfig(not_a("--algo", spec, algo, "SpecAlgorithm"))
     return algo
 
 

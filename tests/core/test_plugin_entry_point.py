@@ -5,6 +5,7 @@ A throwaway distribution (a package plus its ``.dist-info`` with ``entry_points.
 """
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -75,6 +76,11 @@ def test_list_shows_the_plugin(plugin: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert "MY_LOOKUP" in done.stdout
     assert "partially initialized" not in done.stderr
+    block = done.stdout[done.stdout.index("MY_LOOKUP") :]
+    assert re.search(
+        r"\n  origin +plugin my_lookup \(mypkg\.algos:MY_LOOKUP\) from mypkg 0\.1", block
+    )
+    assert done.stdout.count("origin         built-in") == 7
 
 
 def test_check_takes_the_plugins_name(plugin: Path) -> None:

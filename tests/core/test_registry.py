@@ -41,6 +41,10 @@ def make(name: str) -> SpecAlgorithm[None]:
     )
 
 
+#: An algorithm this module holds, so origin() finds it registered by this module.
+ORIGIN_ALGO = make("BY_HAND")
+
+
 @pytest.fixture
 def plugin_module() -> Iterator[types.ModuleType]:
     """A throwaway module that entry points can name."""
@@ -283,3 +287,30 @@ def test_fixed_plugin_loads_on_the_next_lookup(
     plugin_files("exits_plugin", "from fake_specstrat_plugin import OTHER as ALGO")
     assert specstrat.get("PLUGGED") is plugin_module.GOOD
     assert registry.names()[-2:] == ("PLUGGED", "PLUGGED_TOO")
+
+
+def test_origin_names_built_ins_plugins_and_registering_modules(
+    plugin_module: types.ModuleType,
+) -> None:
+    """origin() says built-in, the plugin's entry point (no distribution here), or the module
+    that holds an algorithm registered by hand."""
+    registry = Registry(BUILTINS)
+    registry.load_entry_points([ep("a", "GOOD")])
+    assert registry.origin("eagle") == "built-in"
+    assert registry.origin("PLUGGED") == (
+        f"plugin a ({plugin_module.__name__}:GOOD) from an unknown distribution"
+    )
+    registry.register(ORIGIN_ALGO)
+    assert registry.origin("BY_HAND") == f"registered by {__name__}"
+    registry.register(make("LOOSE"))
+    assert registry.origin("loose") == "registered at run time"
+
+
+def test_a_failed_discovery_leaves_no_plugin_origin(plugin_module: types.ModuleType) -> None:
+    """A discovery that fails records no origin: the name, registered later by hand, is not
+    called a plugin."""
+    registry = Registry(BUILTINS)
+    with pytest.raises(PluginLoadError, match=r"plugin 'broken'"):
+        registry.load_entry_points([ep("a", "GOOD"), ep("broken", "ALGO", "no_such_module_xyz")])
+    registry.register(plugin_module.GOOD)
+    assert registry.origin("PLUGGED") == f"registered by {plugin_module.__name__}"
