@@ -50,7 +50,12 @@ from specstrat.train.checkpoint import (
     save_checkpoint,
 )
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
-from specstrat.train.generation import fitting_prompts, generate, generate_captured
+from specstrat.train.generation import (
+    GenerationCapturer,
+    fitting_prompts,
+    generate,
+    generate_captured,
+)
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import TTT_DECAY, train_head
 from specstrat.train.prompt_documents import (
@@ -91,6 +96,7 @@ __all__ = [
     "Eagle3DraftHead",
     "Eagle3Head",
     "Generation",
+    "GenerationCapturer",
     "SHIPPED_HEADS",
     "HeadAttacher",
     "HeadConfig",

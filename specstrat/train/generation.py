@@ -36,7 +36,7 @@ from specstrat.train.capture import (
     target_vocab,
 )
 
-__all__ = ["fitting_prompts", "generate", "generate_captured"]
+__all__ = ["GenerationCapturer", "fitting_prompts", "generate", "generate_captured"]
 
 
 def _requests(
@@ -108,7 +108,9 @@ def generate(
     if not requests:
         return ()
     if isinstance(model, HFCausalLM):
-        return _engine_run(model, requests, deadline, batch, None, model.shape.layers)[0]
+        return _EngineRun(model, requests, batch, None, model.shape.layers).run(requests, deadline)[
+            0
+        ]
     return _transformers_generate(model, tokenizer, requests, deadline)
 
 
@@ -128,25 +130,69 @@ def generate_captured(
     :class:`~specstrat.hf.HFCausalLM` records them while it generates (see the module
     docstring): the rows cover the last prompt position up to the position that chose the
     last token, one fewer than a second pass, whose extra row predicts past the response. A
-    bare transformers model is captured by a second pass."""
-    picked = tuple(int(x) for x in layers)
-    requests = _requests(model, tokenizer, prompts, max_new_tokens, temperature, seed)
-    with raw_model(model) as lm:
-        depth = int(lm.config.num_hidden_layers)
-        check_layers(picked, depth)
-        vocab = target_vocab(lm, tokenizer)
-    if not requests:
-        return (), ()
-    if not isinstance(model, HFCausalLM):
-        gens = _transformers_generate(model, tokenizer, requests, None)
-        return gens, capture_sequences(model, gens, layers=picked, vocab_size=vocab)
-    with raw_model(model) as lm:
-        check_lm_head(lm, requests[0].prompt)
-    gens, recorded = _engine_run(model, requests, None, batch, picked, depth)
-    with raw_model(model) as lm:
-        head = lm.get_output_embeddings()
-        sequences = tuple(_sequence(g, recorded, picked, depth, head, vocab) for g in gens)
-    return gens, sequences
+    bare transformers model is captured by a second pass. For many batches, one
+    :class:`GenerationCapturer` reserves the engine's memory once."""
+    capturer = GenerationCapturer(
+        model, tokenizer, prompts, layers=layers, max_new_tokens=max_new_tokens, batch=batch
+    )
+    return capturer.capture(prompts, temperature=temperature, seed=seed)
+
+
+class GenerationCapturer:
+    """:func:`generate_captured` for many batches on one engine, built once.
+
+    The engine and its KV cache are sized for the longest of ``prompts`` (with
+    ``max_new_tokens``) and reserved when the capturer is made, so a long run is never refused
+    memory half-way: an engine per batch reserved its cache again each time, and memory other
+    processes took in between refused a training run 14 minutes in. :meth:`capture` takes any
+    prompts that fit that size, at any temperature; ``batch`` requests run at once.
+    """
+
+    def __init__(
+        self,
+        model: Any,
+        tokenizer: Any,
+        prompts: Sequence[str],
+        *,
+        layers: Sequence[int],
+        max_new_tokens: int,
+        batch: int = 64,
+    ) -> None:
+        self.layers = tuple(int(x) for x in layers)
+        sizing = _requests(model, tokenizer, prompts, max_new_tokens, 0.0, 0)
+        with raw_model(model) as lm:
+            self.depth = int(lm.config.num_hidden_layers)
+            check_layers(self.layers, self.depth)
+            self.vocab = target_vocab(lm, tokenizer)
+            if sizing and isinstance(model, HFCausalLM):
+                check_lm_head(lm, sizing[0].prompt)
+        self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
+        self._engine: _EngineRun | None = None
+        if sizing and isinstance(model, HFCausalLM):
+            self._engine = _EngineRun(model, sizing, batch, self.layers, self.depth)
+
+    def capture(
+        self, prompts: Sequence[str], *, temperature: float = 0.0, seed: int = 0
+    ) -> tuple[tuple[Generation, ...], tuple[CapturedSequence, ...]]:
+        """The responses to ``prompts`` (prompt ``i`` sampled with ``seed + i``) and their
+        captured rows, in order; a prompt longer than the capturer was sized for is refused
+        by name before anything runs."""
+        requests = _requests(
+            self.model, self.tokenizer, prompts, self.max_new_tokens, temperature, seed
+        )
+        if not requests:
+            return (), ()
+        if self._engine is None:
+            gens = _transformers_generate(self.model, self.tokenizer, requests, None)
+            seqs = capture_sequences(self.model, gens, layers=self.layers, vocab_size=self.vocab)
+            return gens, seqs
+        gens, recorded = self._engine.run(requests, None)
+        with raw_model(self.model) as lm:
+            head = lm.get_output_embeddings()
+            sequences = tuple(
+                _sequence(g, recorded, self.layers, self.depth, head, self.vocab) for g in gens
+            )
+        return gens, sequences
 
 
 @dataclass(frozen=False, slots=True)
@@ -213,45 +259,65 @@ class _RecordingDrafterFactory(NoDrafterFactory):
         return _RecordingDrafter(context, self.done)
 
 
-def _engine_run(
-    model: HFCausalLM,
-    requests: Sequence[Request],
-    deadline: float | None,
-    batch: int,
-    layers: tuple[int, ...] | None,
-    num_layers: int,
-) -> tuple[tuple[Generation, ...], dict[tuple[int, tuple[int, ...]], _Rows]]:
-    """``requests`` through specstrat's engine, target-only, ``batch`` running at once; with
-    ``layers``, the target viewed through them plus its last layer and every request's rows
-    recorded, keyed by committed tokens."""
-    from specstrat.builtins import NONE
-    from specstrat.models import ModelSet
-    from specstrat.runtime import Engine, EngineConfig, kv_reservation
+class _EngineRun:
+    """Specstrat's engine, target-only, sized for ``sizing`` (the longest prompt plus
+    ``max_new_tokens``), ``batch`` requests at once; with ``layers``, the target viewed through
+    them plus its last layer and every request's rows recorded, keyed by committed tokens."""
 
-    context = kv_reservation(NONE, 1).context_len_for(requests)
-    if context > model.shape.max_positions:
-        raise InvalidConfig(
-            f"the longest prompt plus max_new_tokens={requests[0].max_new_tokens} needs "
-            f"context_len={context}, past the model's {model.shape.max_positions} positions; "
-            "lower max_new_tokens or shorten the prompts"
-        )
-    recorder = _RecordingDrafterFactory()
-    algo, target = NONE, model
-    if layers is not None:
-        algo = replace(NONE, drafter=recorder)
-        target = model.with_feature_layers(_with_last(layers, num_layers))
-    config = EngineConfig(context_len=context, max_running_requests=batch)
-    engine = Engine(algo, ModelSet(target=target), config)
-    out: list[Generation] = []
-    for first in range(0, len(requests), batch):
-        if deadline is not None and time.monotonic() > deadline:
-            break
-        chunk = requests[first : first + batch]
-        outputs = engine.run(chunk)
-        for r in chunk:
-            tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
-            out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
-    return tuple(out), dict(recorder.done)
+    def __init__(
+        self,
+        model: HFCausalLM,
+        sizing: Sequence[Request],
+        batch: int,
+        layers: tuple[int, ...] | None,
+        num_layers: int,
+    ) -> None:
+        from specstrat.builtins import NONE
+        from specstrat.models import ModelSet
+        from specstrat.runtime import Engine, EngineConfig, kv_reservation
+
+        self.reservation = kv_reservation(NONE, 1)
+        self.context = self.reservation.context_len_for(sizing)
+        if self.context > model.shape.max_positions:
+            raise InvalidConfig(
+                f"the longest prompt plus max_new_tokens={sizing[0].max_new_tokens} needs "
+                f"context_len={self.context}, past the model's {model.shape.max_positions} "
+                "positions; lower max_new_tokens or shorten the prompts"
+            )
+        self.recorder = _RecordingDrafterFactory()
+        algo, target = NONE, model
+        if layers is not None:
+            algo = replace(NONE, drafter=self.recorder)
+            target = model.with_feature_layers(_with_last(layers, num_layers))
+        config = EngineConfig(context_len=self.context, max_running_requests=batch)
+        self.engine = Engine(algo, ModelSet(target=target), config)
+        self.batch, self.runs = batch, 0
+
+    def run(
+        self, requests: Sequence[Request], deadline: float | None
+    ) -> tuple[tuple[Generation, ...], dict[tuple[int, tuple[int, ...]], _Rows]]:
+        """``requests``' responses (stopping between batches once ``time.monotonic()`` passes
+        ``deadline``) and the rows recorded for them; request ids are made unique per run."""
+        need = self.reservation.context_len_for(requests)
+        if need > self.context:
+            raise InvalidConfig(
+                f"these prompts need context_len={need}, past the {self.context} the capturer "
+                "was sized for; build the GenerationCapturer with every prompt it will capture"
+            )
+        self.runs += 1
+        unique = [replace(r, rid=f"run{self.runs}-{r.rid}") for r in requests]
+        out: list[Generation] = []
+        for first in range(0, len(unique), self.batch):
+            if deadline is not None and time.monotonic() > deadline:
+                break
+            chunk = unique[first : first + self.batch]
+            outputs = self.engine.run(chunk)
+            for r in chunk:
+                tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
+                out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
+        recorded = dict(self.recorder.done)
+        self.recorder.done.clear()
+        return tuple(out), recorded
 
 
 def _with_last(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:

@@ -1,7 +1,7 @@
 """Train an EAGLE-3-style head for a Hugging Face causal LM on a CPU budget, and measure it.
 
 :func:`train_head` generates the target's own responses to the prompts, capturing the fused
-layers' features while it generates (:func:`~specstrat.train.generate_captured`), picks the
+layers' features while it generates (one :class:`~specstrat.train.GenerationCapturer`), picks the
 draft vocabulary from the tokens the target produced, and trains a fresh
 :class:`~specstrat.train.Eagle3Head` with training-time test (TTT): the head is unrolled over
 its own hidden states for ``ttt_steps`` steps, step ``i`` fed the sequence's next token and
@@ -45,7 +45,7 @@ from specstrat.train.capture import (
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
-from specstrat.train.generation import generate_captured
+from specstrat.train.generation import GenerationCapturer
 from specstrat.train.head_config import HeadConfig
 
 __all__ = ["TTT_DECAY", "train_head"]
@@ -203,6 +203,14 @@ def _collect(
         vocab = target_vocab(lm, tokenizer)
     layers = config.layers if config.layers is not None else default_layers(num_layers)
     check_layers(layers, num_layers)
+    capturer = GenerationCapturer(  # sized and reserved once, for every prompt it will see
+        model,
+        tokenizer,
+        [*train_prompts, *held_prompts],
+        layers=layers,
+        max_new_tokens=config.max_new_tokens,
+        batch=_GENERATE_BATCH,
+    )
     gens: list[Generation] = []
     sequences: list[CapturedSequence] = []
     positions = 0
@@ -212,15 +220,8 @@ def _collect(
             break
         if pbar is not None and first == 0 and gens:  # a further pass over the prompts
             pbar.total += len(train_prompts)
-        chunk, captured = generate_captured(
-            model,
-            tokenizer,
-            train_prompts[first : first + _GENERATE_BATCH],
-            layers=layers,
-            max_new_tokens=config.max_new_tokens,
-            temperature=temperature,
-            seed=seed,
-            batch=_GENERATE_BATCH,
+        chunk, captured = capturer.capture(
+            train_prompts[first : first + _GENERATE_BATCH], temperature=temperature, seed=seed
         )
         gens += chunk
         sequences += captured
@@ -239,9 +240,8 @@ def _collect(
         share = config.held_out / (1.0 - config.held_out)
         held_prompts = held_prompts[: max(1, round(len(gens) * share))]
     d2t = draft_vocab(token_counts(gens, vocab), min(config.draft_vocab, vocab))
-    _, held_rows = generate_captured(
-        model, tokenizer, held_prompts, layers=layers, max_new_tokens=config.max_new_tokens
-    )
+    _, held_rows = capturer.capture(held_prompts)
+    del capturer  # its KV cache is not needed while the head trains
     data = draft_data(model, sequences, layers=layers, d2t=d2t, source=source)
     held = draft_data(model, held_rows, layers=layers, d2t=d2t, source=source)
     return data, held

@@ -75,7 +75,7 @@ def test_a_resumed_run_ends_with_the_uninterrupted_weights(
     """Resuming after epoch 2 of 4 runs epochs 3 and 4 on the stored data (nothing generated)
     and ends with exactly the uninterrupted run's weights, steps, loss and tau."""
     assert (after_two.epoch, after_two.step) == (2, 2 * 2)  # 8 training prompts, batches of 4
-    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     again = tmp_path / "again.ckpt"
     resumed = train_head(
         CONFIG, llama, tokenizer, PROMPTS, progress=False, resume=after_two, checkpoint=again
@@ -96,7 +96,7 @@ def test_a_checkpoint_is_refused_for_another_target(
     """Another model's weights are refused by HeadMismatch naming both hashes, before any
     generation."""
     other = tiny.model("llama", seed=1, initializer_range=LEARNABLE_INIT)
-    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     with pytest.raises(HeadMismatch, match=r"was written for target .* but target .* has weights"):
         train_head(CONFIG, other, tokenizer, PROMPTS, progress=False, resume=after_two)
 

@@ -10,7 +10,7 @@ import torch
 
 from specstrat.drafting import DraftAdmission
 from specstrat.errors import EngineStateError, InternalError, InvalidConfig
-from specstrat.train import capture_sequences, generate, generate_captured
+from specstrat.train import GenerationCapturer, capture_sequences, generate, generate_captured
 from specstrat.train.generation import _RecordingDrafter, _sequence
 from tests.hf import tiny
 
@@ -169,3 +169,39 @@ def test_a_fault_mid_generation_leaves_the_next_capture_exact(
     for ours, theirs in zip(again[1], clean[1], strict=True):
         assert torch.equal(ours.features, theirs.features)
         assert ours.greedy.tolist() == theirs.greedy.tolist()
+
+
+def test_one_capturer_reserves_one_engine_for_every_batch(
+    engine_llama: Any, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Batches captured by one GenerationCapturer share one engine (its KV reserved once) and
+    give what generate_captured gives each batch alone, the same prompt twice included."""
+    import specstrat.runtime
+
+    made: list[object] = []
+    real = specstrat.runtime.Engine
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        made.append(args)
+        return real(*args, **kwargs)
+
+    alone = generate_captured(engine_llama, tokenizer, PROMPTS[:1], layers=(0, 1), max_new_tokens=6)
+    monkeypatch.setattr(specstrat.runtime, "Engine", counting)
+    capturer = GenerationCapturer(engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=6)
+    first = capturer.capture(PROMPTS[:1])
+    again = capturer.capture(PROMPTS[:1])
+    rest = capturer.capture(PROMPTS[1:], temperature=1.0, seed=3)
+    assert len(made) == 1
+    for gens, rows in (first, again):
+        assert [g.tokens.tolist() for g in gens] == [g.tokens.tolist() for g in alone[0]]
+        assert torch.equal(rows[0].features, alone[1][0].features)
+    assert len(rest[0]) == len(rest[1]) == 2
+
+
+def test_a_capturer_refuses_a_prompt_longer_than_it_was_sized_for(
+    engine_llama: Any, tokenizer: Any
+) -> None:
+    """A prompt past the capturer's sizing is refused by name, naming how to size it."""
+    capturer = GenerationCapturer(engine_llama, tokenizer, ["Hi."], layers=(0, 1), max_new_tokens=4)
+    with pytest.raises(InvalidConfig, match=r"context_len=\d+, past the \d+ the capturer was"):
+        capturer.capture(["Tell me a very long story about " * 8])

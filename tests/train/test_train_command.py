@@ -95,7 +95,7 @@ def test_resume_continues_from_the_checkpoint_without_generating(
     and writes the same head."""
     argv, out, _ = trained
     again = tmp_path / "again.safetensors"
-    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     argv = [str(again) if a == str(out) else a for a in argv]
     assert main([*argv, "--resume", str(out.with_suffix(".ckpt"))]) == 0
     target = load(model_dir).target
@@ -175,7 +175,7 @@ def test_layers_past_the_model_are_refused_before_generating(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """--layers beyond the target's 2 layers are refused once it loads, before generation."""
-    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--layers", "0,5")
     err = _refused(argv, capsys)
     assert "InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]" in err
@@ -190,7 +190,7 @@ def test_resume_for_another_target_is_refused(
 ) -> None:
     """A checkpoint written for another model is refused by HeadMismatch before generation."""
     other = _saved(tmp_path / "other", seed=1)
-    monkeypatch.setattr(specstrat.train.loop, "generate_captured", _no_generation)
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     ckpt = str(trained[1].with_suffix(".ckpt"))
     argv = _argv(other, tmp_path / "h.safetensors", prompts_file, "--resume", ckpt)
     err = _refused(argv, capsys)
