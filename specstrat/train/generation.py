@@ -108,9 +108,8 @@ def generate(
     if not requests:
         return ()
     if isinstance(model, HFCausalLM):
-        return _EngineRun(model, requests, batch, None, model.shape.layers).run(requests, deadline)[
-            0
-        ]
+        engine = _EngineRun(model, requests, batch, None, model.shape.layers)
+        return engine.run(requests, deadline)[0]
     return _transformers_generate(model, tokenizer, requests, deadline)
 
 
@@ -182,6 +181,11 @@ class GenerationCapturer:
         )
         if not requests:
             return (), ()
+        if self._engine is None and isinstance(self.model, HFCausalLM):
+            raise InvalidConfig(
+                f"this GenerationCapturer was built with no prompts, so it has no engine for "
+                f"these {len(requests)}; build it with every prompt it will capture"
+            )
         if self._engine is None:
             gens = _transformers_generate(self.model, self.tokenizer, requests, None)
             seqs = capture_sequences(self.model, gens, layers=self.layers, vocab_size=self.vocab)
@@ -307,17 +311,18 @@ class _EngineRun:
         self.runs += 1
         unique = [replace(r, rid=f"run{self.runs}-{r.rid}") for r in requests]
         out: list[Generation] = []
-        for first in range(0, len(unique), self.batch):
-            if deadline is not None and time.monotonic() > deadline:
-                break
-            chunk = unique[first : first + self.batch]
-            outputs = self.engine.run(chunk)
-            for r in chunk:
-                tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
-                out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
-        recorded = dict(self.recorder.done)
-        self.recorder.done.clear()
-        return tuple(out), recorded
+        try:
+            for first in range(0, len(unique), self.batch):
+                if deadline is not None and time.monotonic() > deadline:
+                    break
+                chunk = unique[first : first + self.batch]
+                outputs = self.engine.run(chunk)
+                for r in chunk:
+                    tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
+                    out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
+            return tuple(out), dict(self.recorder.done)
+        finally:  # a failed run's rows never reach the next run's
+            self.recorder.done.clear()
 
 
 def _with_last(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:

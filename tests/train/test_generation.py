@@ -205,3 +205,39 @@ def test_a_capturer_refuses_a_prompt_longer_than_it_was_sized_for(
     capturer = GenerationCapturer(engine_llama, tokenizer, ["Hi."], layers=(0, 1), max_new_tokens=4)
     with pytest.raises(InvalidConfig, match=r"context_len=\d+, past the \d+ the capturer was"):
         capturer.capture(["Tell me a very long story about " * 8])
+
+
+def test_a_capturer_built_with_no_prompts_refuses_to_capture(
+    engine_llama: Any, tokenizer: Any
+) -> None:
+    """An engine-backed capturer sized for no prompts names how to build it instead."""
+    capturer = GenerationCapturer(engine_llama, tokenizer, [], layers=(0, 1), max_new_tokens=4)
+    assert capturer.capture([]) == ((), ())
+    with pytest.raises(InvalidConfig, match=r"built with no prompts, so it has no engine for"):
+        capturer.capture(["Hi."])
+
+
+def test_a_capture_that_fails_mid_run_leaves_the_next_one_correct(
+    engine_llama: Any, tokenizer: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fault after the engine ran keeps no rows for later: the next capture equals a fresh
+    capturer's, row for row."""
+    capturer = GenerationCapturer(engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=6)
+    assert capturer._engine is not None
+    engine = capturer._engine.engine
+    real = engine.run
+
+    def faulty(requests: Any) -> Any:
+        real(requests)
+        raise RuntimeError("a fault after the batch ran")
+
+    monkeypatch.setattr(engine, "run", faulty)
+    with pytest.raises(RuntimeError, match="a fault after the batch ran"):
+        capturer.capture(PROMPTS[:2])
+    monkeypatch.setattr(engine, "run", real)
+    assert capturer._engine.recorder.done == []
+    gens, rows = capturer.capture(PROMPTS[:2])
+    fresh = generate_captured(engine_llama, tokenizer, PROMPTS[:2], layers=(0, 1), max_new_tokens=6)
+    assert [g.tokens.tolist() for g in gens] == [g.tokens.tolist() for g in fresh[0]]
+    for ours, theirs in zip(rows, fresh[1], strict=True):
+        assert torch.equal(ours.features, theirs.features)
