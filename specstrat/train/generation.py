@@ -13,19 +13,16 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from specstrat._ints import is_int
-from specstrat.drafting import DraftAdmission, DrafterContext, SamplingParams, StepOutcome
-from specstrat.errors import EngineStateError, InternalError, InvalidConfig
+from specstrat.drafting import SamplingParams
+from specstrat.errors import InvalidConfig
 from specstrat.hf import HFCausalLM, chat_request, eos_token_ids, plain_defaults, text_request
-from specstrat.relay import RelayPayload
 from specstrat.runtime import Request
-from specstrat.strategies import NoDrafter, NoDrafterFactory
+from specstrat.train._recording import EngineRun, recorded_sequence
 from specstrat.train.capture import (
     CapturedSequence,
     Generation,
@@ -108,7 +105,7 @@ def generate(
     if not requests:
         return ()
     if isinstance(model, HFCausalLM):
-        engine = _EngineRun(model, requests, batch, None, model.shape.layers)
+        engine = EngineRun(model, requests, batch, None, model.shape.layers)
         return engine.run(requests, deadline)[0]
     return _transformers_generate(model, tokenizer, requests, deadline)
 
@@ -166,9 +163,9 @@ class GenerationCapturer:
             if sizing and isinstance(model, HFCausalLM):
                 check_lm_head(lm, sizing[0].prompt)
         self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
-        self._engine: _EngineRun | None = None
+        self._engine: EngineRun | None = None
         if sizing and isinstance(model, HFCausalLM):
-            self._engine = _EngineRun(model, sizing, batch, self.layers, self.depth)
+            self._engine = EngineRun(model, sizing, batch, self.layers, self.depth)
 
     def capture(
         self, prompts: Sequence[str], *, temperature: float = 0.0, seed: int = 0
@@ -194,177 +191,10 @@ class GenerationCapturer:
         with raw_model(self.model) as lm:
             head = lm.get_output_embeddings()
             sequences = tuple(
-                _sequence(g, recorded, self.layers, self.depth, head, self.vocab) for g in gens
+                recorded_sequence(g, recorded, self.layers, self.depth, head, self.vocab)
+                for g in gens
             )
         return gens, sequences
-
-
-@dataclass(frozen=False, slots=True)
-class _Rows:
-    """One request's recorded hidden states: ``start`` is its last prompt position, ``parts``
-    the ``[1, W]`` rows from there on, in order."""
-
-    start: int
-    parts: list[torch.Tensor] = field(default_factory=list)
-
-
-#: Released requests, keyed by (last prompt position, committed tokens): two requests with one
-#: key have one prompt and one response, so their rows are equal too.
-_Recorded = list[tuple[tuple[int, tuple[int, ...]], _Rows]]
-
-
-class _RecordingDrafter(NoDrafter):
-    """Drafts nothing; keeps each request's hidden states and, at release, its committed
-    tokens (what the slot table holds: the prompt and every token but the last)."""
-
-    def __init__(self, context: DrafterContext, done: _Recorded) -> None:
-        self.context, self.done = context, done
-        self.open: dict[int, _Rows] = {}
-
-    def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
-        """The last prompt position's hidden state starts each request's rows."""
-        if admission.hidden is None:
-            raise EngineStateError(
-                "capture during generation needs a local prefill; a PREBUILT admission carries "
-                "no hidden states (run generate_captured on one engine, not disaggregated)"
-            )
-        hidden = admission.hidden.float().cpu()
-        lengths = admission.seq_lens.tolist()
-        for i, slot in enumerate(admission.slots):
-            self.open[slot] = _Rows(start=int(lengths[i]) - 1, parts=[hidden[i : i + 1]])
-        return super().admit(admission)
-
-    def commit(self, outcome: StepOutcome) -> RelayPayload:
-        """The hidden state that chose each request's new token is its next row."""
-        hidden = outcome.hidden.float().cpu()
-        for i, slot in enumerate(outcome.step.slots):
-            self.open[slot].parts.append(hidden[i : i + 1])
-        return super().commit(outcome)
-
-    def release(self, slots: Sequence[int]) -> None:
-        """A finished request's rows, with its committed tokens."""
-        for slot in slots:
-            rows = self.open.pop(slot, None)
-            if rows is not None:
-                tokens = tuple(self.context.target_tokens(slot))
-                self.done.append(((rows.start, tokens), rows))
-
-
-@dataclass(frozen=True, slots=True)
-class _RecordingDrafterFactory(NoDrafterFactory):
-    """The recording drafter's factory: released requests go to ``done`` (one run's output
-    list, shared by reference: a pickled copy would record elsewhere, so this factory is for
-    one process's engine, not for disaggregation)."""
-
-    done: _Recorded = field(default_factory=list, compare=False)
-
-    def create_drafter(self, context: DrafterContext) -> _RecordingDrafter:
-        """A recorder writing to ``done``."""
-        return _RecordingDrafter(context, self.done)
-
-
-class _EngineRun:
-    """Specstrat's engine, target-only, sized for ``sizing`` (the longest prompt plus
-    ``max_new_tokens``), ``batch`` requests at once; with ``layers``, the target viewed through
-    them plus its last layer and every request's rows recorded, keyed by committed tokens."""
-
-    def __init__(
-        self,
-        model: HFCausalLM,
-        sizing: Sequence[Request],
-        batch: int,
-        layers: tuple[int, ...] | None,
-        num_layers: int,
-    ) -> None:
-        from specstrat.builtins import NONE
-        from specstrat.models import ModelSet
-        from specstrat.runtime import Engine, EngineConfig, kv_reservation
-
-        self.reservation = kv_reservation(NONE, 1)
-        self.context = self.reservation.context_len_for(sizing)
-        if self.context > model.shape.max_positions:
-            raise InvalidConfig(
-                f"the longest prompt plus max_new_tokens={sizing[0].max_new_tokens} needs "
-                f"context_len={self.context}, past the model's {model.shape.max_positions} "
-                "positions; lower max_new_tokens or shorten the prompts"
-            )
-        self.recorder = _RecordingDrafterFactory()
-        algo, target = NONE, model
-        if layers is not None:
-            algo = replace(NONE, drafter=self.recorder)
-            target = model.with_feature_layers(_with_last(layers, num_layers))
-        config = EngineConfig(context_len=self.context, max_running_requests=batch)
-        self.engine = Engine(algo, ModelSet(target=target), config)
-        self.batch, self.runs = batch, 0
-
-    def run(
-        self, requests: Sequence[Request], deadline: float | None
-    ) -> tuple[tuple[Generation, ...], dict[tuple[int, tuple[int, ...]], _Rows]]:
-        """``requests``' responses (stopping between batches once ``time.monotonic()`` passes
-        ``deadline``) and the rows recorded for them; request ids are made unique per run."""
-        need = self.reservation.context_len_for(requests)
-        if need > self.context:
-            raise InvalidConfig(
-                f"these prompts need context_len={need}, past the {self.context} the capturer "
-                "was sized for; build the GenerationCapturer with every prompt it will capture"
-            )
-        self.runs += 1
-        unique = [replace(r, rid=f"run{self.runs}-{r.rid}") for r in requests]
-        out: list[Generation] = []
-        try:
-            for first in range(0, len(unique), self.batch):
-                if deadline is not None and time.monotonic() > deadline:
-                    break
-                chunk = unique[first : first + self.batch]
-                outputs = self.engine.run(chunk)
-                for r in chunk:
-                    tokens = torch.tensor([*r.prompt, *outputs[r.rid]], dtype=torch.int64)
-                    out.append(Generation(tokens=tokens, prompt_len=len(r.prompt)))
-            return tuple(out), dict(self.recorder.done)
-        finally:  # a failed run's rows never reach the next run's
-            self.recorder.done.clear()
-
-
-def _with_last(layers: tuple[int, ...], num_layers: int) -> tuple[int, ...]:
-    """The distinct ``layers`` (a tiny model's default repeats one) and the last layer (the LM
-    head's input), each once, in that order."""
-    return tuple(dict.fromkeys((*layers, num_layers - 1)))
-
-
-def _sequence(
-    g: Generation,
-    recorded: dict[tuple[int, tuple[int, ...]], _Rows],
-    layers: tuple[int, ...],
-    num_layers: int,
-    head: Any,
-    vocab: int,
-) -> CapturedSequence:
-    """``g``'s recorded rows as a :class:`CapturedSequence`: the fused layers' part, the LM
-    head's input (the last layer's part) and its greedy choice over the first ``vocab`` ids."""
-    start = g.prompt_len - 1
-    rows = recorded.get((start, tuple(int(t) for t in g.tokens[:-1])))
-    response = g.tokens.numel() - g.prompt_len
-    if rows is None or len(rows.parts) != response:
-        raise InternalError(
-            f"the recording drafter holds {0 if rows is None else len(rows.parts)} rows for a "
-            f"response of {response} tokens after a {g.prompt_len}-token prompt (one row per "
-            "response token: admission and each step); please report it"
-        )
-    hidden = torch.cat(rows.parts)
-    viewed = _with_last(layers, num_layers)
-    width = hidden.shape[1] // len(viewed)
-    blocks = torch.split(hidden, width, dim=1)
-    final = blocks[viewed.index(num_layers - 1)]
-    bias = getattr(head, "bias", None)
-    with torch.inference_mode():
-        logits = F.linear(final.to(head.weight.device, head.weight.dtype), head.weight, bias)
-    return CapturedSequence(
-        features=torch.cat([blocks[viewed.index(x)] for x in layers], dim=1).half(),
-        tokens=g.tokens[start:-1].clone(),
-        final=final.half(),
-        greedy=logits[:, :vocab].argmax(-1).cpu(),
-        start=start,
-    )
 
 
 def _transformers_generate(

@@ -11,7 +11,7 @@ import torch
 from specstrat.drafting import DraftAdmission
 from specstrat.errors import EngineStateError, InternalError, InvalidConfig
 from specstrat.train import GenerationCapturer, capture_sequences, generate, generate_captured
-from specstrat.train.generation import _RecordingDrafter, _sequence
+from specstrat.train._recording import RecordingDrafter, recorded_sequence
 from tests.hf import tiny
 
 PROMPTS = ["Tell me a story.", "List three colours.", "Say hi."]
@@ -90,7 +90,7 @@ def test_capture_while_generating_refuses_a_scaled_lm_head(
 
 def test_the_recorder_refuses_a_prebuilt_admission() -> None:
     """A PREBUILT admission carries no hidden state to record: refused, naming the fix."""
-    recorder = _RecordingDrafter(context=None, done=[])  # type: ignore[arg-type]
+    recorder = RecordingDrafter(context=None, done=[])  # type: ignore[arg-type]
     admission: DraftAdmission[object] = DraftAdmission(
         slots=(0,),
         bonus_tokens=torch.tensor([1]),
@@ -107,7 +107,7 @@ def test_a_response_the_recorder_missed_is_a_named_error(engine_llama: Any, toke
     (gen,) = generate(engine_llama, tokenizer, PROMPTS[:1], max_new_tokens=3)
     head = engine_llama.model.get_output_embeddings()
     with pytest.raises(InternalError, match=r"holds 0 rows for a response of 3 tokens"):
-        _sequence(gen, {}, (0, 1), 2, head, tiny.VOCAB)
+        recorded_sequence(gen, {}, (0, 1), 2, head, tiny.VOCAB)
 
 
 def test_sampled_generation_is_seeded(llama: Any, tokenizer: Any) -> None:
