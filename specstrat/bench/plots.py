@@ -6,7 +6,9 @@ size over all categories) and ``speedup.png`` (speedup over target-only per cate
 algorithm, at the first batch size and the widest draft); a sweep adds
 ``tau_speedup_vs_batch_size.png`` and/or ``tau_speedup_vs_draft_tokens.png``; a run with an
 engine contender adds ``draft_width_over_time.png`` (the D its speculation policy chose at each
-decode step of the first counted round, per algorithm, at the first batch size and widest D).
+decode step of the first counted round, per algorithm, at the first batch size and widest D);
+``roofline.png`` draws each row's tokens/s beside this machine's limit for it
+(:mod:`specstrat.bench.roofline`), at the first batch size over all categories.
 """
 
 from __future__ import annotations
@@ -53,6 +55,9 @@ def write_plots(result: BenchResult, directory: str | Path) -> list[Path]:
         _acceptance(plt, [r for r in rows if r.batch_size == bs0], _summary(result), out),
         _speedup(plt, rows, result.categories, bs0, out),
     ]
+    limited = [r for r in result.rows if r.batch_size == bs0 and r.roofline_tokens_per_s]
+    if limited:
+        paths.append(_roofline(plt, limited, _summary(result), out))
     setup = result.setup
     for key, label in (("batch_sizes", "batch_size"), ("draft_tokens", "draft_tokens")):
         if len(setup[key]) > 1:
@@ -80,6 +85,33 @@ def _widths(plt: Any, rows: Sequence[BenchRow], out: Path) -> Path:
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize="small")
     return _save(plt, fig, out / "draft_width_over_time.png")
+
+
+def _roofline(plt: Any, rows: Sequence[BenchRow], category: str, out: Path) -> Path:
+    """Per row of ``category``: measured tokens/s (bar) and the limit (a tick above it)."""
+    picked = [r for r in rows if r.category == category]
+    labels = [f"{r.algorithm}" + (f" D={r.draft_tokens}" if r.draft_tokens else "") for r in picked]
+    fig, ax = plt.subplots(figsize=(max(6, 0.9 * len(picked)), 4))
+    xs = list(range(len(picked)))
+    ax.bar(xs, [r.tokens_per_s for r in picked], width=0.6, label="measured tokens/s")
+    limits = [r.roofline_tokens_per_s or 0.0 for r in picked]
+    ax.scatter(xs, limits, marker="_", s=900, color="black", label="limit (roofline)")
+    for x, r in zip(xs, picked, strict=True):
+        ax.annotate(
+            f"{(r.roofline_fraction or 0):.0%}",
+            (x, r.tokens_per_s),
+            ha="center",
+            va="bottom",
+            fontsize="small",
+        )
+    ax.set_xticks(xs, labels, rotation=20)
+    ax.set_ylim(0, 1.15 * max(limits))
+    ax.set_ylabel("tokens/s")
+    ax.set_title(
+        f"tokens/s against this machine's limit ({category}, batch size {rows[0].batch_size})"
+    )
+    ax.legend(fontsize="small")
+    return _save(plt, fig, out / "roofline.png")
 
 
 def _save(plt: Any, fig: Any, path: Path) -> Path:

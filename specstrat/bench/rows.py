@@ -31,7 +31,9 @@ class BenchRow:
     ``width_histogram``: decode steps per D the speculation policy chose (``{"<D>": steps}``,
     counted rounds); ``widths``: the D of each decode step of the first counted round;
     ``plain_step_share``: the share of decode request-steps at D = 1, which ``tau`` excludes
-    (1.0 for ``hf-generate``, ``None`` for ``hf-prompt-lookup``)."""
+    (1.0 for ``hf-generate``, ``None`` for ``hf-prompt-lookup``); the ``roofline_*`` fields and
+    ``weight_bytes_per_token``: this machine's limit for the row
+    (:mod:`specstrat.bench.roofline`; ``None`` until a run measured it)."""
 
     algorithm: str
     category: str
@@ -59,6 +61,10 @@ class BenchRow:
     width_histogram: dict[str, int] = field(default_factory=dict)
     widths: list[int] = field(default_factory=list)
     plain_step_share: float | None = 0.0
+    weight_bytes_per_token: float | None = None
+    roofline_tokens_per_s: float | None = None
+    roofline_fraction: float | None = None
+    roofline_bound: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (keys exactly the field names)."""

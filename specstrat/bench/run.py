@@ -14,17 +14,16 @@ greedy token for token (on Hugging Face models certified ties allowed, see
 
 from __future__ import annotations
 
-import random
 import time
-from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
 from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.bench.hf_baseline import GenerateRecord, generate_run
-from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, Record, build_rows
+from specstrat.bench._contenders import contender, sync_split
+from specstrat.bench.roofline import measure_machine, with_roofline
+from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
 from specstrat.bench.rows import OVERALL as OVERALL
 from specstrat.bench.rows import BenchRow as BenchRow
 from specstrat.bench.workloads import (
@@ -39,10 +38,10 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.registry import get
-from specstrat.runtime import Engine, EngineConfig, Request, RunStats, kv_reservation
+from specstrat.runtime import Request, kv_reservation
 from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.strategies.tree import TopkTree
-from specstrat.timing import Contender, interleaved
+from specstrat.timing import interleaved
 
 __all__ = [
     "OVERALL",
@@ -188,7 +187,10 @@ def run_bench(
     for prompt, request in zip(prompts, requests, strict=True):
         by_category[prompt.category].append(request)
     cells = _cells(config, algos, by_category)
-    contenders = [_contender(c, models, config, context_len) for c in cells]
+    contenders = [
+        contender(c, models, context_len, overlap=config.overlap, rate=config.request_rate)
+        for c in cells
+    ]
     total = len(contenders) * (config.warmup + config.repeats)
     started = time.perf_counter()
     if progress is not None:
@@ -215,7 +217,7 @@ def run_bench(
     if config.overlap:  # the stage split is measured in sync mode: one extra untimed run
         for cell in cells:
             if cell.spec is not None:
-                cell.split = _sync_split(cell, models, context_len)
+                cell.split = sync_split(cell, models, context_len)
     rows = build_rows(
         cells,
         timings,
@@ -225,6 +227,8 @@ def run_bench(
         split_apart=config.overlap,
         lm=models.target if hf else None,
     )
+    machine = measure_machine()
+    rows = [with_roofline(r, machine, models.target, config.requests) for r in rows]
     notes = [TAU_FORMULA]
     if encoder.note:
         notes.append(encoder.note)
@@ -264,7 +268,8 @@ def run_bench(
     }
     from specstrat.bench.environment import environment
 
-    return BenchResult(tuple(rows), setup, tuple(notes), environment(), categories)
+    env = {**environment(), **machine.as_dict()}
+    return BenchResult(tuple(rows), setup, tuple(notes), env, categories)
 
 
 def _algorithm(algo: SpecAlgorithm[Any] | str) -> SpecAlgorithm[Any]:
@@ -314,84 +319,3 @@ def _cells(
                         Cell(name, algo.name, cat, bs, d, reqs, shaped.lossless, base, shaped)
                     )
     return cells
-
-
-def _contender(
-    cell: Cell, models: LoadedModels, config: BenchConfig, context_len: int
-) -> Contender:
-    """A timing-core contender for ``cell``; each call records into ``cell.records``."""
-    if cell.spec is None:
-        lookup = cell.draft_tokens - 1 if cell.algorithm == HF_LOOKUP else 0
-
-        def generate() -> dict[str, list[int]]:
-            rec = GenerateRecord()
-            out = generate_run(
-                models, cell.requests, batch_size=cell.batch_size, lookup=lookup, record=rec
-            )
-            cell.records.append(Record(out, None, rec.arrivals, rec.first, rec.last, rec.forwards))
-            return out
-
-        return Contender(cell.name, generate)
-    algo = cell.spec
-    engine_config = _engine_config(cell, context_len, config.overlap)
-    state: dict[str, Engine] = {}
-
-    def prepare() -> None:
-        state["engine"] = Engine(algo, models, engine_config)
-
-    def run() -> dict[str, list[int]]:
-        engine = state.pop("engine")
-        out, arrivals = _run_engine(engine, cell.requests, config.request_rate)
-        s = engine.stats
-        cell.records.append(Record(out, s, arrivals, s.first_token_at, s.last_token_at))
-        return out
-
-    return Contender(cell.name, run, prepare)
-
-
-def _engine_config(cell: Cell, context_len: int, overlap: bool) -> EngineConfig:
-    return EngineConfig(
-        num_draft_tokens=max(cell.draft_tokens, 1),
-        max_running_requests=cell.batch_size,
-        context_len=context_len,
-        overlap=overlap,
-        graph_buckets=tuple(sorted({1, 2, 4, 8, 16, cell.batch_size})),
-    )
-
-
-def _run_engine(
-    engine: Engine, requests: Sequence[Request], rate: float | None
-) -> tuple[dict[str, list[int]], dict[str, float]]:
-    """Run ``requests``, all at once or arriving at ``rate`` per second (Poisson, seed 0);
-    the outputs and each request's arrival time."""
-    start = time.perf_counter()
-    if rate is None:
-        return engine.run(list(requests)), {r.rid: start for r in requests}
-    gen = random.Random(0)
-    at, offsets = 0.0, []
-    for _ in requests:
-        at += gen.expovariate(rate)
-        offsets.append(at)
-    pending = deque(zip(offsets, requests, strict=True))
-    arrivals: dict[str, float] = {}
-
-    def source(idle: bool) -> bool:
-        now = time.perf_counter() - start
-        if idle and pending and pending[0][0] > now:  # nothing runs: wait for the next one
-            time.sleep(pending[0][0] - now)
-            now = pending[0][0]
-        while pending and pending[0][0] <= now:
-            offset, request = pending.popleft()
-            arrivals[request.rid] = start + offset
-            engine.submit(request)
-        return bool(pending)
-
-    return engine.run(source=source), arrivals
-
-
-def _sync_split(cell: Cell, models: LoadedModels, context_len: int) -> RunStats:
-    """One untimed sync run of ``cell``, for its stage split."""
-    assert cell.spec is not None  # only engine cells are split
-    engine = Engine(cell.spec, models, _engine_config(cell, context_len, False))
-    engine.run(list(cell.requests))
-    return engine.stats

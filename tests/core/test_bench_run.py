@@ -46,6 +46,10 @@ ROW_KEYS = [
     "width_histogram",
     "widths",
     "plain_step_share",
+    "weight_bytes_per_token",
+    "roofline_tokens_per_s",
+    "roofline_fraction",
+    "roofline_bound",
 ]
 TINY: dict[str, Any] = {"requests": 2, "max_new_tokens": 12, "repeats": 1, "warmup": 0}
 
@@ -184,7 +188,7 @@ def test_the_acceptance_command_reduced(tmp_path: Path, capsys: pytest.CaptureFi
     doc: dict[str, Any] = json.loads(out_json.read_text())
     assert [r["algorithm"] for r in doc["rows"]] == ["NONE", "NGRAM", "BIGRAM"]
     assert all(list(r) == ROW_KEYS for r in doc["rows"])
-    for name in ("acceptance_by_position.png", "speedup.png"):
+    for name in ("acceptance_by_position.png", "speedup.png", "roofline.png"):
         assert (plots / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         assert str(plots / name) in out
         assert str(plots / name) in doc["plots"]
