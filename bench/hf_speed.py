@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -45,8 +44,7 @@ from specstrat.hf import (
 from specstrat.hf.algorithms import early_exit_algorithm
 from specstrat.hf.hf_demo import code_requests, default_context_len
 from specstrat.hf.smollm2 import smollm2_path
-from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
-from specstrat.runtime._worker import ModelWorker
+from specstrat.runtime import Engine, EngineConfig, Request
 
 
 def hf_generate(
@@ -161,50 +159,19 @@ def section_bs8(
 def section_forward(
     models: HFModels, requests: list[Request], args: argparse.Namespace
 ) -> dict[str, Any]:
-    """Median seconds of a T-token forward after the first prompt, over a 1-token one."""
-    prompt = list(requests[0].prompt)
+    """An 8-token verify over a decode after the first prompt, both sides
+    (:func:`specstrat.bench.verify_cost.measure_verify_cost`; ``specstrat bench`` reports every
+    T from 2 to 9)."""
+    from specstrat.bench.verify_cost import measure_verify_cost
+
     t = 8
-    lm = models.target
-    worker = ModelWorker(
-        lm, max_running_requests=1, context_len=len(prompt) + 16, max_total_tokens=len(prompt) + 16
+    cost = measure_verify_cost(
+        models.target, requests[0].prompt, widths=(t,), samples=args.rounds * 5
     )
-    slot = worker.alloc_request()
-    worker.forward(ForwardMode.EXTEND, [slot], [prompt])
-
-    def ours(tokens: int) -> float:
-        mode = ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY
-        start = time.perf_counter()
-        worker.forward(mode, [slot], [prompt[:tokens]])
-        elapsed = time.perf_counter() - start
-        worker.rewind(slot, len(prompt))
-        return elapsed
-
-    from transformers import DynamicCache
-
-    with lm.reference() as model, torch.inference_mode():
-        cache = DynamicCache(config=model.config)
-        model(torch.tensor([prompt]), cache=cache, use_cache=True)
-
-    def theirs(tokens: int) -> float:
-        with lm.reference() as model, torch.inference_mode():  # switched outside the timing
-            start = time.perf_counter()
-            model(torch.tensor([prompt[:tokens]]), cache=cache, use_cache=True)
-            elapsed = time.perf_counter() - start
-        cache.crop(-tokens)  # drop what this forward appended
-        return elapsed
-
-    samples: dict[str, list[float]] = {
-        k: [] for k in ("ours1", f"ours{t}", "theirs1", f"theirs{t}")
-    }
-    for _ in range(args.rounds * 5):  # interleaved: each kind of sample beside the others
-        for tokens in (1, t):
-            samples[f"theirs{tokens}"].append(theirs(tokens))
-            samples[f"ours{tokens}"].append(ours(tokens))
-    med = {k: statistics.median(v) for k, v in samples.items()}
+    assert cost.transformers is not None  # an HF target: both sides ran
     return {
-        "median_ms": {k: 1000 * v for k, v in med.items()},
-        f"specstrat_verify{t}_over_decode": med[f"ours{t}"] / med["ours1"],
-        f"transformers_forward{t}_over_1": med[f"theirs{t}"] / med["theirs1"],
+        f"specstrat_verify{t}_over_decode": cost.specstrat[str(t)],
+        f"transformers_forward{t}_over_1": cost.transformers[str(t)],
     }
 
 

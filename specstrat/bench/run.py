@@ -26,6 +26,7 @@ from specstrat.bench.roofline import measure_machine, with_roofline
 from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
 from specstrat.bench.rows import OVERALL as OVERALL
 from specstrat.bench.rows import BenchRow as BenchRow
+from specstrat.bench.verify_cost import measure_verify_cost
 from specstrat.bench.workloads import (
     ByteEncoder,
     ChatEncoder,
@@ -268,7 +269,8 @@ def run_bench(
     }
     from specstrat.bench.environment import environment
 
-    env = {**environment(), **machine.as_dict()}
+    cost = measure_verify_cost(models.target, requests[0].prompt)
+    env = {**environment(), **machine.as_dict(), **cost.as_dict()}
     return BenchResult(tuple(rows), setup, tuple(notes), env, categories)
 
 

@@ -1,0 +1,134 @@
+"""What a wider verify costs: verify(T) / decode for T = 2..9, in specstrat and in transformers.
+
+An algorithm that verifies T tokens a step pays one T-token forward where plain decoding pays a
+one-token forward; on a memory-bound machine the ratio stays near 1 until compute catches up.
+:func:`measure_verify_cost` times, after one prompt's prefill, a DECODE forward and a
+TARGET_VERIFY forward of each T through specstrat's model worker (paged attention through the
+adapter), and, for a Hugging Face target, the same forwards through transformers' own model and
+KV cache (``DynamicCache``, cropped back after each); samples interleave (every kind beside the
+others, round after round) and the ratio is of medians. ``specstrat bench`` puts it in its
+JSON's ``environment``: ``verify_cost`` (specstrat's map from T to the ratio),
+``verify_cost_transformers`` (transformers', or ``null`` for a model transformers does not run)
+and ``verify_cost_vs_transformers`` (specstrat's ratio over transformers', per T).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from specstrat.errors import InvalidConfig
+from specstrat.models import CausalLM
+
+__all__ = ["WIDTHS", "VerifyCost", "measure_verify_cost"]
+
+#: The verify widths measured: T = 2..9 (D = 1..8 drafts plus the bonus token).
+WIDTHS = tuple(range(2, 10))
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyCost:
+    """verify(T) / decode per T (keys are T as strings, JSON's way): ``specstrat`` always,
+    ``transformers`` for a Hugging Face target (else ``None``), ``samples`` of each forward."""
+
+    specstrat: dict[str, float]
+    transformers: dict[str, float] | None
+    samples: int
+
+    def as_dict(self) -> dict[str, Any]:
+        """The JSON keys of a bench run's ``environment``."""
+        versus = None
+        if self.transformers is not None:
+            versus = {t: r / self.transformers[t] for t, r in self.specstrat.items()}
+        return {
+            "verify_cost": self.specstrat,
+            "verify_cost_transformers": self.transformers,
+            "verify_cost_vs_transformers": versus,
+            "verify_cost_samples": self.samples,
+        }
+
+
+def _ours(target: CausalLM, prompt: Sequence[int], widest: int) -> Callable[[int], float]:
+    """Seconds of one specstrat forward of ``t`` tokens after ``prompt`` (rewound after)."""
+    from specstrat.runtime import ForwardMode
+    from specstrat.runtime._worker import ModelWorker
+
+    room = len(prompt) + widest + 1
+    worker = ModelWorker(target, max_running_requests=1, context_len=room, max_total_tokens=room)
+    slot = worker.alloc_request()
+    with torch.inference_mode():
+        worker.forward(ForwardMode.EXTEND, [slot], [list(prompt)])
+    filler = [int(t) for t in prompt[:1]] * widest
+
+    def run(tokens: int) -> float:
+        mode = ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY
+        with torch.inference_mode():
+            start = time.perf_counter()
+            worker.forward(mode, [slot], [filler[:tokens]])
+            elapsed = time.perf_counter() - start
+        worker.rewind(slot, len(prompt))
+        return elapsed
+
+    return run
+
+
+def _theirs(target: Any, prompt: Sequence[int]) -> Callable[[int], float]:
+    """Seconds of one transformers forward of ``t`` tokens after ``prompt``, its own cache."""
+    from transformers import DynamicCache
+
+    with target.reference() as model, torch.inference_mode():
+        cache = DynamicCache(config=model.config)
+        device = next(model.parameters()).device
+        model(torch.tensor([list(prompt)], device=device), cache=cache, use_cache=True)
+    first = int(prompt[0])
+
+    def run(tokens: int) -> float:
+        with target.reference() as model, torch.inference_mode():  # switched outside the timing
+            ids = torch.full((1, tokens), first, device=device)
+            start = time.perf_counter()
+            model(ids, cache=cache, use_cache=True)
+            elapsed = time.perf_counter() - start
+        cache.crop(-tokens)  # drop what this forward appended
+        return elapsed
+
+    return run
+
+
+def measure_verify_cost(
+    target: CausalLM,
+    prompt: Sequence[int],
+    *,
+    widths: Sequence[int] = WIDTHS,
+    samples: int = 5,
+) -> VerifyCost:
+    """verify(T) / decode after ``prompt`` for each T in ``widths``, medians of ``samples``
+    interleaved forwards each (after one untimed warm-up round); transformers' too when
+    ``target`` is a Hugging Face model (:class:`~specstrat.hf.HFCausalLM`)."""
+    from specstrat.hf import HFCausalLM
+
+    if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
+        raise InvalidConfig(f"samples={samples!r} must be an int >= 1")
+    if not widths or any(isinstance(t, bool) or not isinstance(t, int) or t < 2 for t in widths):
+        raise InvalidConfig(f"widths={tuple(widths)!r} must be ints >= 2 (T: drafts + bonus)")
+    if not prompt:
+        raise InvalidConfig("prompt is empty; pass the token ids a verify runs after")
+    sides = {"specstrat": _ours(target, prompt, max(widths))}
+    if isinstance(target, HFCausalLM):
+        sides["transformers"] = _theirs(target, prompt)
+    times: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(samples + 1):
+        for tokens in (1, *widths):
+            for side, run in sides.items():
+                elapsed = run(tokens)
+                if round_:  # the first round warms up
+                    times.setdefault((side, tokens), []).append(elapsed)
+    median = {key: statistics.median(v) for key, v in times.items()}
+    ratios = {
+        side: {str(t): median[(side, t)] / median[(side, 1)] for t in widths} for side in sides
+    }
+    return VerifyCost(ratios["specstrat"], ratios.get("transformers"), samples)
