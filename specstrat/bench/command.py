@@ -114,6 +114,8 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
 
         _pyplot()  # a missing matplotlib is refused before any run
     models, name = _bench_models(args.model, args.head, config.algorithms)
+    if args.profile:
+        return _profile(args, config, models, json_path, plot_dir)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
         result = run_bench(
             config,
@@ -139,6 +141,24 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         print(f"wrote {args.json}", file=sys.stderr)
     failed = [r for r in result.rows if r.acceptance_rule_lossless and not r.lossless]
     return 1 if failed else 0
+
+
+def _profile(
+    args: argparse.Namespace, config: Any, models: Any, json_path: Any, plot_dir: Any
+) -> int:
+    """``--profile``: the step profile table (stdout, or stderr under ``--json -``), its JSON."""
+    from specstrat.bench.environment import environment
+    from specstrat.bench.step_profile import profile_bench, profile_table
+
+    if plot_dir is not None:
+        raise InvalidConfig("--profile draws no plots; drop --plot (or --profile)")
+    profiles = profile_bench(config, models)
+    table = sys.stderr if args.json == STDOUT else sys.stdout
+    print(profile_table(profiles), file=table, flush=True)
+    if json_path is not None:
+        document = {"environment": environment(), "profile": [p.as_dict() for p in profiles]}
+        write_json("--json", json_path, document)
+    return 0
 
 
 def _sweep(text: str) -> tuple[int, ...]:
@@ -265,6 +285,13 @@ def add_bench_parser(
         metavar="FILE",
         help="write the result as JSON to FILE, or to stdout with - (the table then goes to "
         "stderr); checked before any run",
+    )
+    bench.add_argument(
+        "--profile",
+        action="store_true",
+        help="instead of timing runs side by side, split each algorithm's decode steps (at the "
+        "first batch size, on the first category) into scheduler, drafter, acceptance, metadata "
+        "and the forward's matmuls, attention and adapter (torch.profiler; docs/bench.md)",
     )
     bench.add_argument(
         "--plot",

@@ -2,8 +2,10 @@
 
 Every run writes ``acceptance_by_position.png`` (conditional acceptance, solid, and
 unconditional, dashed, by draft position, per algorithm and draft width, at the first batch
-size over all categories) and ``speedup.png`` (speedup over target-only per category and
-algorithm, at the first batch size and the widest draft); a sweep adds
+size over all categories, each point labelled with the verify steps that reached it) and
+``speedup.png`` (speedup over target-only per category and algorithm, at the first batch size
+and the widest draft: the median round, whiskers from the slowest to the fastest, noisy rows
+hatched); a sweep adds
 ``tau_speedup_vs_batch_size.png`` and/or ``tau_speedup_vs_draft_tokens.png``; a run with an
 engine contender adds ``draft_width_over_time.png`` (the D its speculation policy chose at each
 decode step of the first counted round, per algorithm, at the first batch size and widest D);
@@ -114,6 +116,16 @@ def _roofline(plt: Any, rows: Sequence[BenchRow], category: str, out: Path) -> P
     return _save(plt, fig, out / "roofline.png")
 
 
+def _reached(row: BenchRow) -> list[int]:
+    """Per draft position, the verify steps that reached it (proposed it with every earlier
+    position accepted): the sample behind its conditional acceptance."""
+    hist = {int(p): counts for p, counts in row.accepted_histogram.items()}
+    return [
+        sum(sum(c[i - 1 :]) for p, c in hist.items() if p >= i)
+        for i in range(1, len(row.acceptance_conditional) + 1)
+    ]
+
+
 def _save(plt: Any, fig: Any, path: Path) -> Path:
     fig.tight_layout()
     fig.savefig(path, dpi=100)
@@ -130,7 +142,17 @@ def _acceptance(plt: Any, rows: Sequence[BenchRow], category: str, out: Path) ->
         label = f"{r.algorithm} D={r.draft_tokens}"
         (line,) = ax.plot(xs, r.acceptance_conditional, marker="o", label=label)
         ax.plot(xs, r.acceptance_by_position, linestyle="--", color=line.get_color())
-    ax.set_xlabel("draft position")
+        for x, y, n in zip(xs, r.acceptance_conditional, _reached(r), strict=True):
+            if y is not None:
+                ax.annotate(
+                    f"n={n}",
+                    (x, y),
+                    textcoords="offset points",
+                    xytext=(4, 4),
+                    fontsize="x-small",
+                    color=line.get_color(),
+                )
+    ax.set_xlabel("draft position (n: verify steps that reached it)")
     ax.set_ylabel("acceptance rate")
     ax.set_ylim(0, 1.05)
     ax.xaxis.get_major_locator().set_params(integer=True)
@@ -153,13 +175,27 @@ def _speedup(
     fig, ax = plt.subplots(figsize=(max(6, 1.2 * len(cats) * max(1, len(names)) / 2), 4))
     width = 0.8 / max(1, len(names))
     for k, name in enumerate(names):
-        by_cat = {r.category: r.speedup for r in picked if r.algorithm == name}
+        by_cat = {r.category: r for r in picked if r.algorithm == name}
         xs = [i + k * width for i in range(len(cats))]
-        ax.bar(xs, [by_cat.get(c, 0.0) for c in cats], width=width, label=name)
+        got = [by_cat.get(c) for c in cats]
+        heights = [0.0 if r is None else r.speedup for r in got]
+        spread = [
+            [0.0 if r is None else r.speedup - r.speedup_range[0] for r in got],
+            [0.0 if r is None else r.speedup_range[1] - r.speedup for r in got],
+        ]
+        bars = ax.bar(xs, heights, width=width, label=name, yerr=spread, capsize=3)
+        for bar, r in zip(bars, got, strict=True):
+            if r is not None and r.noisy:
+                bar.set_hatch("//")
+    rounds = max((r.rounds for r in picked), default=0)
     ax.axhline(1.0, color="gray", linewidth=0.8)
     ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cats))], cats, rotation=20)
     ax.set_ylabel("speedup over target-only")
-    ax.set_title(f"speedup per category (batch size {bs}, D={widest})")
+    ax.set_title(
+        f"speedup per category (batch size {bs}, D={widest}; bars: median of {rounds} "
+        "rounds, whiskers: min-max, hatched: noisy)",
+        fontsize="medium",
+    )
     if names:
         ax.legend(fontsize="small")
     return _save(plt, fig, out / "speedup.png")

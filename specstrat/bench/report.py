@@ -1,6 +1,7 @@
 """A bench result as text: one line per row, and Spec-Bench's table (categories as rows,
 algorithms as columns, speedup and tau in each cell, an overall row) per batch size and draft
-width. A row that is not lossless is marked ``*`` and named under the table."""
+width. A row that is not lossless is marked ``*``, a noisy one ``~``
+(:mod:`specstrat.bench.plausibility`), each named under the table with why."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def _rates(values: Sequence[float | None]) -> str:
 
 
 def _mark(row: BenchRow) -> str:
-    return "" if row.lossless else "*"
+    return ("" if row.lossless else "*") + ("~" if row.noisy else "")
 
 
 def rows_table(rows: Sequence[BenchRow]) -> str:
@@ -36,7 +37,7 @@ def rows_table(rows: Sequence[BenchRow]) -> str:
     lines = [head]
     for r in rows:
         lo, hi = r.speedup_range
-        speed = f"{r.speedup:.2f}x ({lo:.2f}-{hi:.2f})"
+        speed = f"{r.speedup:.2f}x{'~' if r.noisy else ''} ({lo:.2f}-{hi:.2f})"
         width = "-" if r.verified_per_step is None else f"{r.verified_per_step:.2f}"
         limit = "-" if r.roofline_fraction is None else f"{r.roofline_fraction:.0%}"
         lines.append(
@@ -83,5 +84,13 @@ def render(result: BenchResult) -> str:
     if bad:
         lines = [f"  {r.algorithm} {r.category} bs{r.batch_size}: {r.lossless_check}" for r in bad]
         parts.append("* not lossless (its speed is not comparable with target-only's):")
+        parts[-1] += "\n" + "\n".join(lines)
+    noisy = [r for r in result.rows if r.noisy]
+    if noisy:
+        lines = [
+            f"  {r.algorithm} {r.category} bs{r.batch_size} D{r.draft_tokens}: {r.noisy_reason}"
+            for r in noisy
+        ]
+        parts.append("~ noisy (rerun on a quieter machine, or with more --repeats):")
         parts[-1] += "\n" + "\n".join(lines)
     return "\n\n".join(parts)

@@ -33,7 +33,9 @@ class BenchRow:
     ``plain_step_share``: the share of decode request-steps at D = 1, which ``tau`` excludes
     (1.0 for ``hf-generate``, ``None`` for ``hf-prompt-lookup``); the ``roofline_*`` fields and
     ``weight_bytes_per_token``: this machine's limit for the row
-    (:mod:`specstrat.bench.roofline`; ``None`` until a run measured it)."""
+    (:mod:`specstrat.bench.roofline`; ``None`` until a run measured it); ``speedup_ceiling``,
+    ``noisy`` and ``noisy_reason``: whether to distrust the row
+    (:mod:`specstrat.bench.plausibility`)."""
 
     algorithm: str
     category: str
@@ -65,6 +67,9 @@ class BenchRow:
     roofline_tokens_per_s: float | None = None
     roofline_fraction: float | None = None
     roofline_bound: str | None = None
+    speedup_ceiling: float | None = None
+    noisy: bool = False
+    noisy_reason: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (keys exactly the field names)."""

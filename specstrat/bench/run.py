@@ -22,6 +22,7 @@ from typing import Any
 from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.bench._contenders import contender, sync_split
+from specstrat.bench.plausibility import with_plausibility
 from specstrat.bench.roofline import measure_machine, with_roofline
 from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
 from specstrat.bench.rows import OVERALL as OVERALL
@@ -31,6 +32,7 @@ from specstrat.bench.workloads import (
     ByteEncoder,
     ChatEncoder,
     PromptEncoder,
+    WorkloadSpec,
     encode_all,
     load_prompts,
     parse_workload,
@@ -50,6 +52,8 @@ __all__ = [
     "BenchConfig",
     "BenchResult",
     "BenchRow",
+    "EncodedWorkload",
+    "encoded_workload",
     "run_bench",
 ]
 
@@ -170,23 +174,9 @@ def run_bench(
         raise InvalidConfig(
             f"algorithms={names}: pass distinct algorithms; target-only (NONE) always runs"
         )
-    spec = parse_workload(config.workload)
-    prompts = load_prompts(spec, config.requests)
-    categories = tuple(dict.fromkeys(p.category for p in prompts))
-    # What the widest contender reserves past prompt and output (target-only reserves less).
-    margin = max(
-        kv_reservation(_shaped(a, config, d), d).margin for a in algos for d in config.draft_tokens
-    )
-    encoder: PromptEncoder = (
-        ChatEncoder(models) if hf else ByteEncoder(config.context_len or 512, margin)
-    )
-    stops = config.force_accept is None
-    requests = encode_all(encoder, prompts, config.max_new_tokens, config.sampling, stops=stops)
-    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
-    context_len = config.context_len or (512 if not hf else longest + margin)
-    by_category: dict[str, list[Request]] = {c: [] for c in categories}
-    for prompt, request in zip(prompts, requests, strict=True):
-        by_category[prompt.category].append(request)
+    work = encoded_workload(config, models, algos)
+    spec, stops, context_len, by_category = work.spec, work.stops, work.context_len, work.cells
+    categories, encoder = tuple(by_category), work.encoder
     cells = _cells(config, algos, by_category)
     contenders = [
         contender(c, models, context_len, overlap=config.overlap, rate=config.request_rate)
@@ -229,7 +219,11 @@ def run_bench(
         lm=models.target if hf else None,
     )
     machine = measure_machine()
-    rows = [with_roofline(r, machine, models.target, config.requests) for r in rows]
+    cost = measure_verify_cost(models.target, next(iter(by_category.values()))[0].prompt)
+    rows = [
+        with_plausibility(with_roofline(r, machine, models.target, config.requests), cost.specstrat)
+        for r in rows
+    ]
     notes = [TAU_FORMULA]
     if encoder.note:
         notes.append(encoder.note)
@@ -269,9 +263,53 @@ def run_bench(
     }
     from specstrat.bench.environment import environment
 
-    cost = measure_verify_cost(models.target, requests[0].prompt)
     env = {**environment(), **machine.as_dict(), **cost.as_dict()}
     return BenchResult(tuple(rows), setup, tuple(notes), env, categories)
+
+
+@dataclass(frozen=True, slots=True)
+class EncodedWorkload:
+    """A bench config's workload as requests: the parsed ``spec``, its ``encoder``, the
+    requests by category (``cells``, in the workload's order), whether stop tokens are on, and
+    the ``context_len`` every contender runs at."""
+
+    spec: WorkloadSpec
+    encoder: PromptEncoder
+    cells: dict[str, list[Request]]
+    stops: bool
+    context_len: int
+
+
+def encoded_workload(
+    config: BenchConfig, models: LoadedModels, algos: Sequence[SpecAlgorithm[Any]]
+) -> EncodedWorkload:
+    """``config``'s prompts encoded for ``models`` (the chat template on a Hugging Face model,
+    bytes on the embedded ones), sized for the widest of ``algos`` at ``config``'s widths."""
+    from specstrat.runtime import EmbeddedModels
+
+    hf = not isinstance(models, EmbeddedModels)
+    spec = parse_workload(config.workload)
+    prompts = load_prompts(spec, config.requests)
+    # What the widest contender reserves past prompt and output (target-only reserves less).
+    margin = max(
+        (
+            kv_reservation(_shaped(a, config, d), d).margin
+            for a in algos
+            for d in config.draft_tokens
+        ),
+        default=0,
+    )
+    encoder: PromptEncoder = (
+        ChatEncoder(models) if hf else ByteEncoder(config.context_len or 512, margin)
+    )
+    stops = config.force_accept is None
+    requests = encode_all(encoder, prompts, config.max_new_tokens, config.sampling, stops=stops)
+    longest = max(len(r.prompt) + r.max_new_tokens for r in requests)
+    context_len = config.context_len or (512 if not hf else longest + margin)
+    cells: dict[str, list[Request]] = {}
+    for prompt, request in zip(prompts, requests, strict=True):
+        cells.setdefault(prompt.category, []).append(request)
+    return EncodedWorkload(spec, encoder, cells, stops, context_len)
 
 
 def _algorithm(algo: SpecAlgorithm[Any] | str) -> SpecAlgorithm[Any]:

@@ -24,6 +24,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.models import CausalLM
+from specstrat.runtime import forward_seconds
 
 __all__ = ["WIDTHS", "VerifyCost", "measure_verify_cost"]
 
@@ -51,30 +52,6 @@ class VerifyCost:
             "verify_cost_vs_transformers": versus,
             "verify_cost_samples": self.samples,
         }
-
-
-def _ours(target: CausalLM, prompt: Sequence[int], widest: int) -> Callable[[int], float]:
-    """Seconds of one specstrat forward of ``t`` tokens after ``prompt`` (rewound after)."""
-    from specstrat.runtime import ForwardMode
-    from specstrat.runtime._worker import ModelWorker
-
-    room = len(prompt) + widest + 1
-    worker = ModelWorker(target, max_running_requests=1, context_len=room, max_total_tokens=room)
-    slot = worker.alloc_request()
-    with torch.inference_mode():
-        worker.forward(ForwardMode.EXTEND, [slot], [list(prompt)])
-    filler = [int(t) for t in prompt[:1]] * widest
-
-    def run(tokens: int) -> float:
-        mode = ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY
-        with torch.inference_mode():
-            start = time.perf_counter()
-            worker.forward(mode, [slot], [filler[:tokens]])
-            elapsed = time.perf_counter() - start
-        worker.rewind(slot, len(prompt))
-        return elapsed
-
-    return run
 
 
 def _theirs(target: Any, prompt: Sequence[int]) -> Callable[[int], float]:
@@ -117,7 +94,7 @@ def measure_verify_cost(
         raise InvalidConfig(f"widths={tuple(widths)!r} must be ints >= 2 (T: drafts + bonus)")
     if not prompt:
         raise InvalidConfig("prompt is empty; pass the token ids a verify runs after")
-    sides = {"specstrat": _ours(target, prompt, max(widths))}
+    sides = {"specstrat": forward_seconds(target, prompt, max(widths))}
     if isinstance(target, HFCausalLM):
         sides["transformers"] = _theirs(target, prompt)
     times: dict[tuple[str, int], list[float]] = {}

@@ -5,18 +5,33 @@ scheduler's plan and absorb, the metadata kernels the runtime calls and the work
 so that every engine run in the block reports them to a :class:`StepTimer`. The runtime owns
 the list of what it patches, so a measurement tool (``specstrat.bench.overhead``) names none
 of the runtime's internals. Strategies are timed by wrapping them, not here.
+:func:`profiled_decode_steps` opens ``torch.profiler`` scopes around the same parts
+(``specstrat bench --profile``), and :func:`forward_seconds` times one forward of ``t`` tokens
+after a prompt (``verify_cost``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any, Protocol
 
-from specstrat.runtime import _graph_runner, _scheduler, _step, _verify, _worker
+import torch
 
-__all__ = ["StepTimer", "timed_decode_steps"]
+from specstrat.models import CausalLM
+from specstrat.runtime import _attention, _graph_runner, _scheduler, _step, _verify, _worker
+from specstrat.runtime._forward import ForwardMode
+
+__all__ = [
+    "ATTENTION_SCOPE",
+    "DECODE_STEP_SCOPE",
+    "FORWARD_SCOPE",
+    "StepTimer",
+    "forward_seconds",
+    "profiled_decode_steps",
+    "timed_decode_steps",
+]
 
 #: The metadata and relay kernels the runtime calls, by the module that calls them.
 _KERNELS: tuple[tuple[object, str], ...] = (
@@ -93,3 +108,64 @@ def timed_decode_steps(timer: StepTimer) -> Iterator[None]:
     finally:
         for owner, name, real in originals:
             setattr(owner, name, real)
+
+
+#: The ``torch.profiler`` scopes :func:`profiled_decode_steps` opens: a decode step, the
+#: worker's forward inside it, and the attention backend inside that.
+DECODE_STEP_SCOPE = "specstrat.decode_step"
+FORWARD_SCOPE = "specstrat.forward"
+ATTENTION_SCOPE = "specstrat.attention_backend"
+
+
+def _scoped(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def run(*args: Any, **kwargs: Any) -> Any:
+        with torch.profiler.record_function(name):
+            return fn(*args, **kwargs)
+
+    return run
+
+
+@contextmanager
+def profiled_decode_steps() -> Iterator[None]:
+    """Inside the block, every engine's decode steps, the worker's forwards and the attention
+    backend's calls run inside ``torch.profiler`` scopes (:data:`DECODE_STEP_SCOPE`,
+    :data:`FORWARD_SCOPE`, :data:`ATTENTION_SCOPE`), so a profile can attribute each op to
+    them; everything patched is restored on exit, also after an exception."""
+    patched = [
+        (_step.StepRunner, "decode", DECODE_STEP_SCOPE),
+        (_worker.ModelWorker, "execute", FORWARD_SCOPE),
+        (_attention.PagedAttention, "__call__", ATTENTION_SCOPE),
+    ]
+    originals = [(owner, name, getattr(owner, name)) for owner, name, _ in patched]
+    for (owner, name, scope), (_, _, real) in zip(patched, originals, strict=True):
+        setattr(owner, name, _scoped(scope, real))
+    try:
+        yield
+    finally:
+        for owner, name, real in originals:
+            setattr(owner, name, real)
+
+
+def forward_seconds(model: CausalLM, prompt: Sequence[int], widest: int) -> Callable[[int], float]:
+    """``run(t)``: the seconds of one forward of ``t`` tokens (DECODE for 1, TARGET_VERIFY
+    for more, ``t <= widest``) after ``prompt``, through a model worker of its own (the paged
+    attention the engine runs), rewound after each so every call sees the same prefix."""
+    room = len(prompt) + widest + 1
+    worker = _worker.ModelWorker(
+        model, max_running_requests=1, context_len=room, max_total_tokens=room
+    )
+    slot = worker.alloc_request()
+    with torch.inference_mode():
+        worker.forward(ForwardMode.EXTEND, [slot], [list(prompt)])
+    filler = [int(t) for t in prompt[:1]] * widest
+
+    def run(tokens: int) -> float:
+        mode = ForwardMode.DECODE if tokens == 1 else ForwardMode.TARGET_VERIFY
+        with torch.inference_mode():
+            start = time.perf_counter()
+            worker.forward(mode, [slot], [filler[:tokens]])
+            elapsed = time.perf_counter() - start
+        worker.rewind(slot, len(prompt))
+        return elapsed
+
+    return run

@@ -50,6 +50,9 @@ ROW_KEYS = [
     "roofline_tokens_per_s",
     "roofline_fraction",
     "roofline_bound",
+    "speedup_ceiling",
+    "noisy",
+    "noisy_reason",
 ]
 TINY: dict[str, Any] = {"requests": 2, "max_new_tokens": 12, "repeats": 1, "warmup": 0}
 

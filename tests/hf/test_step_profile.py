@@ -1,0 +1,81 @@
+"""``specstrat bench --profile``: a decode step split by part on the embedded and a tiny Hugging
+Face model, the forward's parts adding up to it, the table and JSON, and what it refuses."""
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from specstrat import NGRAM, NONE
+from specstrat.bench.step_profile import (
+    FORWARD_PARTS,
+    STEP_PARTS,
+    profile_steps,
+    profile_table,
+)
+from specstrat.cli import main
+from specstrat.errors import InvalidConfig
+from specstrat.hf import HFCausalLM
+from specstrat.models import ModelSet
+from specstrat.runtime import EmbeddedModels, Request
+
+CODE = tuple(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
+
+
+def test_the_parts_add_up_to_the_step_and_the_forward(
+    wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
+) -> None:
+    """On a tiny HF model every part is measured, the step's parts sum to its total and the
+    forward's parts to the forward, and the adapter's own per-layer time is seen."""
+    models = ModelSet(target=wrapped("llama"))
+    requests = [Request("r0", ids[:10], 8)]
+    profile = profile_steps(NONE, models, requests, context_len=64)
+    parts = profile.parts
+    assert set(parts) == {*STEP_PARTS, *FORWARD_PARTS}
+    step = sum(parts[k] for k in STEP_PARTS if k != "total_us")
+    assert step == pytest.approx(parts["total_us"])
+    assert sum(parts[k] for k in FORWARD_PARTS) == pytest.approx(parts["model_us"], rel=1e-6)
+    assert parts["matmul_us"] > 0
+    assert parts["adapter_us"] > 0
+    assert profile.steps == 7  # 8 tokens: the first from prefill
+    assert profile.tokens_per_step == 1.0
+
+
+def test_a_speculating_algorithm_reports_its_drafter_and_tokens_per_step() -> None:
+    """NGRAM on the embedded models: its drafter's time is counted and a request gains at
+    least one token a step."""
+    models = EmbeddedModels.load()
+    requests = [Request("r0", CODE, 16)]
+    profile = profile_steps(NGRAM, models, requests, draft_tokens=4, context_len=256)
+    assert profile.parts["drafter_us"] > 0
+    assert profile.tokens_per_step >= 1.0
+    table = profile_table([profile])
+    assert "NGRAM D=4" in table
+    assert "kv_gather" in table
+
+
+def test_no_requests_is_refused_by_name() -> None:
+    """An empty request list is refused saying what is needed."""
+    with pytest.raises(InvalidConfig, match=r"requests is empty"):
+        profile_steps(NONE, EmbeddedModels.load(), [], context_len=64)
+
+
+def test_the_profile_flag_prints_the_table_and_writes_its_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --profile --json` prints one column per contender and writes the parts."""
+    out = tmp_path / "profile.json"
+    args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "8"]
+    assert main([*args, "--profile", "--json", str(out)]) == 0
+    assert "NONE" in capsys.readouterr().out
+    doc = json.loads(out.read_text())
+    assert [p["algorithm"] for p in doc["profile"]] == ["NONE", "NGRAM"]
+    assert set(doc["profile"][1]["parts_us"]) == {*STEP_PARTS, *FORWARD_PARTS}
+
+
+def test_the_profile_flag_refuses_plots(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`--profile --plot` is a usage error naming both flags."""
+    args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "4", "--profile"]
+    assert main([*args, "--plot", str(tmp_path / "plots")]) == 2
+    assert "--profile draws no plots" in capsys.readouterr().err
