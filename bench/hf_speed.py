@@ -166,7 +166,7 @@ def section_forward(
 
     t = 8
     cost = measure_verify_cost(
-        models.target, requests[0].prompt, widths=(t,), samples=args.rounds * 5
+        models.target, requests[0].prompt, tokens_per_req=(t,), samples=args.rounds * 5
     )
     assert cost.transformers is not None  # an HF target: both sides ran
     return {

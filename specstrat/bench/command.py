@@ -107,6 +107,8 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         baseline_hf=args.baseline == "hf",
         force_accept=args.force_accept,
     )
+    if args.profile and args.plot is not None:
+        raise InvalidConfig("--profile draws no plots; drop --plot (or --profile)")
     json_path = None if args.json is None else check_json("--json", args.json)
     plot_dir = None if args.plot is None else check_dir("--plot", args.plot)
     if plot_dir is not None:
@@ -115,7 +117,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         _pyplot()  # a missing matplotlib is refused before any run
     models, name = _bench_models(args.model, args.head, config.algorithms)
     if args.profile:
-        return _profile(args, config, models, json_path, plot_dir)
+        return _profile(args, config, models, name, json_path)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
         result = run_bench(
             config,
@@ -144,19 +146,31 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
 
 
 def _profile(
-    args: argparse.Namespace, config: Any, models: Any, json_path: Any, plot_dir: Any
+    args: argparse.Namespace, config: Any, models: Any, model_name: str, json_path: Any
 ) -> int:
-    """``--profile``: the step profile table (stdout, or stderr under ``--json -``), its JSON."""
+    """``--profile``: the step profile table (stdout, or stderr under ``--json -``), and the
+    JSON with what ran (``setup``), the machine and each contender's parts."""
     from specstrat.bench.environment import environment
     from specstrat.bench.step_profile import profile_bench, profile_table
 
-    if plot_dir is not None:
-        raise InvalidConfig("--profile draws no plots; drop --plot (or --profile)")
     profiles = profile_bench(config, models)
     table = sys.stderr if args.json == STDOUT else sys.stdout
     print(profile_table(profiles), file=table, flush=True)
     if json_path is not None:
-        document = {"environment": environment(), "profile": [p.as_dict() for p in profiles]}
+        setup = {
+            "model": model_name,
+            "workload": config.workload,
+            "requests_per_category": config.requests,
+            "max_new_tokens": config.max_new_tokens,
+            "batch_size": config.batch_sizes[0],
+            "draft_tokens": list(config.draft_tokens),
+            "temperature": config.sampling.temperature,
+        }
+        document = {
+            "setup": setup,
+            "environment": environment(),
+            "profile": [p.as_dict() for p in profiles],
+        }
         write_json("--json", json_path, document)
     return 0
 

@@ -38,7 +38,17 @@ from specstrat.protocols import AcceptanceRule, Drafter, DrafterFactory, FutureM
 from specstrat.relay import RelayPayload
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, timed_decode_steps
 
-__all__ = ["PARTS", "SIZES", "Clock", "StepCost", "ZeroCostLM", "measure", "overhead_table"]
+__all__ = [
+    "PARTS",
+    "SIZES",
+    "Clock",
+    "StepCost",
+    "ZeroCostLM",
+    "measure",
+    "overhead_table",
+    "per_step",
+    "timed_algorithm",
+]
 
 #: The batch sizes ``bench/e2e.py --section overhead`` measures.
 SIZES = (1, 16, 64, 256)
@@ -179,6 +189,25 @@ class _TimedRule:
         return result
 
 
+def timed_algorithm(algo: SpecAlgorithm[Any], clock: Clock) -> SpecAlgorithm[Any]:
+    """``algo`` with its drafter, acceptance rule and relay reporting to ``clock``."""
+    return replace(
+        algo,
+        drafter=_TimedFactory(algo.drafter, clock),
+        acceptance=_TimedRule(algo.acceptance, clock),
+        future_map=_TimedRelayFactory(algo.future_map, clock),
+    )
+
+
+def per_step(clock: Clock, steps: int) -> dict[str, float]:
+    """``clock``'s seconds as microseconds per decode step (``steps`` of them), by part of
+    :data:`PARTS`: ``scheduler_us`` is what the step's wall time leaves after the others."""
+    per = {k: v / max(steps, 1) * 1e6 for k, v in clock.seconds.items()}
+    inner = per["drafter_us"] + per["acceptance_us"] + per["metadata_us"] + per["model_us"]
+    per["scheduler_us"] = per["total_us"] - inner
+    return per
+
+
 @dataclass(frozen=True, slots=True)
 class StepCost:
     """Microseconds per decode step, by part (:data:`PARTS`), median over the runs."""
@@ -208,21 +237,11 @@ def measure(
     samples: list[dict[str, float]] = []
     for _ in range(runs):
         clock = Clock()
-        timed = replace(
-            algo,
-            drafter=_TimedFactory(algo.drafter, clock),
-            acceptance=_TimedRule(algo.acceptance, clock),
-            future_map=_TimedRelayFactory(algo.future_map, clock),
-        )
-        engine = Engine(timed, fake, config)
+        engine = Engine(timed_algorithm(algo, clock), fake, config)
         requests = [Request(f"r{i}", (65, 66, 67), new_tokens) for i in range(bs)]
         with timed_decode_steps(clock):
             engine.run(requests)
-        steps = max(engine.stats.decode_steps, 1)
-        per = {k: v / steps * 1e6 for k, v in clock.seconds.items()}
-        inner = per["drafter_us"] + per["acceptance_us"] + per["metadata_us"] + per["model_us"]
-        per["scheduler_us"] = per["total_us"] - inner
-        samples.append(per)
+        samples.append(per_step(clock, engine.stats.decode_steps))
     return StepCost({k: statistics.median(s[k] for s in samples) for k in PARTS})
 
 

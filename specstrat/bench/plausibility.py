@@ -2,8 +2,9 @@
 
 A speculative step gains ``g`` tokens a request (τ, mixed with the plain steps' 1) for the
 price of one verify of ``T`` tokens, which costs ``verify_cost[T]`` decodes (the run measured
-it, :mod:`specstrat.bench.verify_cost`). No drafter is free, so the speedup over target-only
-cannot pass the **ceiling** ``g / verify_cost[T]``. A row is flagged **noisy** when
+it, :mod:`specstrat.bench.verify_cost`), while a plain step costs one decode. No drafter is
+free, so with ``p`` the share of plain steps the speedup over target-only cannot pass the
+**ceiling** ``g / (p + (1 - p) * verify_cost[T])``. A row is flagged **noisy** when
 
 - its median speedup passes the ceiling by more than ``tolerance`` (default 15%: the machine's
   round-to-round spread), which a loaded machine produces when target-only's runs were slowed

@@ -33,7 +33,11 @@ from specstrat.errors import InvalidConfig
 
 __all__ = ["Machine", "Roofline", "measure_machine", "roofline", "weight_bytes", "with_roofline"]
 
-_TRIAD_FLOATS = 32 * 2**20  # 128 MiB an array: this machine's L3 is 480 MiB, shared
+# 128 MiB an array. The L3 here is 480 MiB but shared with other tenants: measured on two
+# threads, arrays of 4-16 MiB gave 58 GB/s (cached), 32 MiB 46, and 128 and 256 MiB both 29,
+# so from 128 MiB the triad reads memory, as decode's 538 MB of weights do.
+_TRIAD_FLOATS = 32 * 2**20
+# A square float32 matmul big enough for the BLAS to reach its peak (2.1 GFLOP, tens of ms).
 _MATMUL_SIDE = 1024
 
 

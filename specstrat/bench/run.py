@@ -54,6 +54,7 @@ __all__ = [
     "BenchRow",
     "EncodedWorkload",
     "encoded_workload",
+    "resolved_algorithms",
     "run_bench",
 ]
 
@@ -168,12 +169,8 @@ def run_bench(
             "baseline_hf=True needs a Hugging Face model (--model smollm2 or a path): "
             "transformers' generate does not run the embedded byte models"
         )
-    algos = [_algorithm(a) for a in config.algorithms]
+    algos = resolved_algorithms(config)
     names = [a.name for a in algos]
-    if "NONE" in [n.upper() for n in names] or len(set(names)) != len(names):
-        raise InvalidConfig(
-            f"algorithms={names}: pass distinct algorithms; target-only (NONE) always runs"
-        )
     work = encoded_workload(config, models, algos)
     spec, stops, context_len, by_category = work.spec, work.stops, work.context_len, work.cells
     categories, encoder = tuple(by_category), work.encoder
@@ -310,6 +307,18 @@ def encoded_workload(
     for prompt, request in zip(prompts, requests, strict=True):
         cells.setdefault(prompt.category, []).append(request)
     return EncodedWorkload(spec, encoder, cells, stops, context_len)
+
+
+def resolved_algorithms(config: BenchConfig) -> list[SpecAlgorithm[Any]]:
+    """``config``'s algorithms, names looked up in the registry; refuses NONE (it always runs)
+    and an algorithm named twice."""
+    algos = [_algorithm(a) for a in config.algorithms]
+    names = [a.name for a in algos]
+    if "NONE" in [n.upper() for n in names] or len(set(names)) != len(names):
+        raise InvalidConfig(
+            f"algorithms={names}: pass distinct algorithms; target-only (NONE) always runs"
+        )
+    return algos
 
 
 def _algorithm(algo: SpecAlgorithm[Any] | str) -> SpecAlgorithm[Any]:

@@ -31,8 +31,8 @@ from typing import Any
 import torch
 
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.bench.overhead import Clock, _TimedFactory, _TimedRelayFactory, _TimedRule
-from specstrat.bench.run import BenchConfig, encoded_workload
+from specstrat.bench.overhead import Clock, per_step, timed_algorithm
+from specstrat.bench.run import BenchConfig, _shaped, encoded_workload, resolved_algorithms
 from specstrat.errors import InvalidConfig
 from specstrat.models import LoadedModels
 from specstrat.runtime import (
@@ -70,7 +70,7 @@ FORWARD_PARTS = (
 _KERNEL_PARTS = ("matmul_us", "kv_write_us", "kv_gather_us", "sdpa_us")
 _MATMULS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
 _STEP_SCOPE, _FORWARD_SCOPE, _BACKEND_SCOPE = DECODE_STEP_SCOPE, FORWARD_SCOPE, ATTENTION_SCOPE
-_ADAPTER_SCOPE = "specstrat.adapter_attention"
+_ADAPTER_SCOPE, _DRAFTER_SCOPE = "specstrat.adapter_attention", "specstrat.drafter_us"
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,11 +139,12 @@ def _inside(event: Any, scope: str) -> bool:
     return False
 
 
-def _forward_split(events: Sequence[Any]) -> tuple[float, dict[str, float]]:
-    """The decode steps' forward time and its split by part, microseconds, from a profiled
-    run's events (prefill forwards, outside any decode step, are left out)."""
+def _forward_split(events: Sequence[Any], steps: int) -> tuple[float, dict[str, float]]:
+    """The target's forward time per decode step (``steps`` of them) and its split by part,
+    microseconds, from a profiled run's events: prefill forwards (outside any decode step) and
+    a drafter's own forwards (inside its scope) are left out."""
     out = dict.fromkeys(FORWARD_PARTS, 0.0)
-    stepped = [e for e in events if _inside(e, _STEP_SCOPE)]
+    stepped = [e for e in events if _inside(e, _STEP_SCOPE) and not _inside(e, _DRAFTER_SCOPE)]
     total = sum(e.cpu_time_total for e in stepped if e.name == _FORWARD_SCOPE)
     backend = sum(e.cpu_time_total for e in stepped if e.name == _BACKEND_SCOPE)
     adapter = sum(e.cpu_time_total for e in stepped if e.name == _ADAPTER_SCOPE)
@@ -163,16 +164,16 @@ def _forward_split(events: Sequence[Any]) -> tuple[float, dict[str, float]]:
     out["attention_other_us"] = max(backend - inner, 0.0)
     out["adapter_us"] = max(adapter - backend, 0.0) if adapter else 0.0
     out["model_other_us"] = max(total - sum(out.values()), 0.0)
-    return total, out
+    return total / steps, {k: v / steps for k, v in out.items()}
 
 
-def _timed(algo: SpecAlgorithm[Any], clock: Clock) -> SpecAlgorithm[Any]:
-    return replace(
-        algo,
-        drafter=_TimedFactory(algo.drafter, clock),
-        acceptance=_TimedRule(algo.acceptance, clock),
-        future_map=_TimedRelayFactory(algo.future_map, clock),
-    )
+class _ScopeClock(Clock):
+    """A :class:`~specstrat.bench.overhead.Clock` that times nothing: each strategy call runs
+    inside a profiler scope named after its part (``specstrat.drafter_us``, ...)."""
+
+    def timed(self, part: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+        """``fn`` inside the scope ``specstrat.<part>``."""
+        return _scoped(f"specstrat.{part}", fn)
 
 
 def profile_steps(
@@ -196,30 +197,29 @@ def profile_steps(
     )
     Engine(algo, models, config).run(list(requests))  # warm-up: first calls, allocations
     clock = Clock()
-    engine = Engine(_timed(algo, clock), models, config)
+    engine = Engine(timed_algorithm(algo, clock), models, config)
     with timed_decode_steps(clock):
         engine.run(list(requests))
     stats = engine.stats
-    steps = max(stats.decode_steps, 1)
-    per = {k: v / steps * 1e6 for k, v in clock.seconds.items()}
-    inner = sum(per[k] for k in ("drafter_us", "acceptance_us", "metadata_us", "model_us"))
-    per["scheduler_us"] = per["total_us"] - inner
-    profiled = Engine(algo, models, config)
+    per = per_step(clock, stats.decode_steps)
+    # The same work again under the profiler, the strategies in scopes of their own so a
+    # drafter's own model forwards are not read as the target's.
+    profiled = Engine(timed_algorithm(algo, _ScopeClock()), models, config)
     with (
         profiled_decode_steps(),
         _AdapterScope(),
         torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as p,
     ):
         profiled.run(list(requests))
-    fitted = _fitted(*_forward_split(p.events()), per["model_us"])
-    parts = {k: per[k] for k in STEP_PARTS} | fitted
+    total, split = _forward_split(p.events(), max(profiled.stats.decode_steps, 1))
+    parts = {k: per[k] for k in STEP_PARTS} | _fitted(total, split, per["model_us"])
     steps_kept = stats.verified_requests + stats.plain_steps
     gained = (stats.verified_tokens + stats.plain_steps) / steps_kept if steps_kept else 1.0
     return StepProfile(algo.name, batch_size, draft_tokens, stats.decode_steps, gained, parts)
 
 
 def _fitted(total: float, split: dict[str, float], model_us: float) -> dict[str, float]:
-    """The profiled forward's ``split`` (of ``total`` µs a step) fitted to the unprofiled
+    """The profiled forward's ``split`` (``total`` µs a step in all) fitted to the unprofiled
     forward's ``model_us``: the kernels (``_KERNEL_PARTS``) as measured, since the profiler
     adds little inside them, and the Python-heavy rest, where its per-op cost lands, scaled to
     what remains; proportionally when the kernels alone exceed it (a noisy run)."""
@@ -251,23 +251,43 @@ def profile_table(profiles: Sequence[StepProfile]) -> str:
     return "\n".join(lines)
 
 
-def profile_bench(config: BenchConfig, models: LoadedModels) -> list[StepProfile]:
-    """``specstrat bench --profile``: target-only and each of ``config``'s algorithms at each
-    of its draft widths, at its first batch size, on its first category's requests."""
-    from specstrat.builtins import NONE
-    from specstrat.registry import get
+#: BenchConfig fields --profile cannot honour, and the flag that set each.
+_SIDE_BY_SIDE_ONLY = (
+    ("overlap", "--overlap"),
+    ("request_rate", "--request-rate"),
+    ("baseline_hf", "--baseline hf"),
+    ("force_accept", "--force-accept"),
+)
 
-    algos = [a if isinstance(a, SpecAlgorithm) else get(a) for a in config.algorithms]
+
+def profile_bench(config: BenchConfig, models: LoadedModels) -> list[StepProfile]:
+    """``specstrat bench --profile``: target-only and each of ``config``'s algorithms (its
+    tree, ``topk``/``num_steps``, applied) at each of its draft widths, at its first batch
+    size, on its first category's requests; a flag only the side-by-side runs honour is
+    refused by name before anything runs."""
+    from specstrat.builtins import NONE
+
+    unused = [
+        flag for name, flag in _SIDE_BY_SIDE_ONLY if getattr(config, name) not in (None, False)
+    ]
+    if unused:
+        raise InvalidConfig(
+            f"--profile runs each contender in sync mode, every request at once, on its own "
+            f"acceptance rule and against specstrat's target-only; drop {', '.join(unused)} "
+            "(or --profile)"
+        )
+    algos = resolved_algorithms(config)
     work = encoded_workload(config, models, algos)
     requests = next(iter(work.cells.values()))
     bs, context_len = config.batch_sizes[0], work.context_len
-    out = [profile_steps(NONE, models, requests, batch_size=bs, context_len=context_len)]
-    out[0] = replace(out[0], draft_tokens=0)
+    base = profile_steps(NONE, models, requests, batch_size=bs, context_len=context_len)
+    out = [replace(base, draft_tokens=0)]
     for algo in algos:
         for d in config.draft_tokens:
+            shaped = _shaped(algo, config, d)
             out.append(
                 profile_steps(
-                    algo, models, requests, batch_size=bs, draft_tokens=d, context_len=context_len
+                    shaped, models, requests, batch_size=bs, draft_tokens=d, context_len=context_len
                 )
             )
     return out

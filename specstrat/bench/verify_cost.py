@@ -26,10 +26,11 @@ from specstrat.errors import InvalidConfig
 from specstrat.models import CausalLM
 from specstrat.runtime import forward_seconds
 
-__all__ = ["WIDTHS", "VerifyCost", "measure_verify_cost"]
+__all__ = ["VERIFY_TOKENS", "VerifyCost", "measure_verify_cost"]
 
-#: The verify widths measured: T = 2..9 (D = 1..8 drafts plus the bonus token).
-WIDTHS = tuple(range(2, 10))
+#: The verifies measured: T = 2..9 tokens a request (``--draft-tokens`` D = T: D - 1
+#: drafts plus the bonus token).
+VERIFY_TOKENS = tuple(range(2, 10))
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,32 +81,36 @@ def measure_verify_cost(
     target: CausalLM,
     prompt: Sequence[int],
     *,
-    widths: Sequence[int] = WIDTHS,
+    tokens_per_req: Sequence[int] = VERIFY_TOKENS,
     samples: int = 5,
 ) -> VerifyCost:
-    """verify(T) / decode after ``prompt`` for each T in ``widths``, medians of ``samples``
+    """verify(T) / decode after ``prompt`` for each T in ``tokens_per_req``, medians of ``samples``
     interleaved forwards each (after one untimed warm-up round); transformers' too when
     ``target`` is a Hugging Face model (:class:`~specstrat.hf.HFCausalLM`)."""
     from specstrat.hf import HFCausalLM
 
     if isinstance(samples, bool) or not isinstance(samples, int) or samples < 1:
         raise InvalidConfig(f"samples={samples!r} must be an int >= 1")
-    if not widths or any(isinstance(t, bool) or not isinstance(t, int) or t < 2 for t in widths):
-        raise InvalidConfig(f"widths={tuple(widths)!r} must be ints >= 2 (T: drafts + bonus)")
+    bad = [t for t in tokens_per_req if isinstance(t, bool) or not isinstance(t, int) or t < 2]
+    if not tokens_per_req or bad:
+        raise InvalidConfig(
+            f"tokens_per_req={tuple(tokens_per_req)!r} must be ints >= 2 (T: drafts + bonus)"
+        )
     if not prompt:
         raise InvalidConfig("prompt is empty; pass the token ids a verify runs after")
-    sides = {"specstrat": forward_seconds(target, prompt, max(widths))}
+    sides = {"specstrat": forward_seconds(target, prompt, max(tokens_per_req))}
     if isinstance(target, HFCausalLM):
         sides["transformers"] = _theirs(target, prompt)
     times: dict[tuple[str, int], list[float]] = {}
     for round_ in range(samples + 1):
-        for tokens in (1, *widths):
+        for tokens in (1, *tokens_per_req):
             for side, run in sides.items():
                 elapsed = run(tokens)
                 if round_:  # the first round warms up
                     times.setdefault((side, tokens), []).append(elapsed)
     median = {key: statistics.median(v) for key, v in times.items()}
     ratios = {
-        side: {str(t): median[(side, t)] / median[(side, 1)] for t in widths} for side in sides
+        side: {str(t): median[(side, t)] / median[(side, 1)] for t in tokens_per_req}
+        for side in sides
     }
     return VerifyCost(ratios["specstrat"], ratios.get("transformers"), samples)

@@ -25,7 +25,7 @@ from specstrat.strategies import NoDrafter, NoDrafterFactory
 from specstrat.train.capture import CapturedSequence, Generation
 
 
-@dataclass(frozen=False, slots=True)
+@dataclass(frozen=True, slots=True)
 class Rows:
     """One request's recorded hidden states: ``start`` is its last prompt position, ``parts``
     the ``[1, W]`` rows from there on, in order."""

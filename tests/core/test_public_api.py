@@ -66,7 +66,8 @@ def test_the_walk_finds_the_public_layout() -> None:
 def test_the_runtime_exports_exactly_its_public_line() -> None:
     """specstrat.runtime exports the engine, its inputs and outputs, what the packages above it
     need of it (the disaggregated run's loader type, the embedded workload, next-token logits,
-    the decode-step timing hook, the KV reservation a run needs), and nothing internal."""
+    the decode-step timing and profiling hooks and the forward timer the bench reads, the KV
+    reservation a run needs), and nothing internal."""
     assert sorted(runtime.__all__) == sorted(
         [
             "Engine",
@@ -83,6 +84,11 @@ def test_the_runtime_exports_exactly_its_public_line() -> None:
             "next_token_logits",
             "StepTimer",
             "timed_decode_steps",
+            "profiled_decode_steps",
+            "DECODE_STEP_SCOPE",
+            "FORWARD_SCOPE",
+            "ATTENTION_SCOPE",
+            "forward_seconds",
             "KVReservation",
             "kv_reservation",
         ]

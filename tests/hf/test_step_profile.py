@@ -35,6 +35,7 @@ def test_the_parts_add_up_to_the_step_and_the_forward(
     assert set(parts) == {*STEP_PARTS, *FORWARD_PARTS}
     step = sum(parts[k] for k in STEP_PARTS if k != "total_us")
     assert step == pytest.approx(parts["total_us"])
+    # The fitted parts add up to the forward exactly, but for float rounding.
     assert sum(parts[k] for k in FORWARD_PARTS) == pytest.approx(parts["model_us"], rel=1e-6)
     assert parts["matmul_us"] > 0
     assert parts["adapter_us"] > 0
@@ -79,3 +80,31 @@ def test_the_profile_flag_refuses_plots(tmp_path: Path, capsys: pytest.CaptureFi
     args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "4", "--profile"]
     assert main([*args, "--plot", str(tmp_path / "plots")]) == 2
     assert "--profile draws no plots" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ("flags", "named"),
+    [
+        (["--overlap"], "--overlap"),
+        (["--request-rate", "5"], "--request-rate"),
+        (["--force-accept", "0.5"], "--force-accept"),
+    ],
+)
+def test_flags_only_the_side_by_side_runs_honour_are_refused(
+    flags: list[str], named: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--profile with a flag it would silently ignore is a usage error naming the flag."""
+    args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "4", "--profile"]
+    assert main([*args, *flags]) == 2
+    assert f"drop {named} (or --profile)" in capsys.readouterr().err
+
+
+def test_the_profile_json_says_what_ran(tmp_path: Path) -> None:
+    """The JSON's setup names the model, workload, batch size and draft widths."""
+    out = tmp_path / "p.json"
+    args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "6"]
+    assert main([*args, "--draft-tokens", "2,3", "--profile", "--json", str(out)]) == 0
+    doc = json.loads(out.read_text())
+    assert doc["setup"]["model"] == "embedded"
+    assert doc["setup"]["draft_tokens"] == [2, 3]
+    assert [p["draft_tokens"] for p in doc["profile"]] == [0, 2, 3]

@@ -5,7 +5,7 @@ from collections.abc import Callable
 
 import pytest
 
-from specstrat.bench.verify_cost import WIDTHS, VerifyCost, measure_verify_cost
+from specstrat.bench.verify_cost import VERIFY_TOKENS, VerifyCost, measure_verify_cost
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFCausalLM
 from specstrat.runtime import EmbeddedModels
@@ -22,7 +22,7 @@ def embedded() -> EmbeddedModels:
 def test_every_width_gets_a_positive_ratio_on_the_embedded_model(embedded: EmbeddedModels) -> None:
     """T = 2..9 each map to a ratio of medians; there is no transformers side to compare."""
     cost = measure_verify_cost(embedded.target, PROMPT, samples=1)
-    assert list(cost.specstrat) == [str(t) for t in WIDTHS]
+    assert list(cost.specstrat) == [str(t) for t in VERIFY_TOKENS]
     assert all(r > 0 for r in cost.specstrat.values())
     assert cost.transformers is None
     doc = cost.as_dict()
@@ -34,7 +34,7 @@ def test_a_hugging_face_target_is_measured_on_both_sides(
     wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
 ) -> None:
     """On a tiny HF model, transformers' own forward over T tokens is timed beside ours."""
-    cost = measure_verify_cost(wrapped("llama"), ids[:12], widths=(2, 4), samples=1)
+    cost = measure_verify_cost(wrapped("llama"), ids[:12], tokens_per_req=(2, 4), samples=1)
     assert cost.transformers is not None
     assert list(cost.transformers) == ["2", "4"]
     versus = cost.as_dict()["verify_cost_vs_transformers"]
@@ -51,14 +51,14 @@ def test_the_ratio_is_of_medians() -> None:
     ("kwargs", "message"),
     [
         ({"samples": 0}, r"samples=0 must be an int >= 1"),
-        ({"widths": (1, 4)}, r"widths=\(1, 4\) must be ints >= 2"),
-        ({"widths": ()}, r"widths=\(\) must be ints >= 2"),
+        ({"tokens_per_req": (1, 4)}, r"tokens_per_req=\(1, 4\) must be ints >= 2"),
+        ({"tokens_per_req": ()}, r"tokens_per_req=\(\) must be ints >= 2"),
     ],
 )
 def test_bad_arguments_are_refused_by_name(
     embedded: EmbeddedModels, kwargs: dict[str, object], message: str
 ) -> None:
-    """A sample count, a width below 2 or no widths is refused naming the value."""
+    """A sample count, a width below 2 or no tokens_per_req is refused naming the value."""
     with pytest.raises(InvalidConfig, match=message):
         measure_verify_cost(embedded.target, PROMPT, **kwargs)  # type: ignore[arg-type]
 
