@@ -14,6 +14,7 @@ from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from specstrat.algorithm import SpecAlgorithm
+from specstrat.builtins import NONE
 from specstrat.demo import DemoSummary, run_comparison
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
@@ -21,7 +22,7 @@ from specstrat.hf.code_workload import code_prompts
 from specstrat.hf.loader import HFModels
 from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
-from specstrat.runtime import EngineConfig, Request, kv_reservation
+from specstrat.runtime import Engine, EngineConfig, Request, kv_reservation
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
 
@@ -74,21 +75,27 @@ class HFDemo:
     sample: str
     generate_requests: int = 0
     batch_size: int = 0
+    target_batch1_tokens_per_s: float = 0.0
 
     def lines(self) -> list[str]:
-        """Comparison and sample lines for the console. The two tokens/s figures are not a
-        ratio: transformers runs the first requests one at a time, specstrat all of them in
-        continuous batches (``specstrat bench`` and ``bench/hf_speed.py`` compare like with
-        like)."""
+        """Comparison and sample lines for the console. transformers' tokens/s is printed only
+        beside specstrat's target-only on the same requests at the same batch size (1, the
+        size transformers' ``generate`` runs here), timed back to back; the batched run's
+        figures are on their own line."""
         out = []
         if self.reference is not None:
             s = self.summary
+            ours, theirs = self.target_batch1_tokens_per_s, self.generate_tokens_per_s
             out.append(f"target-only vs transformers generate: {self.reference.line()}")
             out.append(
-                f"tokens/s: transformers generate {self.generate_tokens_per_s:.1f} (batch size 1, "
-                f"first {self.generate_requests} requests, after a warm-up); specstrat "
-                f"target-only {s.target_tokens_per_s:.1f}, {s.algorithm} {s.spec_tokens_per_s:.1f} "
-                f"(all {s.num_requests} requests, up to {self.batch_size} running)"
+                f"tokens/s, first {self.generate_requests} requests at batch size 1, one round "
+                f"each: transformers generate {theirs:.1f}, specstrat target-only {ours:.1f} "
+                f"({ours / max(theirs, 1e-9):.2f}x)"
+            )
+            out.append(
+                f"tokens/s, all {s.num_requests} requests, up to {self.batch_size} running: "
+                f"specstrat target-only {s.target_tokens_per_s:.1f}, {s.algorithm} "
+                f"{s.spec_tokens_per_s:.1f}"
             )
         out.append(f"sample ({self.summary.requests[0].rid}): {self.sample!r}")
         return out
@@ -160,7 +167,7 @@ def run_hf_demo(
     )
     summary = run.summary
     reference = None
-    generate_tps = 0.0
+    generate_tps = batch1_tps = 0.0
     if sampling.greedy:
         lm = models.target
         subset = requests[: max(1, compare_requests)]
@@ -169,6 +176,11 @@ def run_hf_demo(
         want = generate_reference(lm, subset, pad_token_id=_pad(models))
         seconds = time.perf_counter() - start
         generate_tps = sum(len(v) for v in want.values()) / max(seconds, 1e-9)
+        # Like for like: specstrat's target-only on the same requests at batch size 1.
+        single = Engine(NONE, models, replace(config, max_running_requests=1))
+        start = time.perf_counter()
+        done = single.run(list(subset))
+        batch1_tps = sum(len(v) for v in done.values()) / max(time.perf_counter() - start, 1e-9)
         reference = compare(lm, subset, run.target_outputs, want)
         spec_check = compare(lm, requests, run.spec_outputs, run.target_outputs)
         lossless = spec_check.lossless and reference.lossless and summary.acceptance_rule_lossless
@@ -182,7 +194,13 @@ def run_hf_demo(
     first = run.spec_outputs.get(requests[0].rid, [])
     count = len(requests[: max(1, compare_requests)]) if reference is not None else 0
     return HFDemo(
-        summary, reference, generate_tps, models.decode(first), count, max_running_requests
+        summary,
+        reference,
+        generate_tps,
+        models.decode(first),
+        count,
+        max_running_requests,
+        batch1_tps if reference is not None else 0.0,
     )
 
 
