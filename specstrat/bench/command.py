@@ -156,7 +156,7 @@ def _profile(
     profiles = profile_bench(config, models)
     table = sys.stderr if args.json == STDOUT else sys.stdout
     print(profile_table(profiles), file=table, flush=True)
-    if json_path is not None:
+    if args.json is not None:  # a file, or stdout for -
         setup = {
             "model": model_name,
             "workload": config.workload,

@@ -84,7 +84,8 @@ def measure_verify_cost(
     tokens_per_req: Sequence[int] = VERIFY_TOKENS,
     samples: int = 5,
 ) -> VerifyCost:
-    """verify(T) / decode after ``prompt`` for each T in ``tokens_per_req``, medians of ``samples``
+    """verify(T) / decode after ``prompt`` (its end, if with T tokens it would pass the model's
+    positions) for each T in ``tokens_per_req``, medians of ``samples``
     interleaved forwards each (after one untimed warm-up round); transformers' too when
     ``target`` is a Hugging Face model (:class:`~specstrat.hf.HFCausalLM`)."""
     from specstrat.hf import HFCausalLM
@@ -98,6 +99,13 @@ def measure_verify_cost(
         )
     if not prompt:
         raise InvalidConfig("prompt is empty; pass the token ids a verify runs after")
+    room = target.shape.max_positions - max(tokens_per_req) - 1
+    if room < 1:
+        raise InvalidConfig(
+            f"tokens_per_req up to {max(tokens_per_req)} leave no room for a prompt in the "
+            f"model's {target.shape.max_positions} positions; measure narrower verifies"
+        )
+    prompt = list(prompt)[-room:]  # the prompt's end, where it would pass the model's positions
     sides = {"specstrat": forward_seconds(target, prompt, max(tokens_per_req))}
     if isinstance(target, HFCausalLM):
         sides["transformers"] = _theirs(target, prompt)

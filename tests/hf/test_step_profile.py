@@ -108,3 +108,12 @@ def test_the_profile_json_says_what_ran(tmp_path: Path) -> None:
     assert doc["setup"]["model"] == "embedded"
     assert doc["setup"]["draft_tokens"] == [2, 3]
     assert [p["draft_tokens"] for p in doc["profile"]] == [0, 2, 3]
+
+
+def test_json_to_stdout_is_the_whole_of_stdout(capsys: pytest.CaptureFixture[str]) -> None:
+    """`--profile --json -` prints only the JSON document on stdout, the table on stderr."""
+    args = ["bench", "--algo", "NGRAM", "--requests", "1", "--max-new-tokens", "4"]
+    assert main([*args, "--profile", "--json", "-"]) == 0
+    captured = capsys.readouterr()
+    assert [p["algorithm"] for p in json.loads(captured.out)["profile"]] == ["NONE", "NGRAM"]
+    assert "µs per decode step" in captured.err

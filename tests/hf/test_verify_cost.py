@@ -67,3 +67,17 @@ def test_an_empty_prompt_is_refused(embedded: EmbeddedModels) -> None:
     """A verify needs a prefix: an empty prompt is refused saying so."""
     with pytest.raises(InvalidConfig, match=r"prompt is empty"):
         measure_verify_cost(embedded.target, [])
+
+
+def test_a_prompt_past_the_models_positions_is_cut_to_its_end(embedded: EmbeddedModels) -> None:
+    """A prompt as long as the model's context is measured on its end, not refused."""
+    longest = embedded.target.shape.max_positions
+    cost = measure_verify_cost(embedded.target, [1 + i % 200 for i in range(longest)], samples=1)
+    assert list(cost.specstrat) == [str(t) for t in VERIFY_TOKENS]
+
+
+def test_a_verify_as_wide_as_the_context_is_refused(embedded: EmbeddedModels) -> None:
+    """A verify width that leaves no position for a prompt is refused naming it."""
+    wide = embedded.target.shape.max_positions
+    with pytest.raises(InvalidConfig, match=rf"tokens_per_req up to {wide} leave no room"):
+        measure_verify_cost(embedded.target, PROMPT, tokens_per_req=(wide,))
