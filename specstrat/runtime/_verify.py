@@ -3,7 +3,8 @@
 The verify row of a request is its bonus token followed by its draft nodes, ``T`` tokens
 wide (filler pads a drafter's short rows). It runs through the graph runner's buckets when the
 batch fits one, eagerly otherwise, or, for an algorithm that allows ragged verify, only over
-each request's real nodes (ragged metadata, replayed from the buckets' token buckets too). A
+each request's real nodes (ragged metadata, replayed from the buckets' token buckets too); a
+step in which no request drafted anything verifies the roots alone, the cost of a decode. A
 draft that is not a chain is verified as a tree: every node at position ``seq_len + depth``,
 attending to the prefix, its ancestors and itself (the tree metadata kernel's mask).
 """
@@ -60,6 +61,8 @@ class Verifier:
         if not (drafts.is_chain() if chain is None else chain):
             return self._tree(slots, rows, drafts, seq_lens)
         counts = [n + 1 for n in (drafts.lengths.tolist() if node_counts is None else node_counts)]
+        if t > 1 and max(counts, default=1) == 1:
+            return self._roots(slots, rows)
         if self.ragged and min(counts, default=t) < t:
             return self._ragged(slots, rows, counts)
         if self.graph_runner is not None and self.graph_runner.can_run(bs):
@@ -91,6 +94,17 @@ class Verifier:
                 ForwardMode.TARGET_VERIFY, slots, rows.tolist(), tree=tree
             )
         return logits.view(bs, t, -1), hidden.view(bs, t, -1), bs * t
+
+    def _roots(self, slots: list[int], rows: torch.Tensor) -> VerifyResult:
+        """No request drafted anything: one DECODE forward of the roots (every row one token,
+        a uniform batch, so no ragged support is needed), the draft positions zeros."""
+        bs, t = rows.shape
+        logits, hidden = self.worker.forward(ForwardMode.DECODE, slots, rows[:, :1].tolist())
+        full_logits = logits.new_zeros(bs, t, logits.shape[-1])
+        full_logits[:, 0] = logits
+        full_hidden = hidden.new_zeros(bs, t, hidden.shape[-1])
+        full_hidden[:, 0] = hidden
+        return full_logits, full_hidden, bs
 
     def _ragged(self, slots: list[int], rows: torch.Tensor, counts: list[int]) -> VerifyResult:
         bs, t = rows.shape

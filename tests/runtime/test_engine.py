@@ -21,7 +21,12 @@ from specstrat import (
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, ForwardMode, Request, workload
 from specstrat.runtime._graph_runner import GraphRunner
 from specstrat.runtime._worker import ModelWorker
-from specstrat.strategies import NgramDrafterFactory, OffsetVerifyPolicy, RingFutureMapFactory
+from specstrat.strategies import (
+    NgramDrafterFactory,
+    NoDrafterFactory,
+    OffsetVerifyPolicy,
+    RingFutureMapFactory,
+)
 from tests.runtime.custom_algos import NGRAM_RAGGED
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
@@ -91,7 +96,8 @@ def test_ragged_verify_runs_only_found_drafts(
     models: EmbeddedModels, target_only: dict[str, list[int]]
 ) -> None:
     """Prompt lookup with ragged verify verifies only the tokens it found: fewer target
-    tokens, same output."""
+    tokens than the uniform rows (T each, or the roots alone where nobody drafted), same
+    output."""
     runs = {}
     for ragged in (True, False):
         config = EngineConfig(context_len=512, max_running_requests=8, ragged_verify=ragged)
@@ -99,8 +105,21 @@ def test_ragged_verify_runs_only_found_drafts(
         assert engine.run(REQUESTS) == target_only
         runs[ragged] = engine.stats
     full = runs[False].verified_requests * 4  # T = D = 4 tokens per request per verify
-    assert runs[False].verify_forward_tokens == full
-    assert runs[True].verify_forward_tokens < full
+    assert runs[True].verify_forward_tokens < runs[False].verify_forward_tokens <= full
+
+
+def test_a_step_in_which_nobody_drafted_costs_a_decode(
+    models: EmbeddedModels, target_only: dict[str, list[int]]
+) -> None:
+    """A drafter that never proposes, at D = 4 without ragged verify: every verify runs the
+    roots alone (one token a request, a DECODE), and the output is target-only's."""
+    silent = replace(NGRAM, name="SILENT", drafter=NoDrafterFactory(), capabilities=Capabilities())
+    for overlap in (False, True):
+        config = EngineConfig(context_len=512, max_running_requests=4, overlap=overlap)
+        engine = Engine(silent, models, config)
+        assert engine.run(REQUESTS) == target_only
+        assert engine.stats.verified_requests > 0
+        assert engine.stats.verify_forward_tokens == engine.stats.verified_requests
 
 
 def test_ngram_sizes_are_checked() -> None:
@@ -112,10 +131,14 @@ def test_ngram_sizes_are_checked() -> None:
 
 
 def test_ragged_verify_needs_the_capability(models: EmbeddedModels) -> None:
-    """Prompt lookup without ``supports_ragged_verify`` verifies every row full width."""
+    """Prompt lookup without ``supports_ragged_verify`` verifies every row full width (T = D - 1
+    = 3), but for steps in which nobody drafted, which run the roots alone (1): never 2."""
     engine = Engine(short_ngram(), models, EngineConfig(context_len=512))
     engine.run(REQUESTS)
-    assert engine.stats.verify_forward_tokens == engine.stats.verified_requests * 3  # T = D - 1
+    stats = engine.stats
+    full = stats.verified_requests * 3
+    assert stats.verify_forward_tokens <= full
+    assert (full - stats.verify_forward_tokens) % 2 == 0  # each root-only row is 2 fewer
 
 
 def test_every_request_gets_its_tokens_and_everything_is_returned(
