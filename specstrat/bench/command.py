@@ -6,7 +6,8 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import torch
 
@@ -16,6 +17,10 @@ from specstrat._outputs import STDOUT, check_dir, check_json, write_json
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import SamplingParams
 from specstrat.errors import InvalidConfig
+from specstrat.models import LoadedModels
+
+if TYPE_CHECKING:
+    from specstrat.bench.run import BenchConfig
 
 __all__ = [
     "Loader",
@@ -146,7 +151,11 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
 
 
 def _profile(
-    args: argparse.Namespace, config: Any, models: Any, model_name: str, json_path: Any
+    args: argparse.Namespace,
+    config: BenchConfig,
+    models: LoadedModels,
+    model_name: str,
+    json_path: Path | None,
 ) -> int:
     """``--profile``: the step profile table (stdout, or stderr under ``--json -``), and the
     JSON with what ran (``setup``), the machine and each contender's parts."""

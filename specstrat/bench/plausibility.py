@@ -39,8 +39,7 @@ def speedup_ceiling(row: BenchRow, verify_cost: dict[str, float]) -> float | Non
     or without a measured cost)."""
     if row.algorithm in ("NONE", HF_GENERATE, HF_LOOKUP) or not verify_cost:
         return None
-    plain = row.plain_step_share or 0.0
-    gained = plain + (1 - plain) * row.tau
+    plain, gained = row.plain_step_share or 0.0, row.gained_per_step
     verified = row.verified_per_step or float(max(row.draft_tokens, 1))
     widths = sorted(int(t) for t in verify_cost)
     t = round(verified)

@@ -31,7 +31,15 @@ import torch
 from specstrat.bench.rows import BenchRow
 from specstrat.errors import InvalidConfig
 
-__all__ = ["Machine", "Roofline", "measure_machine", "roofline", "weight_bytes", "with_roofline"]
+__all__ = [
+    "Machine",
+    "Roofline",
+    "TargetWeights",
+    "measure_machine",
+    "roofline",
+    "weight_bytes",
+    "with_roofline",
+]
 
 # 128 MiB an array. The L3 here is 480 MiB but shared with other tenants: measured on two
 # threads, arrays of 4-16 MiB gave 58 GB/s (cached), 32 MiB 46, and 128 and 256 MiB both 29,
@@ -151,22 +159,36 @@ def roofline(
     )
 
 
-def with_roofline(row: BenchRow, machine: Machine, target: Any, requests: int) -> BenchRow:
-    """``row`` with its roofline fields for ``target``'s weights on ``machine``, each forward
-    serving ``min(batch_size, requests)`` requests (``requests`` per cell): tokens per
+@dataclass(frozen=True, slots=True)
+class TargetWeights:
+    """What a target's forward reads: ``weight_bytes`` (:func:`weight_bytes`) and the bytes of
+    one weight, ``element_size``."""
+
+    weight_bytes: int
+    element_size: int
+
+    @classmethod
+    def of(cls, target: Any) -> TargetWeights:
+        """``target``'s weights (its widest parameter dtype; float32's 4 bytes if it has none)."""
+        sizes = {p.element_size() for p in target.parameters()}
+        return cls(weight_bytes(target), max(sizes, default=4))
+
+
+def with_roofline(
+    row: BenchRow, machine: Machine, weights: TargetWeights, requests: int
+) -> BenchRow:
+    """``row`` with its roofline fields for the target's ``weights`` on ``machine``, each
+    forward serving ``min(batch_size, requests)`` requests (``requests`` per cell): tokens per
     forward and tokens verified per forward mix ``tau`` and ``verified_per_step`` with the
     share of plain steps (τ for transformers' prompt lookup, whose share is unknown)."""
-    weights = weight_bytes(target)
-    sizes = {p.element_size() for p in target.parameters()}
     plain = row.plain_step_share or 0.0
-    gained = plain + (1 - plain) * row.tau
     verified = plain + (1 - plain) * (row.verified_per_step or max(row.draft_tokens, 1))
     limit = roofline(
         machine,
-        weights=weights,
-        element_size=max(sizes) if sizes else 4,
+        weights=weights.weight_bytes,
+        element_size=weights.element_size,
         batch=max(1, min(row.batch_size, requests)),
-        tokens_per_forward=gained,
+        tokens_per_forward=row.gained_per_step,
         verified=verified,
         tokens_per_s=row.tokens_per_s,
     )

@@ -71,6 +71,13 @@ class BenchRow:
     noisy: bool = False
     noisy_reason: str | None = None
 
+    @property
+    def gained_per_step(self) -> float:
+        """Tokens a request gains per decode step: τ on drafted steps, 1 on the plain ones
+        (``plain_step_share``; none counted for transformers' prompt lookup, whose is unknown)."""
+        plain = self.plain_step_share or 0.0
+        return plain + (1 - plain) * self.tau
+
     def as_dict(self) -> dict[str, Any]:
         """The row as JSON-ready values (keys exactly the field names)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}

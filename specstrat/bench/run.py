@@ -23,7 +23,7 @@ from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.bench._contenders import contender, sync_split
 from specstrat.bench.plausibility import with_plausibility
-from specstrat.bench.roofline import measure_machine, with_roofline
+from specstrat.bench.roofline import TargetWeights, measure_machine, with_roofline
 from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
 from specstrat.bench.rows import OVERALL as OVERALL
 from specstrat.bench.rows import BenchRow as BenchRow
@@ -215,10 +215,10 @@ def run_bench(
         split_apart=config.overlap,
         lm=models.target if hf else None,
     )
-    machine = measure_machine()
+    machine, weights = measure_machine(), TargetWeights.of(models.target)
     cost = measure_verify_cost(models.target, next(iter(by_category.values()))[0].prompt)
     rows = [
-        with_plausibility(with_roofline(r, machine, models.target, config.requests), cost.specstrat)
+        with_plausibility(with_roofline(r, machine, weights, config.requests), cost.specstrat)
         for r in rows
     ]
     notes = [TAU_FORMULA]

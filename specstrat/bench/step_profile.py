@@ -69,7 +69,6 @@ FORWARD_PARTS = (
 )
 _KERNEL_PARTS = ("matmul_us", "kv_write_us", "kv_gather_us", "sdpa_us")
 _MATMULS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
-_STEP_SCOPE, _FORWARD_SCOPE, _BACKEND_SCOPE = DECODE_STEP_SCOPE, FORWARD_SCOPE, ATTENTION_SCOPE
 _ADAPTER_SCOPE, _DRAFTER_SCOPE = "specstrat.adapter_attention", "specstrat.drafter_us"
 
 
@@ -130,13 +129,14 @@ class _AdapterScope:
             AttentionInterface.register(ATTENTION_NAME, self.adapter)
 
 
-def _inside(event: Any, scope: str) -> bool:
+def _scopes(event: Any) -> set[str]:
+    """The names of every event ``event`` ran inside (its ancestors)."""
+    names = set()
     parent = event.cpu_parent
     while parent is not None:
-        if parent.name == scope:
-            return True
+        names.add(parent.name)
         parent = parent.cpu_parent
-    return False
+    return names
 
 
 def _forward_split(events: Sequence[Any], steps: int) -> tuple[float, dict[str, float]]:
@@ -144,14 +144,15 @@ def _forward_split(events: Sequence[Any], steps: int) -> tuple[float, dict[str, 
     microseconds, from a profiled run's events: prefill forwards (outside any decode step) and
     a drafter's own forwards (inside its scope) are left out."""
     out = dict.fromkeys(FORWARD_PARTS, 0.0)
-    stepped = [e for e in events if _inside(e, _STEP_SCOPE) and not _inside(e, _DRAFTER_SCOPE)]
-    total = sum(e.cpu_time_total for e in stepped if e.name == _FORWARD_SCOPE)
-    backend = sum(e.cpu_time_total for e in stepped if e.name == _BACKEND_SCOPE)
-    adapter = sum(e.cpu_time_total for e in stepped if e.name == _ADAPTER_SCOPE)
-    for e in stepped:
-        if e.name.startswith("specstrat.") or not _inside(e, _FORWARD_SCOPE):
+    scoped = ((e, _scopes(e)) for e in events)
+    stepped = [(e, s) for e, s in scoped if DECODE_STEP_SCOPE in s and _DRAFTER_SCOPE not in s]
+    total = sum(e.cpu_time_total for e, _ in stepped if e.name == FORWARD_SCOPE)
+    backend = sum(e.cpu_time_total for e, _ in stepped if e.name == ATTENTION_SCOPE)
+    adapter = sum(e.cpu_time_total for e, _ in stepped if e.name == _ADAPTER_SCOPE)
+    for e, scopes in stepped:
+        if e.name.startswith("specstrat.") or FORWARD_SCOPE not in scopes:
             continue
-        in_backend = _inside(e, _BACKEND_SCOPE)
+        in_backend = ATTENTION_SCOPE in scopes
         if in_backend and e.name == "aten::index_copy_":
             out["kv_write_us"] += e.self_cpu_time_total
         elif in_backend and e.name == "aten::index_select":

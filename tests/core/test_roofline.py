@@ -7,12 +7,35 @@ import pytest
 import torch
 
 from specstrat import NGRAM
-from specstrat.bench.roofline import Machine, measure_machine, roofline, weight_bytes, with_roofline
+from specstrat.bench.roofline import (
+    Machine,
+    Roofline,
+    TargetWeights,
+    measure_machine,
+    roofline,
+    weight_bytes,
+    with_roofline,
+)
 from specstrat.bench.run import BenchConfig, run_bench
 from specstrat.errors import InvalidConfig
 from specstrat.runtime import EmbeddedModels
 
 MACHINE = Machine(memory_bandwidth_gbs=10.0, matmul_gflops=100.0, threads=1)
+
+
+def _limit(
+    *, batch: int, tokens_per_forward: float, verified: float, tokens_per_s: float
+) -> Roofline:
+    """The roofline on MACHINE of a 1 GB float32 target at this batch and these tokens."""
+    return roofline(
+        MACHINE,
+        weights=10**9,
+        element_size=4,
+        batch=batch,
+        tokens_per_forward=tokens_per_forward,
+        verified=verified,
+        tokens_per_s=tokens_per_s,
+    )
 
 
 def test_measure_machine_gives_positive_rates_on_torch_threads() -> None:
@@ -32,15 +55,7 @@ def test_measure_machine_refuses_a_bad_repeat_count() -> None:
 
 def test_plain_decode_is_memory_bound_at_bandwidth_over_bytes() -> None:
     """Batch 1, one token a forward: the limit is bandwidth over the weight bytes."""
-    limit = roofline(
-        MACHINE,
-        weights=10**9,
-        element_size=4,
-        batch=1,
-        tokens_per_forward=1.0,
-        verified=1.0,
-        tokens_per_s=5.0,
-    )
+    limit = _limit(batch=1, tokens_per_forward=1.0, verified=1.0, tokens_per_s=5.0)
     assert limit.weight_bytes_per_token == 10**9
     assert limit.roofline_tokens_per_s == pytest.approx(10.0)
     assert limit.roofline_fraction == pytest.approx(0.5)
@@ -49,15 +64,7 @@ def test_plain_decode_is_memory_bound_at_bandwidth_over_bytes() -> None:
 
 def test_speculation_and_batching_divide_the_bytes_per_token() -> None:
     """τ 2.5 at batch 4 divides the bytes a token costs by 10 and multiplies the limit by 10."""
-    limit = roofline(
-        MACHINE,
-        weights=10**9,
-        element_size=4,
-        batch=4,
-        tokens_per_forward=2.5,
-        verified=4.0,
-        tokens_per_s=50.0,
-    )
+    limit = _limit(batch=4, tokens_per_forward=2.5, verified=4.0, tokens_per_s=50.0)
     assert limit.weight_bytes_per_token == pytest.approx(10**8)
     assert limit.roofline_tokens_per_s == pytest.approx(100.0)
 
@@ -66,15 +73,7 @@ def test_a_wide_verify_is_compute_bound() -> None:
     """Verifying many tokens per accepted one makes the matmul rate the lower limit."""
     # 2.5e8 weights: 5e8 flops a verified token; 100 GFLOPS -> 200 verified tokens/s, and
     # one of every 50 verified is kept: 4 tokens/s, below memory's 64 * 10 = 640.
-    limit = roofline(
-        MACHINE,
-        weights=10**9,
-        element_size=4,
-        batch=64,
-        tokens_per_forward=1.0,
-        verified=50.0,
-        tokens_per_s=2.0,
-    )
+    limit = _limit(batch=64, tokens_per_forward=1.0, verified=50.0, tokens_per_s=2.0)
     assert limit.bound == "compute"
     assert limit.roofline_tokens_per_s == pytest.approx(4.0)
     assert limit.roofline_fraction == pytest.approx(0.5)
@@ -149,5 +148,6 @@ def test_every_bench_row_carries_its_roofline_and_the_run_its_machine() -> None:
     none = result.rows[0]
     assert none.weight_bytes_per_token == weight_bytes(models.target)
     machine = Machine(env["memory_bandwidth_gbs"], env["matmul_gflops"], 1)
-    again = with_roofline(replace(none, roofline_fraction=None), machine, models.target, 2)
+    weights = TargetWeights.of(models.target)
+    again = with_roofline(replace(none, roofline_fraction=None), machine, weights, 2)
     assert again.roofline_tokens_per_s == pytest.approx(none.roofline_tokens_per_s)

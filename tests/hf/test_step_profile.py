@@ -3,6 +3,7 @@ Face model, the forward's parts adding up to it, the table and JSON, and what it
 
 import json
 from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import pytest
@@ -15,10 +16,13 @@ from specstrat.bench.step_profile import (
     profile_table,
 )
 from specstrat.cli import main
+from specstrat.drafting import DrafterContext, DraftStep, DraftTree
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFCausalLM
 from specstrat.models import ModelSet
-from specstrat.runtime import EmbeddedModels, Request
+from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
+from specstrat.strategies import NgramDrafterFactory
+from specstrat.strategies.drafters import NgramDrafter
 
 CODE = tuple(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
 
@@ -88,6 +92,7 @@ def test_the_profile_flag_refuses_plots(tmp_path: Path, capsys: pytest.CaptureFi
         (["--overlap"], "--overlap"),
         (["--request-rate", "5"], "--request-rate"),
         (["--force-accept", "0.5"], "--force-accept"),
+        (["--baseline", "hf"], "--baseline hf"),
     ],
 )
 def test_flags_only_the_side_by_side_runs_honour_are_refused(
@@ -117,3 +122,52 @@ def test_json_to_stdout_is_the_whole_of_stdout(capsys: pytest.CaptureFixture[str
     captured = capsys.readouterr()
     assert [p["algorithm"] for p in json.loads(captured.out)["profile"]] == ["NONE", "NGRAM"]
     assert "µs per decode step" in captured.err
+
+
+class _FailingDrafter(NgramDrafter):
+    """Prompt lookup whose propose raises: a strategy fault in the middle of a profiled run."""
+
+    def propose(self, step: DraftStep) -> DraftTree:
+        """Raises."""
+        raise RuntimeError("boom in propose")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _FailsThirdRun(NgramDrafterFactory):
+    """Prompt lookup whose third drafter (profile_steps' profiled run) fails."""
+
+    made: list[int] = field(default_factory=list, compare=False)
+
+    def create_drafter(self, context: DrafterContext) -> NgramDrafter:
+        """The third drafter made raises in propose."""
+        self.made.append(1)
+        if len(self.made) == 3:
+            return _FailingDrafter(self.min_ngram, self.max_ngram, context.target_tokens)
+        return NgramDrafterFactory.create_drafter(self, context)  # slots: no bare super()
+
+
+def test_a_fault_in_the_profiled_run_leaks_no_patch_and_the_engine_stays_correct(
+    wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
+) -> None:
+    """A drafter raising inside the profiler leaves the runtime and the adapter's attention
+    function unpatched, and target-only afterwards is transformers' greedy output."""
+    from transformers import AttentionInterface
+
+    from specstrat.hf import generate_reference
+    from specstrat.hf.adapter import ATTENTION_NAME, paged_attention
+    from specstrat.runtime._attention import PagedAttention
+    from specstrat.runtime._step import StepRunner
+    from specstrat.runtime._worker import ModelWorker
+
+    before = (StepRunner.decode, ModelWorker.execute, PagedAttention.__call__)
+    target = wrapped("llama")
+    failing = replace(NGRAM, name="FAILING", drafter=_FailsThirdRun())
+    requests = [Request("r0", ids[:10] * 2, 8)]
+    with pytest.raises(Exception, match="boom in propose"):
+        profile_steps(failing, ModelSet(target=target), requests, context_len=64)
+    assert (StepRunner.decode, ModelWorker.execute, PagedAttention.__call__) == before
+    assert AttentionInterface._global_mapping[ATTENTION_NAME] is paged_attention
+    outputs = profile_steps(NONE, ModelSet(target=target), requests, context_len=64)
+    assert outputs.steps == 7
+    engine = Engine(NONE, ModelSet(target=target), EngineConfig(context_len=64))
+    assert engine.run(requests) == generate_reference(target, requests)
