@@ -168,7 +168,7 @@ class DraftTree:
             return  # on a GPU these value checks would be host syncs: CPU trees only
         if bool((self.lengths < 0).any()) or bool((self.lengths > n).any()):
             raise InvalidConfig(f"DraftTree.lengths={self.lengths.tolist()} must lie in 0..{n}")
-        column = torch.arange(n)
+        column = torch.arange(n, device=self.parents.device)
         if bool((self.parents < -1).any()) or bool((self.parents >= column).any()):
             raise InvalidConfig(
                 f"DraftTree.parents={self.parents.tolist()}: node j's parent must lie in "

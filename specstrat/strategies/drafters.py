@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -25,6 +26,7 @@ from specstrat.drafting import (
 )
 from specstrat.errors import InvalidConfig
 from specstrat.models import CausalLM, DraftKV, LoadedModels
+from specstrat.protocols import Drafter
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
 from specstrat.strategies.tree_expansion import TreeExpansion
@@ -51,7 +53,12 @@ def _empty_tree(bs: int, device: torch.device) -> DraftTree:
 
 
 class NoDrafter:
-    """Proposes nothing: every step verifies only the bonus token (plain decoding)."""
+    """Proposes nothing: every step verifies only the bonus token (plain decoding).
+
+    A base for a drafter of your own that keeps nothing per request: it inherits ``admit``,
+    ``release`` and ``commit`` (which do nothing) and overrides ``propose``. Its factory need not
+    subclass :class:`NoDrafterFactory`.
+    """
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
         """Nothing to set up."""
@@ -71,15 +78,22 @@ class NoDrafter:
 
 @dataclass(frozen=True, slots=True)
 class NoDrafterFactory:
-    """The drafter of the NONE algorithm (target-only decoding)."""
+    """The drafter of the NONE algorithm (target-only decoding).
+
+    A base for a factory of your own that needs nothing and sends nothing across
+    disaggregation: it inherits ``needs`` and ``prefill_payload``. ``create_drafter`` returns a
+    ``Drafter[Any]``, so an override may return any drafter (a :class:`NoDrafter` subclass or
+    not); annotate it with the algorithm's ``Drafter[DraftT]``, so mypy checks the drafter there
+    and names the member that does not fit.
+    """
 
     @property
     def needs(self) -> DrafterNeeds:
         """Nothing."""
         return DrafterNeeds()
 
-    def create_drafter(self, context: DrafterContext) -> NoDrafter:
-        """A drafter that proposes nothing."""
+    def create_drafter(self, context: DrafterContext) -> Drafter[Any]:
+        """A drafter that proposes nothing (a :class:`NoDrafter`, which admits any draft input)."""
         return NoDrafter()
 
     def prefill_payload(

@@ -3,7 +3,7 @@ decode plainly, probing every 8th step (an acceptance-rate gate, as TensorRT-LLM
 
 from dataclasses import dataclass, replace
 
-from specstrat import NGRAM, SpeculationObservation, SpeculationPolicy
+from specstrat import NGRAM, SpeculationObservation, SpeculationPolicy, WidthChooser
 
 
 @dataclass(frozen=True)
@@ -14,7 +14,7 @@ class GatedPolicy:
     def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
         return tuple(sorted({1, num_draft_tokens}))
 
-    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "GatedPolicy":
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> WidthChooser:
         return self  # no state of its own: the observation carries what it needs
 
     def choose_width(self, observation: SpeculationObservation) -> int:

@@ -8,6 +8,7 @@ import torch
 from specstrat import (
     STANDALONE,
     DraftAdmission,
+    Drafter,
     DrafterContext,
     DrafterNeeds,
     DraftKV,
@@ -42,7 +43,8 @@ class GreedyDraftLMDrafter(NoDrafter):  # commit: nothing to learn
             for slot, cached, last in zip(step.slots, self.runner.cached(rows), lasts, strict=True)
         ]
         logits, _ = self.runner.extend(rows, feed)
-        token = logits[torch.tensor([len(f) for f in feed]).cumsum(0) - 1].argmax(-1)
+        ends = torch.tensor([len(f) for f in feed], device=logits.device).cumsum(0) - 1
+        token = logits[ends].argmax(-1)  # each row's prediction after its last fed token
         drafts = [token]
         for _ in range(n - 1):
             logits, _ = self.runner.extend(rows, [[t] for t in token.tolist()])
@@ -59,7 +61,7 @@ class GreedyDraftLMDrafterFactory(NoDrafterFactory):  # nothing crosses disaggre
     def needs(self) -> DrafterNeeds:
         return DrafterNeeds(draft_model=True)
 
-    def create_drafter(self, context: DrafterContext) -> GreedyDraftLMDrafter:
+    def create_drafter(self, context: DrafterContext) -> Drafter[None]:  # mypy checks it here
         draft = context.models.draft
         if draft is None:
             raise InvalidConfig("GreedyDraftLMDrafterFactory needs models.draft; load a draft LM")

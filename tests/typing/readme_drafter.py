@@ -6,7 +6,7 @@ from dataclasses import dataclass, replace
 
 import torch
 
-from specstrat import NGRAM, DrafterContext, DraftStep, DraftTree, SpecAlgorithm
+from specstrat import NGRAM, Drafter, DrafterContext, DraftStep, DraftTree, SpecAlgorithm
 from specstrat.strategies import NoDrafter, NoDrafterFactory
 
 
@@ -23,13 +23,13 @@ class BigramDrafter(NoDrafter):  # admit/commit/release: nothing to keep
             while len(row) < step.max_nodes:
                 row.append(after.get(row[-1], row[-1]))
             rows.append(row[: step.max_nodes])
-        tokens = torch.tensor(rows, dtype=torch.int64).reshape(len(rows), step.max_nodes)
-        return DraftTree.chain(tokens)  # parents j - 1, every node real
+        tokens = torch.tensor(rows, dtype=torch.int64, device=step.bonus_tokens.device)
+        return DraftTree.chain(tokens.view(len(rows), step.max_nodes))  # parents j - 1, all real
 
 
 @dataclass(frozen=True, slots=True)
 class BigramDrafterFactory(NoDrafterFactory):  # needs nothing; nothing crosses disaggregation
-    def create_drafter(self, context: DrafterContext) -> BigramDrafter:
+    def create_drafter(self, context: DrafterContext) -> Drafter[None]:  # mypy checks it here
         return BigramDrafter(context.target_tokens)
 
 

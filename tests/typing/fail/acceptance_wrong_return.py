@@ -1,4 +1,5 @@
 # expect: arg-type AcceptanceRule
+# member: accept
 from dataclasses import dataclass, replace
 
 import torch

@@ -1,4 +1,5 @@
-# expect: arg-type DrafterFactory[EagleDraftInput]
+# expect: return-value Drafter[EagleDraftInput]
+# member: admit
 from collections.abc import Sequence
 
 import torch
@@ -6,6 +7,7 @@ import torch
 from specstrat import (
     Capabilities,
     DraftAdmission,
+    Drafter,
     DrafterContext,
     DrafterNeeds,
     DraftStep,
@@ -44,7 +46,7 @@ class DsparkOnlyDrafterFactory:
     def needs(self) -> DrafterNeeds:
         return DrafterNeeds()
 
-    def create_drafter(self, context: DrafterContext) -> DsparkOnlyDrafter:
+    def create_drafter(self, context: DrafterContext) -> Drafter[EagleDraftInput]:
         return DsparkOnlyDrafter()
 
     def prefill_payload(

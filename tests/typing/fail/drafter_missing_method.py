@@ -1,4 +1,5 @@
-# expect: arg-type DrafterFactory[None]
+# expect: return-value Drafter[None]
+# member: commit
 from collections.abc import Sequence
 
 import torch
@@ -6,6 +7,7 @@ import torch
 from specstrat import (
     Capabilities,
     DraftAdmission,
+    Drafter,
     DrafterContext,
     DrafterNeeds,
     DraftStep,
@@ -38,7 +40,7 @@ class ForgetfulDrafterFactory:
     def needs(self) -> DrafterNeeds:
         return DrafterNeeds()
 
-    def create_drafter(self, context: DrafterContext) -> ForgetfulDrafter:
+    def create_drafter(self, context: DrafterContext) -> Drafter[None]:
         return ForgetfulDrafter()
 
     def prefill_payload(

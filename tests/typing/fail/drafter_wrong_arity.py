@@ -1,4 +1,5 @@
 # expect: assignment Drafter[None]
+# member: propose
 from collections.abc import Sequence
 
 from specstrat import DraftAdmission, Drafter, DraftStep, DraftTree, RelayPayload, StepOutcome

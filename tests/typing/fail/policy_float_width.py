@@ -1,5 +1,6 @@
-# expect: assignment HalfWidthPolicy
-from specstrat import SpeculationObservation, SpeculationPolicy
+# expect: return-value WidthChooser
+# member: choose_width
+from specstrat import SpeculationObservation, SpeculationPolicy, WidthChooser
 
 
 class HalfWidthPolicy:
@@ -8,7 +9,7 @@ class HalfWidthPolicy:
     def candidate_widths(self, num_draft_tokens: int) -> tuple[int, ...]:
         return (1, num_draft_tokens)
 
-    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "HalfWidthPolicy":
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> WidthChooser:
         return self
 
     def choose_width(self, observation: SpeculationObservation) -> float:

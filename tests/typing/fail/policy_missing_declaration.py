@@ -1,11 +1,12 @@
 # expect: assignment UndeclaredPolicy
-from specstrat import SpeculationObservation, SpeculationPolicy
+# member: candidate_widths
+from specstrat import SpeculationObservation, SpeculationPolicy, WidthChooser
 
 
 class UndeclaredPolicy:
     per_request_acceptance = False
 
-    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> "UndeclaredPolicy":
+    def create_chooser(self, candidates: tuple[int, ...], num_draft_tokens: int) -> WidthChooser:
         return self
 
     def choose_width(self, observation: SpeculationObservation) -> int:
