@@ -92,8 +92,7 @@ def speed(models: EmbeddedModels, requests: list[Request], repeats: int) -> None
     tokens = timings["NONE"].tokens
     print(f"\n1. speculation vs target-only: {len(requests)} requests, {tokens} tokens, D=4, sync")
     print(
-        f"{'algorithm':<14} {'tokens/s':>9} {'vs target-only':>22} {'acceptance':>11}"
-        f" {'verified/step':>14}"
+        f"{'algorithm':<14} {'tokens/s':>9} {'vs target-only':>22} {'τ':>11} {'verified/step':>14}"
     )
     for label in runs:
         speedup = ratio(timings, label, "NONE")
@@ -208,7 +207,7 @@ TREES: dict[int, tuple[tuple[int, int], ...]] = {
 def trees(models: EmbeddedModels, requests: list[Request], repeats: int) -> None:
     print("\n5. chain vs top-k tree at equal verify budgets (sync, greedy)")
     print(
-        f"{'algorithm':<11} {'budget':>6} {'topk':>5} {'steps':>6} {'acceptance':>11}"
+        f"{'algorithm':<11} {'budget':>6} {'topk':>5} {'steps':>6} {'τ':>11}"
         f" {'tokens/s':>9} {'vs target-only':>15}"
     )
     for name in ("EAGLE", "STANDALONE"):

@@ -5,7 +5,7 @@ length under sampling.
    fused kernel (counted on ``meta`` tensors with the launch recorded: any host read would
    raise), the torch twin (vectorised eager), and a per-request eager loop that decides each
    draft with ``.item()`` (how a first implementation reads).
-2. Mean acceptance length of EAGLE and NGRAM at temperature 0, 0.7 and 1.0 (16 requests, D=4,
+2. τ (tokens per drafted step) of EAGLE and NGRAM at temperature 0, 0.7 and 1.0 (16 requests, D=4,
    rejection sampling), with the target-only run's tokens/s beside each.
 
 Usage: ``python bench/sampling.py``.
@@ -90,7 +90,7 @@ def main() -> None:
         (fl, fs), (tl_, ts), (ll, ls) = counts(bs)
         print(f"{bs:>5} | {fl:>14} {fs:>6} | {tl_:>13} {ts:>6} | {ll:>13} {ls:>6}")
     models = EmbeddedModels.load()
-    print("\n2. mean acceptance length under sampling (16 requests, D=4, sync)")
+    print("\n2. τ (tokens per drafted step) under sampling (16 requests, D=4, sync)")
     print(f"{'temperature':>11} | {'EAGLE':>6} | {'NGRAM':>6}")
     for temperature in (0.0, 0.7, 1.0):
         requests = workload(16, sampling=SamplingParams(temperature=temperature, seed=1))

@@ -73,7 +73,7 @@ _SAMPLING = RejectionSamplingAcceptance()
 _DRAFT_LM = DraftModelDrafterFactory()
 #: DSPARK's confidence threshold: a block ends before its first draft the block head gives less
 #: than this probability. On the demo workload (16 requests, D=4) it cuts the target's tokens
-#: per request per verify from 4.00 to 2.28 for an acceptance length of 1.69 instead of 1.79
+#: per request per verify from 4.00 to 2.28 for a τ of 1.69 instead of 1.79
 #: (0.2: 2.96 and 1.77; 0.5: 1.66 and 1.49).
 DSPARK_CONFIDENCE: Final = 0.3
 

@@ -3,8 +3,9 @@
 Both runs decode the same workload: by default prompts cut from the Python standard library's
 source (which every machine has) on the embedded models, or any requests on any loaded models
 (:func:`run_comparison`; ``specstrat demo --model`` passes a Hugging Face model's). The summary
-reports mean acceptance length, tokens/s of each, their ratio, and whether speculation was
-lossless (token-for-token equal to target-only greedy output).
+reports τ, acceptance by position (unconditional and conditional; ``docs/glossary.md`` names and
+defines them), tokens/s of each, their ratio, and whether speculation was lossless
+(token-for-token equal to target-only greedy output).
 """
 
 from __future__ import annotations
@@ -65,8 +66,10 @@ class DemoSummary:
     speed ratio come from :mod:`specstrat.timing` (one round each, target-only first).
     ``width_histogram``: decode steps per D the algorithm's speculation policy chose, keyed by
     D as a string (``{"4": 44}`` for a fixed D = 4). ``acceptance_length`` is τ over drafted
-    steps (D > 1; ``docs/glossary.md``); ``plain_step_share``: the share of decode
-    request-steps at D = 1 (plain decoding), which τ excludes."""
+    steps (D > 1); ``plain_step_share``: the share of decode request-steps at D = 1 (plain
+    decoding), which τ excludes; ``acceptance_by_position`` and ``acceptance_conditional``:
+    acceptance by draft position, unconditional and conditional (``None``: never reached), the
+    bench's keys and figures (all as ``docs/glossary.md`` defines them)."""
 
     algorithm: str
     overlap: bool
@@ -98,6 +101,7 @@ class DemoSummary:
     context_len: int = 512
     width_histogram: dict[str, int] = field(default_factory=dict)
     plain_step_share: float = 0.0
+    acceptance_conditional: tuple[float | None, ...] = ()
 
     def _setup(self) -> str:
         parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
@@ -121,12 +125,10 @@ class DemoSummary:
             ("requests", str(self.num_requests)),
             ("tokens", str(self.tokens)),
             ("sampling", self._sampling()),
-            ("mean acceptance length", f"{self.acceptance_length:.2f}"),
+            ("τ (tokens per drafted step)", f"{self.acceptance_length:.2f}"),
             ("verified per step", f"{self.verified_per_step:.2f} target tokens per request"),
-            (
-                "accepted by position",
-                " ".join(f"{r:.2f}" for r in self.acceptance_by_position) or "-",
-            ),
+            ("acceptance (unconditional)", _rates(self.acceptance_by_position)),
+            ("acceptance (conditional)", _rates(self.acceptance_conditional)),
             ("tokens/s with speculation", f"{self.spec_tokens_per_s:.1f}"),
             ("tokens/s target-only", f"{self.target_tokens_per_s:.1f}"),
             ("speed ratio", f"{self.speed_ratio:.2f}x"),
@@ -136,18 +138,23 @@ class DemoSummary:
             steps = ", ".join(f"D={w}: {n}" for w, n in self.width_histogram.items())
             rows.insert(-1, ("decode steps by D", steps))
         if 0.0 < self.plain_step_share < 1.0:  # beside tau, which counts drafted steps only
-            share = f"{self.plain_step_share:.0%} of request-steps (not in the acceptance length)"
+            share = f"{self.plain_step_share:.0%} of request-steps (not in τ)"
             rows.insert(6, ("plain steps (D=1)", share))
         if self.draft_worker_verify_forwards:
             forwards = f"{self.draft_worker_verify_forwards} forwards"
             rows.insert(
                 -1, ("draft-worker verify", f"{forwards}, T={self.draft_worker_tokens_per_req}")
             )
-        return "\n".join(f"{k:<26} {v}" for k, v in rows)
+        return "\n".join(f"{k:<28} {v}" for k, v in rows)
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready values."""
         return asdict(self)
+
+
+def _rates(rates: Sequence[float | None]) -> str:
+    """Rates by position as text: two decimals each, ``-`` where unobserved (or none at all)."""
+    return " ".join("-" if r is None else f"{r:.2f}" for r in rates) or "-"
 
 
 class ProgressBar:
@@ -319,6 +326,7 @@ def run_comparison(
         speed_ratio=ratio(timings, "speculative", "target-only").median,
         lossless=lossless,
         acceptance_by_position=tuple(spec_stats.acceptance_by_position),
+        acceptance_conditional=tuple(spec_stats.acceptance_conditional),
         acceptance_rule_lossless=spec_algo.lossless,
         temperature=sampling.temperature,
         lossless_check=note,

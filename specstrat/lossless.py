@@ -62,9 +62,10 @@ _CHUNK = 16  # first tokens per forward: logits of 16 * (prompt + 1) rows at a t
 class LosslessReport:
     """What the check measured: the chi-square statistic, its degrees of freedom and p-value,
     the total-variation distance between observed and exact pair frequencies, the samples, and
-    the algorithm's mean acceptance length under these parameters; ``exact_first_tokens``: the
-    first tokens whose second-token distribution was computed exactly (every one of non-zero
-    probability unless the vocabulary is too large, see the module docstring)."""
+    ``acceptance_length``, the algorithm's τ under these parameters (``docs/glossary.md``);
+    ``exact_first_tokens``: the first tokens whose second-token distribution was computed
+    exactly (every one of non-zero probability unless the vocabulary is too large, see the
+    module docstring)."""
 
     algorithm: str
     statistic: float

@@ -1,12 +1,13 @@
 """The engine and transformers contenders of :func:`~specstrat.bench.run_bench`: a fresh engine
-built (untimed) before each run, requests all at once or arriving at a Poisson rate, and the
-extra untimed sync run that splits an overlap cell's step into its stages."""
+built (untimed) before each run, requests all at once or arriving at a Poisson rate, the
+extra untimed sync run that splits an overlap cell's step into its stages, and the line that
+counts what will run."""
 
 from __future__ import annotations
 
 import random
 import time
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Sequence
 
 from specstrat.bench.hf_baseline import GenerateRecord, generate_run
@@ -96,3 +97,31 @@ def sync_split(cell: Cell, models: LoadedModels, context_len: int) -> RunStats:
     engine = Engine(cell.spec, models, engine_config(cell, context_len, False))
     engine.run(list(cell.requests))
     return engine.stats
+
+
+def plan(cells: Sequence[Cell], *, warmup: int, repeats: int, overlap: bool) -> str:
+    """What will run, counted from ``cells``: every run, the contenders (one per algorithm and
+    cell, counted by algorithm) over the categories, batch sizes and draft widths they cover,
+    the rounds, and the untimed sync runs that split an overlap cell's step."""
+    by_name = ", ".join(f"{name} {n}" for name, n in Counter(c.algorithm for c in cells).items())
+    covered = ", ".join(
+        _count(len(values), *words)
+        for values, words in (
+            ({c.category for c in cells}, ("category", "categories")),
+            ({c.batch_size for c in cells}, ("batch size", "batch sizes")),
+            ({c.draft_tokens for c in cells if c.draft_tokens}, ("draft width", "draft widths")),
+        )
+    )
+    splits = sum(c.spec is not None for c in cells) if overlap else 0
+    line = (
+        f"{len(cells) * (warmup + repeats) + splits} runs: "
+        f"{_count(len(cells), 'contender', 'contenders')} ({by_name}; {covered}) x "
+        f"({warmup} warm-up + {_count(repeats, 'counted round', 'counted rounds')})"
+    )
+    if splits:
+        line += f" + {_count(splits, 'untimed sync run', 'untimed sync runs')} (stage split)"
+    return line
+
+
+def _count(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"

@@ -234,44 +234,65 @@ def add_bench_parser(
         "--algo",
         action="append",
         required=True,
-        help="a registered name or MODULE:ATTR; repeat it to compare several (target-only "
-        "always runs)",
+        metavar="NAME|MODULE:ATTR",
+        help="a registered name or your own SpecAlgorithm (MODULE:ATTR, imported from the "
+        "current directory); repeat it to compare several (target-only, NONE, always runs)",
     )
     bench.add_argument(
-        "--model", default="embedded", help="embedded (default), smollm2, or a model path"
+        "--model",
+        default="embedded",
+        metavar="embedded|smollm2|PATH",
+        help="the embedded byte models (default), SmolLM2-135M-Instruct, or a Hugging Face model "
+        "directory or .gguf file",
     )
     bench.add_argument(
         "--head",
+        metavar="FILE",
         help="a draft head trained for --model (specstrat train --out FILE.safetensors) for the "
         "EAGLE drafters (default: the head the package ships for --model, smollm2's)",
     )
     bench.add_argument(
         "--workload",
         default="code",
+        metavar="code|spec-bench:PATH[:CATEGORY,...]",
         help="code (default: the code-editing prompts) or spec-bench:PATH[:CATEGORY,...] "
         "(Spec-Bench's question.jsonl; categories default to its six tasks)",
     )
     bench.add_argument(
-        "--requests", type=positive, default=8, help="requests per category (default 8)"
+        "--requests",
+        type=positive,
+        default=8,
+        metavar="N",
+        help="requests per category (default 8)",
     )
     bench.add_argument(
-        "--max-new-tokens", type=positive, default=64, help="tokens per request (default 64)"
+        "--max-new-tokens",
+        type=positive,
+        default=64,
+        metavar="N",
+        help="tokens per request (default 64)",
     )
     bench.add_argument(
         "--batch-size",
         type=_sweep,
         default=(1,),
+        metavar="B",
         help="max_running_requests: one value or a sweep such as 1,4,16 (default 1)",
     )
     bench.add_argument(
         "--draft-tokens",
         type=_sweep,
         default=(4,),
+        metavar="D",
         help="D, num_draft_tokens: one value or a sweep such as 2,4,8 (default 4)",
     )
     sampling_and_tree(bench)
-    bench.add_argument("--warmup", type=int, default=1, help="uncounted rounds (default 1)")
-    bench.add_argument("--repeats", type=positive, default=3, help="counted rounds (default 3)")
+    bench.add_argument(
+        "--warmup", type=int, default=1, metavar="N", help="uncounted rounds (default 1)"
+    )
+    bench.add_argument(
+        "--repeats", type=positive, default=3, metavar="N", help="counted rounds (default 3)"
+    )
     bench.add_argument(
         "--overlap",
         action=argparse.BooleanOptionalAction,
@@ -281,27 +302,34 @@ def add_bench_parser(
     bench.add_argument(
         "--context-len",
         type=positive,
+        metavar="N",
         help="positions per request (default: 512 on the embedded models, else the longest "
         "prompt + max new tokens + what the widest contender's engine reserves past them, "
         "specstrat.runtime.kv_reservation)",
     )
-    bench.add_argument("--threads", type=positive, default=1, help="torch threads (default 1)")
+    bench.add_argument(
+        "--threads", type=positive, default=1, metavar="N", help="torch threads (default 1)"
+    )
     bench.add_argument(
         "--request-rate",
         type=_rate,
-        help="requests per second, Poisson arrivals (default: all arrive at once)",
+        metavar="R",
+        help="requests per second, Poisson arrivals with seed 0 (default: all arrive at once)",
     )
     bench.add_argument(
         "--baseline",
         choices=("hf",),
-        help="hf: add transformers' generate (and its prompt lookup at batch size 1)",
+        help="hf: add transformers' generate (hf-generate, in static left-padded batches of the "
+        "batch size) and its prompt lookup (hf-prompt-lookup, prompt_lookup_num_tokens = D - 1, "
+        "at batch size 1 only, the only size transformers supports)",
     )
     bench.add_argument(
         "--force-accept",
         type=_fraction,
         metavar="R",
-        help="accept each draft position with probability R given the earlier ones (lossy; "
-        "stop tokens off): measures the system apart from the drafter",
+        help="replace every algorithm's acceptance rule by ForcedAcceptance(rate=R): accept each "
+        "draft position with probability R given the earlier ones (lossy; stop tokens off), to "
+        "measure the system apart from the drafter (docs/bench.md)",
     )
     bench.add_argument(
         "--json",
@@ -319,6 +347,6 @@ def add_bench_parser(
     bench.add_argument(
         "--plot",
         metavar="DIR",
-        help="write PNG plots into DIR (matplotlib; checked before any run, drawn after the JSON "
-        "is written)",
+        help="write PNG plots into DIR (needs matplotlib: pip install 'specstrat[bench]'; "
+        "checked before any run, drawn after the JSON is written)",
     )

@@ -1,18 +1,16 @@
 """The figures of ``specstrat bench``, as formulas over what runs recorded.
 
-- ``tau``: mean accepted tokens per drafted verify step (D > 1) per request, drafts accepted
-  plus the bonus token, ``sum(accepted + 1) / drafted verify steps``, counting what the
+- ``tau`` (τ): tokens per drafted verify step (D > 1) per request, drafts accepted plus the
+  bonus token, ``sum(accepted + 1) / drafted verify steps``, counting what the
   acceptance rule accepted before any cut at ``max_new_tokens`` or a stop token (1.0 without
   speculation); ``RunStats.acceptance_length`` pooled over runs (``docs/glossary.md``).
 - ``plain_step_share``: the share of kept decode request-steps that ran at D = 1 (plain
   decoding, excluded from ``tau``), pooled over runs.
-- From ``accepted_histogram`` (``h[p][a]``: verify steps that proposed ``p`` draft positions and
-  accepted ``a``), for draft position ``i`` (1 first): *proposed* ``P_i = sum_{p>=i} sum_a
-  h[p][a]``, *accepted* ``A_i = sum_{p>=i} sum_{a>=i} h[p][a]``, *reached* ``R_i = sum_{p>=i}
-  sum_{a>=i-1} h[p][a]`` (proposed, and every earlier position accepted).
-  ``acceptance_by_position[i] = A_i / P_i`` (unconditional) and ``acceptance_conditional[i] =
-  A_i / R_i`` (accepted given 1..i-1 were); ``None`` (JSON ``null``) where the denominator is 0:
-  a position never proposed, or never reached, is unobserved, not rejected.
+- ``acceptance_by_position`` (unconditional) and ``acceptance_conditional``: acceptance by
+  draft position from ``accepted_histogram`` summed over runs, by
+  :func:`~specstrat.runtime.acceptance_rates` (re-exported here; the formulas are in
+  ``docs/glossary.md``); ``None`` (JSON ``null``) where a position was never proposed, or
+  never reached.
 - ``ttft_ms``: per request, first kept token minus arrival; ``tpot_ms``: per request with two
   or more tokens, ``(last - first) / (tokens - 1)``; each summarised as median and p90 (linear
   interpolation between order statistics, numpy's default); ``None`` when no request qualifies.
@@ -26,6 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 
 from specstrat.runtime import RunStats
+from specstrat.runtime import acceptance_rates as acceptance_rates
 
 __all__ = [
     "Histogram",
@@ -47,7 +46,8 @@ Quantiles = dict[str, float | None]
 
 
 def tau(stats: Iterable[RunStats]) -> float:
-    """Accepted drafts plus bonus per verify step per request, pooled over runs (1.0 if none)."""
+    """τ: accepted drafts plus bonus per drafted verify step per request, pooled over runs (1.0
+    if none)."""
     pooled = list(stats)
     steps = sum(s.verified_requests for s in pooled)
     return sum(s.verified_tokens for s in pooled) / steps if steps else 1.0
@@ -78,22 +78,6 @@ def merge_histograms(histograms: Iterable[Histogram]) -> dict[int, list[int]]:
             for accepted, n in enumerate(counts):
                 row[accepted] += n
     return dict(sorted(out.items()))
-
-
-def acceptance_rates(hist: Histogram) -> tuple[list[float | None], list[float | None]]:
-    """Unconditional and conditional acceptance by draft position (see the module docstring);
-    lists indexed by position 1, 2, ... up to the most proposed, ``None`` where unobserved."""
-    depth = max(hist, default=0)
-    unconditional: list[float | None] = []
-    conditional: list[float | None] = []
-    for i in range(1, depth + 1):
-        rows = [counts for p, counts in hist.items() if p >= i]
-        proposed = sum(sum(c) for c in rows)
-        accepted = sum(sum(c[i:]) for c in rows)
-        reached = sum(sum(c[i - 1 :]) for c in rows)
-        unconditional.append(accepted / proposed if proposed else None)
-        conditional.append(accepted / reached if reached else None)
-    return unconditional, conditional
 
 
 def percentile(values: Sequence[float], q: float) -> float | None:

@@ -1,8 +1,8 @@
 """The plots of ``specstrat bench --plot DIR`` (matplotlib, imported here only, Agg backend).
 
-Every run writes ``acceptance_by_position.png`` (conditional acceptance, solid, and
-unconditional, dashed, by draft position, per algorithm and draft width, at the first batch
-size over all categories, each point labelled with the verify steps that reached it) and
+Every run writes ``acceptance_by_position.png`` (acceptance by position, conditional solid and
+unconditional dashed, per algorithm and draft width, at the first batch size over all
+categories, each point labelled with the verify steps that reached it) and
 ``speedup.png`` (speedup over target-only per category and algorithm, at the first batch size
 and the widest draft: the median round, whiskers from the slowest to the fastest, noisy rows
 hatched); a sweep adds
@@ -153,14 +153,13 @@ def _acceptance(plt: Any, rows: Sequence[BenchRow], category: str, out: Path) ->
                     color=line.get_color(),
                 )
     ax.set_xlabel("draft position (n: verify steps that reached it)")
-    ax.set_ylabel("acceptance rate")
+    ax.set_ylabel("share of verify steps")
     ax.set_ylim(0, 1.05)
     ax.xaxis.get_major_locator().set_params(integer=True)
-    ax.set_title(
-        f"acceptance by position ({category})\nsolid: given 1..i-1 accepted; dashed: unconditional",
-        fontsize="medium",
-    )
-    if ax.get_legend_handles_labels()[0]:
+    ax.set_title(f"acceptance by position ({category})", fontsize="medium")
+    if ax.get_legend_handles_labels()[0]:  # the line styles, named as docs/glossary.md does
+        ax.plot([], [], color="gray", label="acceptance (conditional)")
+        ax.plot([], [], color="gray", linestyle="--", label="acceptance (unconditional)")
         ax.legend(fontsize="small")
     return _save(plt, fig, out / "acceptance_by_position.png")
 
@@ -217,7 +216,7 @@ def _sweep(plt: Any, rows: Sequence[BenchRow], category: str, axis: str, out: Pa
         left.plot([p[0] for p in line], [p[1] for p in line], marker="o", label=label)
         right.plot([p[0] for p in line], [p[2] for p in line], marker="o", label=label)
     left.set_xlabel(axis)
-    left.set_ylabel("tau")
+    left.set_ylabel("τ (tokens per drafted step)")
     right.set_xlabel(axis)
     right.set_ylabel("speedup over target-only")
     right.axhline(1.0, color="gray", linewidth=0.8)

@@ -1,6 +1,6 @@
 """A bench result as text: one line per row, and Spec-Bench's table (categories as rows,
-algorithms as columns, speedup and tau in each cell, an overall row) per batch size and draft
-width. A row that is not lossless is marked ``*``, a noisy one ``~``
+algorithms as columns, speedup and tau (τ) in each cell, an overall row) per batch size and
+draft width. A row that is not lossless is marked ``*``, a noisy one ``~``
 (:mod:`specstrat.bench.plausibility`), each named under the table with why."""
 
 from __future__ import annotations
@@ -27,12 +27,13 @@ def _mark(row: BenchRow) -> str:
 
 def rows_table(rows: Sequence[BenchRow]) -> str:
     """Every row on one line: speed, the share of this machine's limit it reached (the
-    roofline), speedup (min-max over rounds), tau, verified tokens per step, TTFT and TPOT
-    (median/p90 ms), lossless, conditional acceptance by position."""
+    roofline), speedup (min-max over rounds), tau (τ), verified tokens per step, TTFT and TPOT
+    (median/p90 ms), lossless, acceptance (conditional) by position; the labels are
+    ``docs/glossary.md``'s."""
     head = (
         f"{'algorithm':<18} {'category':<15} {'bs':>3} {'D':>2} {'tok/s':>8} {'of limit':>8} "
         f"{'speedup (range)':>19} {'tau':>5} {'verif/step':>10} {'TTFT ms':>13} "
-        f"{'TPOT ms':>11}  {'lossless':<8} cond. acceptance by position"
+        f"{'TPOT ms':>11}  {'lossless':<8} acceptance (conditional)"
     )
     lines = [head]
     for r in rows:

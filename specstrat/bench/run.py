@@ -21,7 +21,7 @@ from typing import Any
 
 from specstrat._ints import is_int
 from specstrat.algorithm import SpecAlgorithm
-from specstrat.bench._contenders import contender, sync_split
+from specstrat.bench._contenders import contender, plan, sync_split
 from specstrat.bench.plausibility import with_plausibility
 from specstrat.bench.roofline import TargetWeights, measure_machine, with_roofline
 from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
@@ -179,13 +179,9 @@ def run_bench(
         contender(c, models, context_len, overlap=config.overlap, rate=config.request_rate)
         for c in cells
     ]
-    total = len(contenders) * (config.warmup + config.repeats)
     started = time.perf_counter()
     if progress is not None:
-        progress(
-            f"{total} runs: {len(contenders)} contenders x ({config.warmup} warm-up + "
-            f"{config.repeats} counted rounds)"
-        )
+        progress(plan(cells, warmup=config.warmup, repeats=config.repeats, overlap=config.overlap))
     done = [0]
 
     def tick(label: str) -> None:

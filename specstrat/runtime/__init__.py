@@ -20,7 +20,7 @@ from specstrat.runtime._host_cost import (
 )
 from specstrat.runtime._models import EMBEDDED_WEIGHTS, EmbeddedModels
 from specstrat.runtime._next_token import next_token_logits
-from specstrat.runtime._requests import EngineConfig, Request, RunStats
+from specstrat.runtime._requests import EngineConfig, Request, RunStats, acceptance_rates
 from specstrat.runtime._reservation import KVReservation, kv_reservation
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "RunStats",
     "StepTimer",
     "TransferBatch",
+    "acceptance_rates",
     "forward_seconds",
     "kv_reservation",
     "next_token_logits",

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 
 from specstrat._ints import is_int
@@ -11,7 +11,7 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
 from specstrat.runtime._models.text import encode_indentation
 
-__all__ = ["EngineConfig", "Request", "RunStats"]
+__all__ = ["EngineConfig", "Request", "RunStats", "acceptance_rates"]
 
 _VOCAB_HINT = "token ids are ints >= 0 (the embedded models' vocabulary is bytes, 0..255)"
 
@@ -210,11 +210,20 @@ class RunStats:
 
     @property
     def acceptance_by_position(self) -> list[float]:
-        """How often draft position 1, 2, ... was accepted when proposed."""
+        """Acceptance (unconditional) by draft position 1, 2, ...: how often the position was
+        accepted when proposed, ``A_i / P_i`` (``docs/glossary.md``)."""
         return [
             a / p if p else 0.0
             for a, p in zip(self.accepted_by_position, self.proposed_by_position, strict=True)
         ]
+
+    @property
+    def acceptance_conditional(self) -> list[float | None]:
+        """Acceptance (conditional) by draft position 1, 2, ...: how often the position was
+        accepted when proposed with every earlier position accepted, ``A_i / R_i``
+        (:func:`acceptance_rates` over :attr:`accepted_histogram`); ``None`` where no step
+        reached the position."""
+        return acceptance_rates(self.accepted_histogram)[1]
 
     @property
     def verified_per_step(self) -> float:
@@ -263,3 +272,25 @@ class RunStats:
                 if reaching <= 0:
                     break
                 totals[k] += reaching
+
+
+def acceptance_rates(
+    histogram: Mapping[int, Sequence[int]],
+) -> tuple[list[float | None], list[float | None]]:
+    """Acceptance by draft position, unconditional (``A_i / P_i``) and conditional
+    (``A_i / R_i``), as ``docs/glossary.md`` defines them, from ``histogram`` (``h[p][a]``:
+    verify request-steps that proposed ``p`` positions and accepted ``a``;
+    :attr:`RunStats.accepted_histogram`, or several runs' summed). Lists indexed by position 1,
+    2, ... up to the deepest proposed; ``None`` where the denominator is 0 (a position never
+    proposed, or never reached, is unobserved, not rejected)."""
+    depth = max(histogram, default=0)
+    unconditional: list[float | None] = []
+    conditional: list[float | None] = []
+    for i in range(1, depth + 1):
+        rows = [counts for p, counts in histogram.items() if p >= i]
+        proposed = sum(sum(c) for c in rows)
+        accepted = sum(sum(c[i:]) for c in rows)
+        reached = sum(sum(c[i - 1 :]) for c in rows)
+        unconditional.append(accepted / proposed if proposed else None)
+        conditional.append(accepted / reached if reached else None)
+    return unconditional, conditional

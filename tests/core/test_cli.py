@@ -222,9 +222,10 @@ def test_demo_prints_the_summary(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["demo", "--algo", "ngram", "--requests", "3", "--no-overlap"]) == 0
     captured = capsys.readouterr()
     assert "NGRAM (D=4, overlap off)" in captured.out
-    assert "lossless                   yes" in captured.out
+    assert "lossless                     yes" in captured.out
     assert "3/3" in captured.err  # the tqdm bar reached every request
-    assert "accepted by position" in captured.out
+    assert "acceptance (unconditional)" in captured.out
+    assert "acceptance (conditional)" in captured.out
 
 
 def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
@@ -243,6 +244,7 @@ def test_demo_json(capsys: pytest.CaptureFixture[str]) -> None:
         0,
     )
     assert len(summary["acceptance_by_position"]) == 3  # D = 4: positions 1..3
+    assert len(summary["acceptance_conditional"]) == 3
     assert summary["acceptance_rule_lossless"] is True
     assert (summary["draft_worker_verify_forwards"], summary["draft_worker_tokens_per_req"]) == (
         0,

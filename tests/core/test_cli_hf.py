@@ -44,7 +44,7 @@ def test_demo_model_table(model_dir: Path, capsys: pytest.CaptureFixture[str]) -
     argv = ["demo", "--model", str(model_dir), "--requests", "2", "--max-new-tokens", "6"]
     assert main([*argv, "--algo", "NONE", "--no-overlap"]) == 0
     out = capsys.readouterr().out
-    assert "lossless                   yes" in out
+    assert "lossless                     yes" in out
     assert "at batch size 1, one round each: transformers generate" in out
     assert "specstrat target-only" in out
 

@@ -67,7 +67,8 @@ def test_the_runtime_exports_exactly_its_public_line() -> None:
     """specstrat.runtime exports the engine, its inputs and outputs, what the packages above it
     need of it (the disaggregated run's loader type, the embedded workload, next-token logits,
     the decode-step timing and profiling hooks and the forward timer the bench reads, the KV
-    reservation a run needs), and nothing internal."""
+    reservation a run needs, the acceptance rates by position its statistics and the bench's
+    rows share), and nothing internal."""
     assert sorted(runtime.__all__) == sorted(
         [
             "Engine",
@@ -91,6 +92,7 @@ def test_the_runtime_exports_exactly_its_public_line() -> None:
             "forward_seconds",
             "KVReservation",
             "kv_reservation",
+            "acceptance_rates",
         ]
     )
 

@@ -157,7 +157,8 @@ def test_policy_stats_trace_demo_and_bench_see_the_same_run(
 ) -> None:
     """Under a policy mixing D = 1 and drafted steps, the policy's answers are RunStats.widths
     and the trace's widths, its last view of acceptance is RunStats', and demo --json and the
-    bench's figures report RunStats' tau (drafted steps only) and plain-step share."""
+    bench's figures report RunStats' tau (drafted steps only), plain-step share and acceptance
+    (conditional)."""
     policy = _Observing(ScriptedSpeculationPolicy(SCRIPT))
     algo = replace(EAGLE, name="EAGLE_MIXED", speculation=policy)
     config = replace(CONFIG, overlap=overlap)
@@ -185,12 +186,13 @@ def test_policy_stats_trace_demo_and_bench_see_the_same_run(
     observed = engine._scheduler.ledger.observation([1])
     assert observed is not None
     _, conditional = figures.acceptance_rates(stats.accepted_histogram)
-    assert list(observed.acceptance) == conditional
+    assert list(observed.acceptance) == conditional == stats.acceptance_conditional
     # demo --json (its own run of the same workload) and the bench's figures agree.
     summary = run_comparison(algo, models, REQUESTS, config, progress=False).summary
     data = json.loads(json.dumps(summary.as_dict()))
     assert data["acceptance_length"] == stats.acceptance_length == figures.tau([stats])
     assert data["plain_step_share"] == stats.plain_step_share == figures.plain_step_share([stats])
+    assert data["acceptance_conditional"] == stats.acceptance_conditional
     assert data["width_histogram"] == {str(w): n for w, n in stats.width_histogram.items()}
 
 
