@@ -30,6 +30,7 @@ from specstrat.strategies.drafters import (
 )
 from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
 from specstrat.strategies.early_exit import EarlyExitDrafterFactory
+from specstrat.strategies.first_match import FirstMatch, FirstMatchDrafter
 from specstrat.strategies.forced_acceptance import ForcedAcceptance
 from specstrat.strategies.future_map import (
     RingFutureMap,
@@ -58,6 +59,8 @@ __all__ = [
     "DraftModelDrafter",
     "DraftModelDrafterFactory",
     "EagleHeadDrafter",
+    "FirstMatch",
+    "FirstMatchDrafter",
     "EagleHeadDrafterFactory",
     "EarlyExitDrafterFactory",
     "ForcedAcceptance",

@@ -13,6 +13,7 @@ from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, TransferBatc
 from specstrat.runtime._disagg import PrefillWorker, process, run_disaggregated
 from tests.runtime import faults
 from tests.runtime.custom_algos import LOOKUP, LookupDisaggDraftBuilder
+from tests.typing.first_match import LOOKUP_THEN_HEAD
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
 
@@ -55,7 +56,9 @@ def test_disaggregated_equals_single_process(
 @pytest.mark.parametrize("d", [1, 4])
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 @pytest.mark.parametrize(
-    "algo", [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, LOOKUP], ids=lambda a: a.name
+    "algo",
+    [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, LOOKUP, LOOKUP_THEN_HEAD],
+    ids=lambda a: a.name,
 )
 def test_disaggregated_matrix(
     algo: SpecAlgorithm[Any], overlap: bool, d: int, stops: bool, models: EmbeddedModels

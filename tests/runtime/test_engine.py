@@ -28,6 +28,7 @@ from specstrat.strategies import (
     RingFutureMapFactory,
 )
 from tests.runtime.custom_algos import NGRAM_RAGGED
+from tests.typing.first_match import LOOKUP_THEN_HEAD
 from tests.typing.readme_drafter import BIGRAM
 from tests.typing.readme_example import MY_EAGLE
 
@@ -52,7 +53,7 @@ def short_ngram() -> SpecAlgorithm[None]:
     )
 
 
-ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, NGRAM_RAGGED, short_ngram()]
+ALGOS = [*specstrat.BUILTINS[1:], MY_EAGLE, BIGRAM, NGRAM_RAGGED, short_ngram(), LOOKUP_THEN_HEAD]
 
 
 @pytest.fixture(scope="module")

@@ -30,6 +30,7 @@ from specstrat.testing import (
     check_lossless_in_distribution,
 )
 from tests.runtime.biased import ACCEPT_ALL, NO_RESIDUAL
+from tests.typing.first_match import LOOKUP_THEN_HEAD
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=8)
 
@@ -109,7 +110,7 @@ def test_biased_rules_fail_the_check(rule: Any, models: EmbeddedModels) -> None:
     ids=["t0.7", "t1.0", "t1.0-top_p0.9", "t0.7-top_k20"],
 )
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
-@pytest.mark.parametrize("algo", [EAGLE, STANDALONE, NGRAM], ids=lambda a: a.name)
+@pytest.mark.parametrize("algo", [EAGLE, STANDALONE, NGRAM, LOOKUP_THEN_HEAD], ids=lambda a: a.name)
 def test_lossless_in_distribution_matrix(
     algo: SpecAlgorithm[Any], overlap: bool, params: dict[str, Any], models: EmbeddedModels
 ) -> None:

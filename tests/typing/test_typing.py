@@ -101,5 +101,6 @@ def test_builtins_and_readme_example_pass_strict() -> None:
     files = [HERE / "pass_builtins.py", HERE / "readme_example.py", HERE / "readme_drafter.py"]
     files.append(HERE / "gated_policy.py")  # the speculation-policy guide's own policy
     files.append(HERE / "pass_train.py")  # the training API
+    files.append(HERE / "first_match.py")  # drafters in order
     stdout, stderr, status = api.run(["--strict", *map(str, files)])
     assert status == 0, stdout + stderr
