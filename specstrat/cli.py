@@ -261,7 +261,10 @@ def build_parser() -> argparse.ArgumentParser:
         "EAGLE head is trained)",
     )
     demo.add_argument(
-        "--overlap", action=argparse.BooleanOptionalAction, default=True, help="overlap mode"
+        "--overlap",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="overlap mode (default on)"
     )
     demo.add_argument(
         "--model",

@@ -100,7 +100,7 @@ def _names(action: argparse.Action) -> str:
     if action.choices is not None and action.metavar is None:
         metavar = "{" + ",".join(str(c) for c in action.choices) + "}"
     shown = [f"{flag} {metavar}" if takes_value else flag for flag in action.option_strings]
-    return ", ".join(f"`{_cell(text)}`" for text in shown)
+    return ", ".join(f"`{text}`" for text in shown)  # a table keeps a | inside a code span
 
 
 def _default(action: argparse.Action) -> str:
@@ -110,9 +110,11 @@ def _default(action: argparse.Action) -> str:
     switch = isinstance(action, argparse._StoreTrueAction | argparse._StoreFalseAction)
     if value is None or value is argparse.SUPPRESS or switch:
         return ""
+    if isinstance(action, argparse.BooleanOptionalAction):
+        return "on" if value else "off"
     if isinstance(value, tuple | list):
         value = ",".join(str(v) for v in value)
-    return f"`{_cell(str(value))}`"
+    return f"`{value}`"
 
 
 def _help(action: argparse.Action, prog: str) -> str:

@@ -100,10 +100,11 @@ def sync_split(cell: Cell, models: LoadedModels, context_len: int) -> RunStats:
 
 
 def plan(cells: Sequence[Cell], *, warmup: int, repeats: int, overlap: bool) -> str:
-    """What will run, counted from ``cells``: every run, the contenders (one per algorithm and
-    cell, counted by algorithm) over the categories, batch sizes and draft widths they cover,
-    the rounds, and the untimed sync runs that split an overlap cell's step."""
-    by_name = ", ".join(f"{name} {n}" for name, n in Counter(c.algorithm for c in cells).items())
+    """What will run, counted from ``cells``: every run; the contenders (algorithms, baselines
+    included) and the categories, batch sizes and draft widths they cover; the cells (one per
+    contender and setting, counted by contender), the rounds, and the untimed sync runs that
+    split an overlap cell's step."""
+    per_contender = Counter(c.algorithm for c in cells)
     covered = ", ".join(
         _count(len(values), *words)
         for values, words in (
@@ -113,9 +114,11 @@ def plan(cells: Sequence[Cell], *, warmup: int, repeats: int, overlap: bool) -> 
         )
     )
     splits = sum(c.spec is not None for c in cells) if overlap else 0
+    cells_by = ", ".join(f"{name} {n}" for name, n in per_contender.items())
     line = (
         f"{len(cells) * (warmup + repeats) + splits} runs: "
-        f"{_count(len(cells), 'contender', 'contenders')} ({by_name}; {covered}) x "
+        f"{_count(len(per_contender), 'contender', 'contenders')} over {covered} = "
+        f"{_count(len(cells), 'cell', 'cells')} ({cells_by}) x "
         f"({warmup} warm-up + {_count(repeats, 'counted round', 'counted rounds')})"
     )
     if splits:

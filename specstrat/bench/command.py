@@ -263,14 +263,14 @@ def add_bench_parser(
         type=positive,
         default=8,
         metavar="N",
-        help="requests per category (default 8)",
+        help="requests per category (default %(default)s)",
     )
     bench.add_argument(
         "--max-new-tokens",
         type=positive,
         default=64,
         metavar="N",
-        help="tokens per request (default 64)",
+        help="tokens per request (default %(default)s)",
     )
     bench.add_argument(
         "--batch-size",
@@ -288,10 +288,10 @@ def add_bench_parser(
     )
     sampling_and_tree(bench)
     bench.add_argument(
-        "--warmup", type=int, default=1, metavar="N", help="uncounted rounds (default 1)"
+        "--warmup", type=int, default=1, metavar="N", help="uncounted rounds (default %(default)s)"
     )
     bench.add_argument(
-        "--repeats", type=positive, default=3, metavar="N", help="counted rounds (default 3)"
+        "--repeats", type=positive, default=3, metavar="N", help="counted rounds (default %(default)s)"
     )
     bench.add_argument(
         "--overlap",
@@ -308,7 +308,7 @@ def add_bench_parser(
         "specstrat.runtime.kv_reservation)",
     )
     bench.add_argument(
-        "--threads", type=positive, default=1, metavar="N", help="torch threads (default 1)"
+        "--threads", type=positive, default=1, metavar="N", help="torch threads (default %(default)s)"
     )
     bench.add_argument(
         "--request-rate",

@@ -67,6 +67,18 @@ def _same(shown: str, got: str, varies: tuple[str, ...]) -> bool:
 ALL = [t for page in PAGES for t in transcripts(page.read_text(), str(page.relative_to(ROOT)))]
 
 
+def test_every_block_that_starts_with_a_prompt_is_compared() -> None:
+    """A fenced block of any language or indentation whose first line is ``$ ...`` is one of
+    the transcripts above (a bare fence at the margin), so none is skipped unseen."""
+    fence = re.compile(r"^([ \t]*)```[\w-]*\n\s*\$ ", flags=re.MULTILINE)
+    for page in PAGES:
+        text = page.read_text()
+        shown = [m for m in fence.finditer(text)]
+        odd = [m[0] for m in shown if m[0] != "```\n$ "]
+        assert odd == [], f"{page}: write a transcript as a bare ``` block at the margin"
+        assert len(shown) == len(transcripts(text, str(page))), page
+
+
 def test_the_docs_show_the_transcripts_this_suite_runs() -> None:
     """The check guide, the engine page and the SGLang guide each show a transcript."""
     pages = {t.page for t in ALL}
