@@ -68,8 +68,8 @@ class DemoSummary:
     D as a string (``{"4": 44}`` for a fixed D = 4). ``acceptance_length`` is τ over drafted
     steps (D > 1); ``plain_step_share``: the share of decode request-steps at D = 1 (plain
     decoding), which τ excludes; ``acceptance_by_position`` and ``acceptance_conditional``:
-    acceptance by draft position, unconditional and conditional (``None``: never reached), the
-    bench's keys and figures (all as ``docs/glossary.md`` defines them)."""
+    acceptance by draft position, unconditional and conditional (``None``: never proposed, or
+    never reached), the bench's keys and figures (all as ``docs/glossary.md`` defines them)."""
 
     algorithm: str
     overlap: bool
@@ -83,7 +83,7 @@ class DemoSummary:
     target_tokens_per_s: float
     speed_ratio: float
     lossless: bool
-    acceptance_by_position: tuple[float, ...]
+    acceptance_by_position: tuple[float | None, ...]
     acceptance_rule_lossless: bool
     temperature: float
     lossless_check: str

@@ -209,13 +209,11 @@ class RunStats:
         return self.generated_tokens / self.seconds if self.seconds else 0.0
 
     @property
-    def acceptance_by_position(self) -> list[float]:
+    def acceptance_by_position(self) -> list[float | None]:
         """Acceptance (unconditional) by draft position 1, 2, ...: how often the position was
-        accepted when proposed, ``A_i / P_i`` (``docs/glossary.md``)."""
-        return [
-            a / p if p else 0.0
-            for a, p in zip(self.accepted_by_position, self.proposed_by_position, strict=True)
-        ]
+        accepted when proposed, ``A_i / P_i`` (:func:`acceptance_rates` over
+        :attr:`accepted_histogram`); ``None`` where no step proposed the position."""
+        return acceptance_rates(self.accepted_histogram)[0]
 
     @property
     def acceptance_conditional(self) -> list[float | None]:

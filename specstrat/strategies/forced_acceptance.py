@@ -3,12 +3,13 @@
 :class:`ForcedAcceptance` ignores what the target thinks of the drafts: along each request's
 chain (a tree's first children), draft position ``i`` is accepted with probability ``rate``
 given positions ``1..i-1`` were, so a step that proposes ``k`` drafts accepts ``a`` of them with
-``P(a >= i) = rate**i`` and mean accepted tokens per step ``tau = 1 + rate + ... + rate**k``.
-``rate=0`` accepts nothing (``tau = 1``), ``rate=1`` everything (``tau = k + 1``). The bonus
-token is the target's own choice after the last accepted draft, under each request's sampling
-parameters. Outputs are not the target's: the rule is lossy and says so (``lossless`` is
-False); pair it with requests that never stop early (``specstrat bench --force-accept``
-turns stop tokens off) so every run decodes the same number of tokens.
+``P(a >= i) = rate**i``, and τ, as ``docs/glossary.md`` defines it (tokens per drafted step:
+the accepted drafts and the bonus token), is ``1 + rate + ... + rate**k``. ``rate=0`` accepts
+nothing (``tau = 1``), ``rate=1`` everything (``tau = k + 1``). The bonus token is the
+target's own choice after the last accepted draft, under each request's sampling parameters.
+Outputs are not the target's: the rule is lossy and says so (``lossless`` is False); pair it
+with requests that never stop early (``specstrat bench --force-accept`` turns stop tokens off)
+so every run decodes the same number of tokens.
 
 Each decision is a pure function of the request's seed, the rule's ``seed`` and the draft's
 absolute position (:func:`~specstrat.kernels.rejection_sampling.uniform`), so a request's accepted

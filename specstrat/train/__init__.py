@@ -11,7 +11,7 @@ on a reduced draft vocabulary are recomputed from it) while it generates
 :func:`attach_head` attaches a saved head to a loaded model so the engine's EAGLE drafters run it.
 """
 
-from specstrat.train.agreement import Agreement, evaluate
+from specstrat.train.agreement import Agreement, chained_conditional, evaluate
 from specstrat.train.artifact import (
     FORMAT,
     HeadMismatch,
@@ -108,6 +108,7 @@ __all__ = [
     "shipped_head",
     "capture",
     "capture_sequences",
+    "chained_conditional",
     "check_lm_head",
     "check_layers",
     "default_layers",

@@ -1,8 +1,10 @@
-"""How well a head agrees with its target: chained top-1 acceptance by draft position, and the
-implied tokens per verify step (tau), measured on captured data."""
+"""How well a head agrees with its target, measured offline on captured data: the held-out
+agreement of ``docs/glossary.md``, τ and acceptance by draft position (unconditional and
+conditional) with the engine's formulas, each anchor counted as one drafted step of a chain."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TypedDict
 
 import torch
@@ -13,17 +15,19 @@ from specstrat.models import DraftHead
 from specstrat.train.capture import CapturedData
 from specstrat.train.eagle3 import Eagle3Head
 
-__all__ = ["Agreement", "evaluate"]
+__all__ = ["Agreement", "chained_conditional", "evaluate"]
 
 
 class Agreement(TypedDict):
-    """:func:`evaluate`'s answer: ``acceptance[i]``, the share of anchors whose first ``i + 1``
-    chained drafts all equal the target's greedy tokens; ``conditional[i]``, that share given
-    the first ``i`` were accepted; ``tau = 1 + sum(acceptance)``, the implied tokens per verify
-    step; ``anchors``, how many anchors were measured."""
+    """:func:`evaluate`'s answer: ``acceptance[i]``, acceptance (unconditional) of draft
+    position ``i + 1``, the share of anchors whose first ``i + 1`` chained drafts all equal the
+    target's greedy tokens; ``conditional[i]``, acceptance (conditional), that share given the
+    first ``i`` were accepted (:func:`chained_conditional`; ``None`` where no anchor reached
+    the position); ``tau = 1 + sum(acceptance)``, τ, the accepted drafts and the bonus token
+    per anchor; ``anchors``, how many anchors were measured."""
 
     acceptance: list[float]
-    conditional: list[float]
+    conditional: list[float | None]
     tau: float
     anchors: int
 
@@ -56,8 +60,19 @@ def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5
                 hits[i] += alive.sum()
             anchors += count
     acceptance = (hits / max(anchors, 1)).tolist()
-    previous = [1.0, *acceptance[:-1]]
-    conditional = [a / p if p > 0 else 0.0 for a, p in zip(acceptance, previous, strict=True)]
     return Agreement(
-        acceptance=acceptance, conditional=conditional, tau=1.0 + sum(acceptance), anchors=anchors
+        acceptance=acceptance,
+        conditional=chained_conditional(acceptance),
+        tau=1.0 + sum(acceptance),
+        anchors=anchors,
     )
+
+
+def chained_conditional(acceptance: Sequence[float]) -> list[float | None]:
+    """Acceptance (conditional) by draft position from :func:`evaluate`'s unconditional
+    ``acceptance``: every anchor proposes every position of its chain, so the anchors that
+    reached position ``i`` are those that accepted position ``i - 1`` (all of them for position
+    1), and ``A_i / R_i`` is ``acceptance[i] / acceptance[i - 1]``; ``None`` where no anchor
+    reached the position."""
+    previous = [1.0, *acceptance[:-1]]
+    return [a / p if p > 0 else None for a, p in zip(acceptance, previous, strict=True)]

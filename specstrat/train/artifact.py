@@ -3,10 +3,10 @@
 The file holds the head's weights in float16 storage, its ``d2t`` map (int64), and string
 metadata: the format, the head's shape, the target's name and the sha256 of its weights, the
 fused layers, the draft vocabulary size, the data's size and source, the training steps, the
-final loss, the measured tau and acceptance by position, the command line and specstrat's
-version. :func:`load_head`
-refuses a head whose target hash differs from the model it is loaded for (:class:`HeadMismatch`)
-and a file that is not a whole head (``ModelLoadError`` naming the file).
+final loss, the held-out τ and acceptance (unconditional) by position (the held-out agreement
+of ``docs/glossary.md``), the command line and specstrat's version. :func:`load_head` refuses
+a head whose target hash differs from the model it is loaded for (:class:`HeadMismatch`) and a
+file that is not a whole head (``ModelLoadError`` naming the file).
 
 The target's hash reads every ``state_dict`` tensor in name order, rounded to bfloat16 (so the
 model loaded in float32 or bfloat16 hashes alike), with its name and shape.
@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from specstrat.errors import ModelLoadError
+from specstrat.train.agreement import chained_conditional
 from specstrat.train.capture import raw_model
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
 
@@ -53,9 +54,9 @@ class HeadMismatch(ModelLoadError):
 class TrainedHead:
     """A head and what it was trained on: the ``target`` model's name and weights' sha256, the
     data (``data_size`` captured positions from ``data_source``), ``steps`` optimiser steps, the
-    ``final_loss``, the held-out ``tau`` (NaN when none was measured) and ``acceptance`` by
-    position (:func:`~specstrat.train.evaluate`'s; empty when none was measured), and the
-    ``command``."""
+    ``final_loss``, the held-out ``tau`` (NaN when none was measured) and ``acceptance``
+    (unconditional) by position (:func:`~specstrat.train.evaluate`'s; empty when none was
+    measured), and the ``command``; :attr:`conditional` derives from ``acceptance``."""
 
     head: Eagle3Head
     target: str
@@ -67,6 +68,12 @@ class TrainedHead:
     tau: float
     acceptance: tuple[float, ...] = ()
     command: str = ""
+
+    @property
+    def conditional(self) -> tuple[float | None, ...]:
+        """Held-out acceptance (conditional) by position, from ``acceptance``
+        (:func:`~specstrat.train.chained_conditional`)."""
+        return tuple(chained_conditional(self.acceptance))
 
     @property
     def layers(self) -> tuple[int, ...]:

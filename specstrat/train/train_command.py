@@ -158,18 +158,28 @@ def train_command(args: argparse.Namespace) -> int:
 
 
 def _summary(trained: TrainedHead, out: Path, ckpt: Path) -> str:
-    acceptance = " ".join(f"{a:.3f}" for a in trained.acceptance) or "-"
+    """What ``specstrat train`` prints: the held-out figures under the names docs/glossary.md
+    gives the held-out agreement."""
     rows = [
         ("data", f"{trained.data_size} positions from {trained.data_source}"),
         ("steps", str(trained.steps)),
         ("final loss", f"{trained.final_loss:.4f}"),
-        ("tau", f"{trained.tau:.3f} (held-out prompts, greedy)"),
-        ("acceptance", f"{acceptance} (by draft position)"),
+        ("held-out τ", f"{trained.tau:.3f} (offline: held-out prompts, greedy)"),
+        ("held-out acceptance (unconditional)", _rates(trained.acceptance)),
+        ("held-out acceptance (conditional)", _rates(trained.conditional)),
         ("layers", ",".join(str(x) for x in trained.layers)),
         ("head", str(out)),
         ("checkpoint", f"{ckpt} (--resume it to continue; delete it once done)"),
     ]
-    return "\n".join(f"{name:<11} {value}" for name, value in rows)
+    width = max(len(name) for name, _ in rows) + 2  # two spaces at least: labels hold one
+    return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
+
+
+def _rates(rates: tuple[float | None, ...]) -> str:
+    """Rates by draft position, position 1 first: three decimals each, ``-`` where no anchor
+    reached the position (or none was measured)."""
+    shown = " ".join("-" if r is None else f"{r:.3f}" for r in rates)
+    return f"{shown} (by draft position)" if shown else "-"
 
 
 def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:

@@ -1,15 +1,17 @@
-"""One vocabulary for τ and acceptance by position: every label ``specstrat demo`` and
-``specstrat bench`` print or plot for them, and every JSON key that holds them, is a name
-docs/glossary.md gives that term; the retired labels appear in no output, doc or source."""
+"""One vocabulary for τ and acceptance by position: every label ``specstrat demo``,
+``specstrat bench`` and ``specstrat train`` print or plot for them, and every JSON key that holds
+them, is a name docs/glossary.md gives that term; the refused labels appear in no output, doc
+or source."""
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import matplotlib.figure
 import pytest
+import torch
 
 from specstrat.bench.plots import write_plots
 from specstrat.bench.report import render, rows_table, spec_bench_tables
@@ -17,6 +19,8 @@ from specstrat.bench.rows import BenchRow
 from specstrat.bench.run import TAU_FORMULA, BenchResult
 from specstrat.demo import DemoSummary, run_demo
 from specstrat.runtime import acceptance_rates
+from specstrat.train import Eagle3Config, Eagle3Head, TrainedHead
+from specstrat.train.train_command import _summary
 
 ROOT = Path(__file__).resolve().parents[2]
 GLOSSARY = (ROOT / "docs" / "glossary.md").read_text()
@@ -26,14 +30,20 @@ TERMS = {
     "tau": "**τ** (tau, acceptance length)",
     "unconditional": "**acceptance by position** (unconditional)",
     "conditional": "**acceptance by position** (conditional)",
+    "held_out": "**held-out agreement** (τ and acceptance by position, offline)",
 }
+#: The terms the engine's figures (demo, bench) name; ``held_out`` is ``specstrat train``'s.
+ENGINE = ("tau", "unconditional", "conditional")
 
-#: A text that names τ or an acceptance figure.
-MENTION = re.compile(r"τ|\btau\b|acceptance|accepted by", re.IGNORECASE)
+#: A text that speaks of τ or an acceptance figure: τ or tau, the Greek alpha (U+03B1, a rate's
+#: usual letter), any word from "accept" (accepted, acceptance, accept rate), and "acc" alone
+#: or as a prefix (acc, acc., acc_rate).
+MENTION = re.compile(r"τ|\u03b1|\btau\b|accept|\bacc(?![a-z])", re.IGNORECASE)
 
-#: Labels retired for the glossary's: τ was "mean acceptance length"; acceptance by position
-#: says which of the two it is.
-RETIRED = re.compile(
+#: Labels refused wherever they appear: "mean acceptance length" (τ's glossary names say
+#: tokens per drafted step), and "accepted by position" or "cond. acceptance" (acceptance by
+#: position says which of the two it is).
+REFUSED = re.compile(
     r"mean acceptance length|accepted by position(?! \((un)?conditional\))|cond\. acceptance",
     re.IGNORECASE,
 )
@@ -63,17 +73,28 @@ def _terms_named(label: str) -> set[str]:
 
 
 def _unnamed(text: str) -> str | None:
-    """What ``text`` still says of τ or acceptance once every glossary name is taken out
-    (``None``: nothing, so every mention in it is a glossary name)."""
+    """What ``text`` still says of τ or acceptance once every glossary name standing alone
+    (not inside a longer word, such as ``τ/step``) is taken out (``None``: nothing, so every
+    mention in it is a glossary name)."""
     for name in ALL_NAMES:
-        text = text.replace(name, " ")
+        text = re.sub(rf"(?<![\w/.-]){re.escape(name)}(?![\w/.-])", " ", text)
     found = MENTION.search(text)
     return None if found is None else found[0]
 
 
+def _stray(labels: Iterable[str]) -> list[str]:
+    """The labels that speak of τ or acceptance but are not exactly one term's glossary name."""
+    return [label for label in labels if MENTION.search(label) and len(_terms_named(label)) != 1]
+
+
 def _table_labels(table: str) -> list[str]:
-    """The first column of an aligned ``label  value`` table."""
+    """The first column of an aligned ``label  value`` table (two spaces or more between)."""
     return [re.split(r"\s{2,}", line, maxsplit=1)[0] for line in table.splitlines()]
+
+
+def _plant(table: str, label: str) -> str:
+    """``table`` with one more ``label  value`` row."""
+    return f"{table}\n{label}  0.50"
 
 
 @pytest.fixture(scope="module")
@@ -127,23 +148,54 @@ def bench() -> BenchResult:
     return BenchResult(rows, setup, (TAU_FORMULA,), {}, ("code",))
 
 
+@pytest.fixture(scope="module")
+def train_summary() -> str:
+    """What ``specstrat train`` prints after a run, for a made-up head (nothing trains)."""
+    config = Eagle3Config(
+        hidden_size=8,
+        heads=2,
+        kv_heads=1,
+        head_dim=4,
+        intermediate_size=16,
+        rope_theta=10000.0,
+        rms_eps=1e-6,
+        vocab_size=16,
+        layers=(0, 1, 2),
+        draft_vocab_size=4,
+    )
+    head = Eagle3Head(config, torch.arange(4), torch.zeros(16, 8))
+    trained = TrainedHead(
+        head=head,
+        target="tiny",
+        target_sha256="0" * 64,
+        data_size=100,
+        data_source="prompts.jsonl",
+        steps=4,
+        final_loss=2.5,
+        tau=1.5,
+        acceptance=(0.3, 0.15, 0.05, 0.0, 0.0),
+    )
+    return _summary(trained, Path("head.safetensors"), Path("head.ckpt"))
+
+
 def test_the_glossary_names_each_term() -> None:
-    """The glossary names τ and both acceptance figures, in code, JSON and print."""
+    """The glossary names τ, both acceptance figures and the held-out agreement, in code, JSON
+    and print."""
     assert {"τ", "tau", "acceptance_length", "RunStats.acceptance_length"} <= NAMES["tau"]
     assert {"acceptance_by_position", "RunStats.acceptance_by_position"} <= NAMES["unconditional"]
     assert {"acceptance_conditional", "RunStats.acceptance_conditional"} <= NAMES["conditional"]
+    assert {"TrainedHead.tau", "TrainedHead.acceptance", "held-out τ"} <= NAMES["held_out"]
 
 
 def test_the_demo_table_labels_are_glossary_names(summary: DemoSummary) -> None:
     """The demo table labels τ and both acceptance figures, each by one term's glossary name."""
     table = summary.table()
+    assert _stray(_table_labels(table)) == []
     figures = [label for label in _table_labels(table) if MENTION.search(label)]
-    named = [_terms_named(label) for label in figures]
-    assert all(len(terms) == 1 for terms in named), figures
-    assert sorted(t for terms in named for t in terms) == sorted(TERMS)
+    assert sorted(t for label in figures for t in _terms_named(label)) == sorted(ENGINE)
     assert [_unnamed(line) for line in table.splitlines() if _unnamed(line)] == []
     assert "plain steps (D=1)" in table
-    assert RETIRED.search(table) is None
+    assert REFUSED.search(table) is None
 
 
 def test_the_json_keys_are_glossary_names(summary: DemoSummary, bench: BenchResult) -> None:
@@ -152,7 +204,7 @@ def test_the_json_keys_are_glossary_names(summary: DemoSummary, bench: BenchResu
         figures = [k for k in keys if FIGURE_KEY.search(k)]
         named = [_terms_named(k) for k in figures]
         assert all(len(terms) == 1 for terms in named), figures
-        assert sorted(t for terms in named for t in terms) == sorted(TERMS)
+        assert sorted(t for terms in named for t in terms) == sorted(ENGINE)
     demo, row = summary.as_dict(), bench.rows[1].as_dict()
     assert demo["acceptance_length"] == summary.acceptance_length
     for key in ("acceptance_by_position", "acceptance_conditional"):
@@ -169,7 +221,7 @@ def test_the_bench_tables_use_glossary_names(bench: BenchResult) -> None:
     column = r"(?<!\S){}(?!\S)"
     assert any(re.search(column.format(re.escape(n)), header) for n in NAMES["tau"])
     assert any(header.endswith(name) for name in NAMES["conditional"] - NAMES["unconditional"])
-    assert RETIRED.search(render(bench)) is None
+    assert REFUSED.search(render(bench)) is None
 
 
 def _texts(fig: Any) -> Iterator[str]:
@@ -192,7 +244,48 @@ def test_the_bench_plots_use_glossary_names(
     write_plots(bench, tmp_path)
     assert [(t, _unnamed(t)) for t in texts if _unnamed(t)] == []
     exact = [terms for t in texts if len(terms := _terms_named(t)) == 1]
-    assert {t for terms in exact for t in terms} == set(TERMS)
+    assert {t for terms in exact for t in terms} == set(ENGINE)
+
+
+def test_the_train_summary_labels_are_held_out_names(train_summary: str) -> None:
+    """``specstrat train`` labels its held-out τ and acceptance (unconditional, conditional) by
+    the glossary's names for the held-out agreement, one line each."""
+    labels = _table_labels(train_summary)
+    assert _stray(labels) == []
+    figures = [label for label in labels if MENTION.search(label)]
+    assert figures == [
+        "held-out τ",
+        "held-out acceptance (unconditional)",
+        "held-out acceptance (conditional)",
+    ]
+    assert all(_terms_named(label) == {"held_out"} for label in figures)
+    assert [_unnamed(line) for line in train_summary.splitlines() if _unnamed(line)] == []
+    assert "0.300 0.500 0.333 0.000 - (by draft position)" in train_summary  # conditional
+
+
+#: Labels a new row or column might use for τ or acceptance that are no glossary name.
+PLANTED = (
+    "accepted",
+    "accept rate",
+    "acc",
+    "acc_rate",
+    "mean accepted drafts",
+    "mean acceptance length",
+    "acceptance",
+    "τ/step",
+    "\u03b1",
+)
+
+
+@pytest.mark.parametrize("label", PLANTED)
+def test_a_planted_label_is_refused(
+    label: str, summary: DemoSummary, train_summary: str, bench: BenchResult
+) -> None:
+    """A table row or column labelled other than by a glossary name fails the checks above."""
+    for table in (summary.table(), train_summary):
+        assert _stray(_table_labels(_plant(table, label))) == [label]
+    header = rows_table(bench.rows).splitlines()[0]
+    assert _unnamed(f"{header} {label}") is not None
 
 
 def _pages() -> list[Path]:
@@ -205,12 +298,12 @@ def _pages() -> list[Path]:
     ]
 
 
-def test_no_doc_or_source_uses_a_retired_label() -> None:
-    """No doc, README or source line uses a retired label for τ or acceptance by position."""
+def test_no_doc_or_source_uses_a_refused_label() -> None:
+    """No doc, README or source line uses a refused label for τ or acceptance by position."""
     found = [
         f"{page.relative_to(ROOT)}:{n}: {line.strip()}"
         for page in _pages()
         for n, line in enumerate(page.read_text().splitlines(), 1)
-        if RETIRED.search(line)
+        if REFUSED.search(line)
     ]
     assert found == []

@@ -102,7 +102,7 @@ def test_acceptance_by_position_and_trace(models: EmbeddedModels) -> None:
     assert len(stats.proposed_by_position) == 3  # D = 4: three drafts per step
     accepted = stats.accepted_by_position
     assert accepted == sorted(accepted, reverse=True)
-    assert all(0 <= rate <= 1 for rate in stats.acceptance_by_position)
+    assert all(rate is not None and 0 <= rate <= 1 for rate in stats.acceptance_by_position)
     for record in records:
         drafted = [record["drafts"][node] for node in record["accepted"]]
         kept = record["tokens"]  # cut at the budget or a stop: a prefix of drafts + bonus

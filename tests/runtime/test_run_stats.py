@@ -13,7 +13,15 @@ import specstrat
 from specstrat import EAGLE, NGRAM
 from specstrat.bench import figures
 from specstrat.demo import run_comparison
-from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats, workload
+from specstrat.runtime import (
+    EmbeddedModels,
+    Engine,
+    EngineConfig,
+    Request,
+    RunStats,
+    acceptance_rates,
+    workload,
+)
 from specstrat.speculation import SpeculationObservation
 from specstrat.testing import ForcedAcceptance, ScriptedSpeculationPolicy
 
@@ -102,6 +110,24 @@ def test_target_only_has_no_verify_statistics() -> None:
     stats = RunStats()
     assert (stats.acceptance_length, stats.verified_per_step) == (1.0, 1.0)
     assert stats.accepted_histogram == {}
+    assert stats.acceptance_by_position == stats.acceptance_conditional == []
+
+
+def test_acceptance_by_position_is_acceptance_rates_over_the_histogram(
+    models: EmbeddedModels,
+) -> None:
+    """RunStats' acceptance (unconditional and conditional) is acceptance_rates over its
+    histogram, equal to its per-position counters' ratio; a position no step proposed is None."""
+    stats = _run(EAGLE, models, False).stats
+    unconditional, conditional = acceptance_rates(stats.accepted_histogram)
+    assert (stats.acceptance_by_position, stats.acceptance_conditional) == (
+        unconditional,
+        conditional,
+    )
+    counters = zip(stats.accepted_by_position, stats.proposed_by_position, strict=True)
+    assert unconditional == [a / p for a, p in counters]
+    unobserved = RunStats(accepted_histogram={1: [2, 1], 3: [0, 0, 0, 0]})
+    assert unobserved.acceptance_by_position == [1 / 3, None, None]
 
 
 def test_first_and_last_token_times_per_request(models: EmbeddedModels) -> None:
@@ -158,7 +184,7 @@ def test_policy_stats_trace_demo_and_bench_see_the_same_run(
     """Under a policy mixing D = 1 and drafted steps, the policy's answers are RunStats.widths
     and the trace's widths, its last view of acceptance is RunStats', and demo --json and the
     bench's figures report RunStats' tau (drafted steps only), plain-step share and acceptance
-    (conditional)."""
+    (unconditional and conditional)."""
     policy = _Observing(ScriptedSpeculationPolicy(SCRIPT))
     algo = replace(EAGLE, name="EAGLE_MIXED", speculation=policy)
     config = replace(CONFIG, overlap=overlap)
@@ -193,6 +219,7 @@ def test_policy_stats_trace_demo_and_bench_see_the_same_run(
     assert data["acceptance_length"] == stats.acceptance_length == figures.tau([stats])
     assert data["plain_step_share"] == stats.plain_step_share == figures.plain_step_share([stats])
     assert data["acceptance_conditional"] == stats.acceptance_conditional
+    assert data["acceptance_by_position"] == stats.acceptance_by_position
     assert data["width_histogram"] == {str(w): n for w, n in stats.width_histogram.items()}
 
 

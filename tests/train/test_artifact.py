@@ -13,6 +13,7 @@ from specstrat.train import (
     Eagle3Head,
     HeadMismatch,
     TrainedHead,
+    chained_conditional,
     load_head,
     save_head,
     target_sha256,
@@ -103,3 +104,19 @@ def test_tau_may_be_unmeasured(tmp_path: Path, llama: Any, trained: TrainedHead)
 
     path = save_head(tmp_path / "head.safetensors", replace(trained, tau=math.nan))
     assert math.isnan(load_head(path, llama).tau)
+
+
+def test_conditional_acceptance_derives_from_the_stored_acceptance(
+    tmp_path: Path, llama: Any, trained: TrainedHead
+) -> None:
+    """TrainedHead.conditional is each position's acceptance over the previous one's (every
+    anchor proposes every position), None past the last position any anchor reached, and comes
+    back from the file with the acceptance it derives from."""
+    from dataclasses import replace
+
+    head = replace(trained, acceptance=(0.5, 0.25, 0.0, 0.0))
+    assert head.conditional == (0.5, 0.5, 0.0, None)
+    assert head.conditional == tuple(chained_conditional(head.acceptance))
+    assert load_head(save_head(tmp_path / "head.safetensors", head), llama).conditional == (
+        head.conditional
+    )

@@ -65,8 +65,8 @@ def test_train_writes_the_head_its_checkpoint_and_a_summary(
     trained: tuple[list[str], Path, str], model_dir: Path, prompts_file: Path
 ) -> None:
     """The head loads for its target and records the command line and the prompts file; the
-    checkpoint of the last epoch lies beside it; the summary names data, steps, loss, tau,
-    acceptance by position and the path."""
+    checkpoint of the last epoch lies beside it; the summary names data, steps, loss, the
+    held-out τ and acceptance by position (unconditional and conditional) and the path."""
     argv, out, printed = trained
     head = load_head(out, load(model_dir).target)
     assert head.command == shlex.join(["specstrat", *argv])
@@ -75,10 +75,25 @@ def test_train_writes_the_head_its_checkpoint_and_a_summary(
     assert len(head.acceptance) == 5
     checkpoint = read_checkpoint(out.with_suffix(".ckpt"))
     assert (checkpoint.epoch, checkpoint.step) == (2, 4)
-    for label in ("data", "steps", "final loss", "tau", "acceptance", "head", "checkpoint"):
-        assert f"\n{label} " in f"\n{printed}", label
-    assert f"head        {out}" in printed
-    assert f"data        {head.data_size} positions from {prompts_file.resolve()}" in printed
+    split = (re.split(r" {2,}", line, maxsplit=1) for line in printed.splitlines())
+    rows = {label: value for label, value in split}
+    assert list(rows) == [
+        "data",
+        "steps",
+        "final loss",
+        "held-out τ",
+        "held-out acceptance (unconditional)",
+        "held-out acceptance (conditional)",
+        "layers",
+        "head",
+        "checkpoint",
+    ]
+    assert rows["head"] == str(out)
+    assert rows["data"] == f"{head.data_size} positions from {prompts_file.resolve()}"
+    assert rows["held-out τ"].startswith(f"{head.tau:.3f} ")
+    unconditional = " ".join(f"{a:.3f}" for a in head.acceptance)
+    assert rows["held-out acceptance (unconditional)"] == f"{unconditional} (by draft position)"
+    assert rows["held-out acceptance (conditional)"].endswith(" (by draft position)")
 
 
 def _no_generation(*args: object, **kwargs: object) -> NoReturn:
