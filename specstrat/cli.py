@@ -264,7 +264,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--overlap",
         action=argparse.BooleanOptionalAction,
         default=True,
-        help="overlap mode (default on)"
+        help="overlap mode (default on)",
     )
     demo.add_argument(
         "--model",

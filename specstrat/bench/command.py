@@ -291,7 +291,11 @@ def add_bench_parser(
         "--warmup", type=int, default=1, metavar="N", help="uncounted rounds (default %(default)s)"
     )
     bench.add_argument(
-        "--repeats", type=positive, default=3, metavar="N", help="counted rounds (default %(default)s)"
+        "--repeats",
+        type=positive,
+        default=3,
+        metavar="N",
+        help="counted rounds (default %(default)s)",
     )
     bench.add_argument(
         "--overlap",
@@ -308,7 +312,11 @@ def add_bench_parser(
         "specstrat.runtime.kv_reservation)",
     )
     bench.add_argument(
-        "--threads", type=positive, default=1, metavar="N", help="torch threads (default %(default)s)"
+        "--threads",
+        type=positive,
+        default=1,
+        metavar="N",
+        help="torch threads (default %(default)s)",
     )
     bench.add_argument(
         "--request-rate",
