@@ -112,6 +112,7 @@ def _demo(args: argparse.Namespace) -> int:
             context_len=args.context_len or 512,
             max_running_requests=args.batch_size or 16,
             prompts=args.prompt or (),
+            rounds=_rounds(args),
         )
     finally:
         if trace is not None:
@@ -122,6 +123,11 @@ def _demo(args: argparse.Namespace) -> int:
         print(summary.table())
     # A lossless rule whose output differs from target-only is a failure; a lossy one says so.
     return 0 if summary.lossless or not summary.acceptance_rule_lossless else 1
+
+
+def _rounds(args: argparse.Namespace) -> int:
+    """``--rounds``, else 3 (1 with ``--disagg``: each round would start a prefill process)."""
+    return int(args.rounds) if args.rounds else 1 if args.disagg else 3
 
 
 def _cache(args: argparse.Namespace) -> int:
@@ -183,6 +189,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
             sampling=sampling,
             disagg=args.disagg,
             prompts=args.prompt or (),
+            rounds=_rounds(args),
         )
     finally:
         if trace is not None:
@@ -327,6 +334,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         default=4,
         help="D, num_draft_tokens (with a tree: its verify budget, root included)",
+    )
+    demo.add_argument(
+        "--rounds",
+        type=_positive,
+        metavar="N",
+        help="interleaved timed rounds of target-only and the algorithm, each on a fresh engine; "
+        "the speed ratio is their median, printed with its range (default 3; 1 with --disagg, "
+        "where each round starts a prefill process)",
     )
     demo.add_argument(
         "--disagg", action="store_true", help="prefill in a second process (torch.distributed)"

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
 import torch
 from tqdm import tqdm
 
+from specstrat._demo_summary import DemoSummary as DemoSummary
+from specstrat._demo_summary import RequestRecord as RequestRecord
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig
@@ -39,122 +41,6 @@ __all__ = [
     "run_demo",
     "workload",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class RequestRecord:
-    """One request of a demo run: ``prompt_ids`` exactly as the target saw them, ``output_ids``
-    the speculative run's kept tokens."""
-
-    rid: str
-    prompt_ids: tuple[int, ...]
-    output_ids: tuple[int, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class DemoSummary:
-    """The demo's figures. ``requests``: every request's ids (:class:`RequestRecord`);
-    ``num_requests``: their count (``requests`` was that count in 0.3). ``topk``/``num_steps``:
-    the draft tree (topk 1 is a chain); ``draft_worker_verify_forwards``: TARGET_VERIFY forwards
-    the draft worker ran (a block drafter's); ``draft_worker_tokens_per_req``: their ``T_draft``
-    (0: none). ``temperature``, ``top_p``, ``top_k``, ``seed``: the sampling parameters (request
-    ``i`` samples with ``seed + i``). ``model``: what ran (``embedded`` or a model's path);
-    ``ties``: divergences certified as numerical ties (Hugging Face models, see
-    :mod:`specstrat.hf.reference`). ``verified_per_step``: target tokens verified per request
-    per verify step (``T``, or drafts + 1 under ragged verify; 1.0 without speculation);
-    ``max_running_requests`` and ``context_len``: the engine's limits. The tokens/s and the
-    speed ratio come from :mod:`specstrat.timing` (one round each, target-only first).
-    ``width_histogram``: decode steps per D the algorithm's speculation policy chose, keyed by
-    D as a string (``{"4": 44}`` for a fixed D = 4). ``acceptance_length`` is τ over drafted
-    steps (D > 1); ``plain_step_share``: the share of decode request-steps at D = 1 (plain
-    decoding), which τ excludes; ``acceptance_by_position`` and ``acceptance_conditional``:
-    acceptance by draft position, unconditional and conditional (``None``: never proposed, or
-    never reached), the bench's keys and figures (all as ``docs/glossary.md`` defines them)."""
-
-    algorithm: str
-    overlap: bool
-    disagg: bool
-    num_draft_tokens: int
-    requests: tuple[RequestRecord, ...]
-    num_requests: int
-    tokens: int
-    acceptance_length: float
-    spec_tokens_per_s: float
-    target_tokens_per_s: float
-    speed_ratio: float
-    lossless: bool
-    acceptance_by_position: tuple[float | None, ...]
-    acceptance_rule_lossless: bool
-    temperature: float
-    lossless_check: str
-    topk: int
-    num_steps: int
-    draft_worker_verify_forwards: int = 0
-    draft_worker_tokens_per_req: int = 0
-    top_p: float = 1.0
-    top_k: int = 0
-    seed: int = 0
-    model: str = "embedded"
-    ties: int = 0
-    verified_per_step: float = 1.0
-    max_running_requests: int = 16
-    context_len: int = 512
-    width_histogram: dict[str, int] = field(default_factory=dict)
-    plain_step_share: float = 0.0
-    acceptance_conditional: tuple[float | None, ...] = ()
-
-    def _setup(self) -> str:
-        parts = [f"D={self.num_draft_tokens}", f"overlap {'on' if self.overlap else 'off'}"]
-        if self.topk > 1:
-            parts.append(f"tree topk {self.topk}, {self.num_steps} steps")
-        if self.temperature:
-            parts.append(f"temperature {self.temperature:g}")
-        if self.disagg:
-            parts.append("prefill/decode in 2 processes")
-        return f"{self.algorithm} ({', '.join(parts)})"
-
-    def _sampling(self) -> str:
-        kind = "greedy" if not self.temperature else f"temperature {self.temperature:g}"
-        return f"{kind}, top_p {self.top_p:g}, top_k {self.top_k}, seed {self.seed}"
-
-    def table(self) -> str:
-        """The summary as aligned text."""
-        rows = [
-            ("algorithm", self._setup()),
-            ("model", self.model),
-            ("requests", str(self.num_requests)),
-            ("tokens", str(self.tokens)),
-            ("sampling", self._sampling()),
-            ("τ (tokens per drafted step)", f"{self.acceptance_length:.2f}"),
-            ("verified per step", f"{self.verified_per_step:.2f} target tokens per request"),
-            ("acceptance (unconditional)", _rates(self.acceptance_by_position)),
-            ("acceptance (conditional)", _rates(self.acceptance_conditional)),
-            ("tokens/s with speculation", f"{self.spec_tokens_per_s:.1f}"),
-            ("tokens/s target-only", f"{self.target_tokens_per_s:.1f}"),
-            ("speed ratio", f"{self.speed_ratio:.2f}x"),
-            ("lossless", f"{'yes' if self.lossless else 'no'} ({self.lossless_check})"),
-        ]
-        if len(self.width_histogram) > 1:  # a speculation policy chose D per step
-            steps = ", ".join(f"D={w}: {n}" for w, n in self.width_histogram.items())
-            rows.insert(-1, ("decode steps by D", steps))
-        if 0.0 < self.plain_step_share < 1.0:  # beside tau, which counts drafted steps only
-            share = f"{self.plain_step_share:.0%} of request-steps (not in τ)"
-            rows.insert(6, ("plain steps (D=1)", share))
-        if self.draft_worker_verify_forwards:
-            forwards = f"{self.draft_worker_verify_forwards} forwards"
-            rows.insert(
-                -1, ("draft-worker verify", f"{forwards}, T={self.draft_worker_tokens_per_req}")
-            )
-        return "\n".join(f"{k:<28} {v}" for k, v in rows)
-
-    def as_dict(self) -> dict[str, Any]:
-        """The summary as JSON-ready values."""
-        return asdict(self)
-
-
-def _rates(rates: Sequence[float | None]) -> str:
-    """Rates by position as text: two decimals each, ``-`` where unobserved (or none at all)."""
-    return " ".join("-" if r is None else f"{r:.2f}" for r in rates) or "-"
 
 
 class ProgressBar:
@@ -205,6 +91,7 @@ def run_demo(
     context_len: int = 512,
     max_running_requests: int = 16,
     prompts: Sequence[str] = (),
+    rounds: int = 1,
 ) -> tuple[DemoSummary, dict[str, list[int]]]:
     """Run the embedded workload with ``algo`` and target-only; the summary and spec outputs.
 
@@ -243,6 +130,7 @@ def run_demo(
         disagg=disagg,
         trace=trace,
         sampling=sampling,
+        rounds=rounds,
     )
     return run.summary, run.spec_outputs
 
@@ -259,8 +147,10 @@ def run_comparison(
     sampling: SamplingParams = GREEDY,
     model_name: str = "embedded",
     loader: ModelLoader | None = None,
+    rounds: int = 1,
 ) -> DemoRun:
-    """Run ``requests`` with ``algo`` and with target-only decoding on ``models``.
+    """Run ``requests`` with ``algo`` and with target-only decoding on ``models``, ``rounds``
+    interleaved rounds of each (target-only first in each round, each on a fresh engine).
 
     Both engines are built (and their configuration checked) before either runs. With
     ``disagg`` the speculative run prefills in a second process and decodes here
@@ -279,11 +169,20 @@ def run_comparison(
     baseline = Engine(get("NONE"), models, config)
     spec = Engine(spec_algo, models, config)  # checks D against the context before any run
     torch.manual_seed(0)
+    engines = {"target-only": baseline, "speculative": spec}
     stats: list[RunStats] = [spec.stats]
+    traced = [trace]  # the first speculative round writes the trace; later rounds repeat it
+
+    def fresh(name: str, algorithm: SpecAlgorithm[Any]) -> None:
+        """Each round on a new engine: every round starts alike and counts only itself."""
+        if engines[name].stats.generated_tokens:
+            engines[name] = Engine(algorithm, models, config)
 
     def speculative() -> dict[str, list[int]]:
         if not disagg:
-            return _timed(spec, requests, spec_algo.name, progress, trace)
+            out = _timed(engines["speculative"], requests, spec_algo.name, progress, traced[0])
+            stats[0], traced[0] = engines["speculative"].stats, None
+            return out
         from specstrat.runtime import run_disaggregated  # spawns a process
 
         bar = ProgressBar(spec_algo.name) if progress else None
@@ -297,19 +196,28 @@ def run_comparison(
         stats[0] = result.stats
         return result.outputs
 
-    # One round of each, target-only first, through the bench's timing core.
+    def target_only() -> dict[str, list[int]]:
+        return _timed(engines["target-only"], requests, "target-only", progress)
+
+    # Interleaved rounds, target-only first in each, through the bench's timing core.
     timings = interleaved(
         [
-            Contender("target-only", lambda: _timed(baseline, requests, "target-only", progress)),
-            Contender("speculative", speculative),
+            Contender("target-only", target_only, lambda: fresh("target-only", get("NONE"))),
+            Contender("speculative", speculative, lambda: fresh("speculative", spec_algo)),
         ],
-        rounds=1,
+        rounds=rounds,
         warmup=0,
     )
     base_out, spec_out = timings["target-only"].outputs, timings["speculative"].outputs
     spec_stats = stats[0]
     d = config.num_draft_tokens
-    lossless, note = _lossless(spec_algo, spec_out == base_out, sampling, models, d)
+    same = all(
+        out == base_out
+        for name in ("target-only", "speculative")
+        for out in timings[name].round_outputs or (timings[name].outputs,)
+    )
+    lossless, note = _lossless(spec_algo, same, sampling, models, d)
+    speed = ratio(timings, "speculative", "target-only")
     summary = DemoSummary(
         algorithm=spec_algo.name,
         overlap=config.overlap,
@@ -323,7 +231,10 @@ def run_comparison(
         acceptance_length=spec_stats.acceptance_length,
         spec_tokens_per_s=timings["speculative"].tokens_per_s,
         target_tokens_per_s=timings["target-only"].tokens_per_s,
-        speed_ratio=ratio(timings, "speculative", "target-only").median,
+        speed_ratio=speed.median,
+        speed_ratio_min=min(speed.per_round),
+        speed_ratio_max=max(speed.per_round),
+        rounds=rounds,
         lossless=lossless,
         acceptance_by_position=tuple(spec_stats.acceptance_by_position),
         acceptance_conditional=tuple(spec_stats.acceptance_conditional),

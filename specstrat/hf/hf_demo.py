@@ -8,7 +8,6 @@ equal ``generate``'s, token for token, except at certified numerical ties
 
 from __future__ import annotations
 
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
@@ -23,6 +22,7 @@ from specstrat.hf.loader import HFModels
 from specstrat.hf.process_loader import HFLoader
 from specstrat.hf.reference import ReferenceCheck, compare, generate_reference
 from specstrat.runtime import Engine, EngineConfig, Request, kv_reservation
+from specstrat.timing import Contender, interleaved
 
 __all__ = ["HFDemo", "code_requests", "default_context_len", "prompt_requests", "run_hf_demo"]
 
@@ -80,7 +80,7 @@ class HFDemo:
     def lines(self) -> list[str]:
         """Comparison and sample lines for the console. transformers' tokens/s is printed only
         beside specstrat's target-only on the same requests at the same batch size (1, the
-        size transformers' ``generate`` runs here), timed back to back; the batched run's
+        size transformers' ``generate`` runs here), in interleaved rounds; the batched run's
         figures are on their own line."""
         out = []
         if self.reference is not None:
@@ -88,8 +88,9 @@ class HFDemo:
             ours, theirs = self.target_batch1_tokens_per_s, self.generate_tokens_per_s
             out.append(f"target-only vs transformers generate: {self.reference.line()}")
             out.append(
-                f"tokens/s, first {self.generate_requests} requests at batch size 1, one round "
-                f"each: transformers generate {theirs:.1f}, specstrat target-only {ours:.1f} "
+                f"tokens/s, first {self.generate_requests} requests at batch size 1, "
+                f"{_rounds(s.rounds)} interleaved: transformers generate {theirs:.1f}, "
+                f"specstrat target-only {ours:.1f} "
                 f"({ours / max(theirs, 1e-9):.2f}x)"
             )
             out.append(
@@ -99,6 +100,10 @@ class HFDemo:
             )
         out.append(f"sample ({self.summary.requests[0].rid}): {self.sample!r}")
         return out
+
+
+def _rounds(n: int) -> str:
+    return "1 round" if n == 1 else f"median of {n} rounds"
 
 
 def default_context_len(
@@ -127,6 +132,7 @@ def run_hf_demo(
     sampling: SamplingParams = GREEDY,
     disagg: bool = False,
     prompts: Sequence[str] = (),
+    rounds: int = 1,
 ) -> HFDemo:
     """Run the code-editing workload with ``algo`` and target-only on ``models``.
 
@@ -164,6 +170,7 @@ def run_hf_demo(
         model_name=models.source,
         disagg=disagg,
         loader=_loader(models) if disagg else None,
+        rounds=rounds,
     )
     summary = run.summary
     reference = None
@@ -172,15 +179,25 @@ def run_hf_demo(
         lm = models.target
         subset = requests[: max(1, compare_requests)]
         generate_reference(lm, [replace(subset[0], rid="warm-up", max_new_tokens=2)])
-        start = time.perf_counter()
-        want = generate_reference(lm, subset, pad_token_id=_pad(models))
-        seconds = time.perf_counter() - start
-        generate_tps = sum(len(v) for v in want.values()) / max(seconds, 1e-9)
-        # Like for like: specstrat's target-only on the same requests at batch size 1.
-        single = Engine(NONE, models, replace(config, max_running_requests=1))
-        start = time.perf_counter()
-        done = single.run(list(subset))
-        batch1_tps = sum(len(v) for v in done.values()) / max(time.perf_counter() - start, 1e-9)
+        single: list[Engine] = []
+
+        def fresh_single() -> None:
+            single[:] = [Engine(NONE, models, replace(config, max_running_requests=1))]
+
+        # Like for like: specstrat's target-only on the same requests at batch size 1,
+        # interleaved round by round with transformers' generate.
+        paired = interleaved(
+            [
+                Contender(
+                    "generate", lambda: generate_reference(lm, subset, pad_token_id=_pad(models))
+                ),
+                Contender("target-only", lambda: single[0].run(list(subset)), fresh_single),
+            ],
+            rounds=rounds,
+            warmup=0,
+        )
+        want = paired["generate"].outputs
+        generate_tps, batch1_tps = (paired[n].tokens_per_s for n in ("generate", "target-only"))
         reference = compare(lm, subset, run.target_outputs, want)
         spec_check = compare(lm, requests, run.spec_outputs, run.target_outputs)
         lossless = spec_check.lossless and reference.lossless and summary.acceptance_rule_lossless

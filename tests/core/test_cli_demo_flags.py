@@ -3,6 +3,8 @@
 target tokens verified per step), every earlier JSON key kept."""
 
 import json
+import re
+from pathlib import Path
 
 import pytest
 
@@ -94,3 +96,31 @@ def test_a_prompt_that_does_not_fit_is_refused(capsys: pytest.CaptureFixture[str
     """A prompt plus budget past --context-len is one named error line, exit 2."""
     assert main(["demo", "--prompt", "x" * 200, "--context-len", "64"]) == 2
     assert "exceeds context_len=64" in capsys.readouterr().err
+
+
+def test_rounds_time_each_side_several_times_and_count_one_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    """--rounds 2: the ratio's median within its range, tokens and the trace of one run."""
+    argv = ["--algo", "NGRAM", "--requests", "2", "--max-new-tokens", "8"]
+    one = _demo_json(capsys, *argv, "--rounds", "1", "--trace", str(tmp_path / "one.jsonl"))
+    two = _demo_json(capsys, *argv, "--rounds", "2", "--trace", str(tmp_path / "two.jsonl"))
+    assert (one["rounds"], two["rounds"]) == (1, 2)
+    assert two["tokens"] == one["tokens"]
+    low, mid, high = (
+        float(str(two[k])) for k in ("speed_ratio_min", "speed_ratio", "speed_ratio_max")
+    )
+    assert low <= mid <= high
+    lines = [(tmp_path / f"{n}.jsonl").read_text().count("\n") for n in ("one", "two")]
+    assert lines[0] == lines[1] > 0
+    assert main(["demo", "--no-overlap", *argv, "--rounds", "2"]) == 0
+    assert re.search(
+        r"speed ratio +[\d.]+x \([\d.]+-[\d.]+ over 2 rounds\)", capsys.readouterr().out
+    )
+
+
+def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
+    """--rounds 0 is refused by the parser, naming the value."""
+    with pytest.raises(SystemExit, match=r"^2$"):
+        main(["demo", "--rounds", "0"])
+    assert "argument --rounds: 0 is not an int >= 1" in capsys.readouterr().err

@@ -45,7 +45,8 @@ def test_demo_model_table(model_dir: Path, capsys: pytest.CaptureFixture[str]) -
     assert main([*argv, "--algo", "NONE", "--no-overlap"]) == 0
     out = capsys.readouterr().out
     assert "lossless                     yes" in out
-    assert "at batch size 1, one round each: transformers generate" in out
+    assert "at batch size 1, median of 3 rounds interleaved: transformers generate" in out
+    assert re.search(r"speed ratio +\d+\.\d\dx \(\d+\.\d\d-\d+\.\d\d over 3 rounds\)", out)
     assert "specstrat target-only" in out
 
 
