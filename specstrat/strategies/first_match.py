@@ -273,6 +273,14 @@ class FirstMatch(Generic[_DraftT]):
     ) -> RelayPayload:
         """Every member's prefill fields together."""
         return _merge_payloads(
-            [m.prefill_payload(models, bonus_tokens, hidden) for m in self.members],
+            [
+                _member_call(
+                    i,
+                    m,
+                    "prefill_payload",
+                    partial(m.prefill_payload, models, bonus_tokens, hidden),
+                )
+                for i, m in enumerate(self.members)
+            ],
             self.members,
         )

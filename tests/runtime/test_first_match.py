@@ -199,3 +199,16 @@ def test_the_merged_tree_pads_each_row_to_the_step(models: EmbeddedModels) -> No
     engine = Engine(LOOKUP_THEN_HEAD, models, replace(CONFIG, num_draft_tokens=5))
     outputs = engine.run([Request("r", (65, 66, 65, 66, 65), 12)])
     assert len(outputs["r"]) == 12
+
+
+def test_a_raising_member_on_the_prefill_side_is_named(models: EmbeddedModels) -> None:
+    """prefill_payload names the member that raised, by position and type."""
+    faulty = FaultyDrafterFactory(EAGLE.drafter, "prefill_payload", OSError("disk"))
+    composed = FirstMatch((NgramDrafterFactory(), faulty))
+    bonus, hidden = torch.tensor([65]), torch.zeros(1, 128, dtype=torch.float64)
+    with pytest.raises(
+        RuntimeError,
+        match=r"FirstMatch member 1 \(FaultyDrafterFactory\)\.prefill_payload raised OSError: "
+        r"disk",
+    ):
+        composed.prefill_payload(models, bonus, hidden)
