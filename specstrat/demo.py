@@ -10,8 +10,9 @@ defines them), tokens/s of each, their ratio, and whether speculation was lossle
 
 from __future__ import annotations
 
+import gc
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any, TextIO
 
@@ -27,7 +28,7 @@ from specstrat.models import LoadedModels
 from specstrat.registry import get
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request, RunStats
 from specstrat.runtime import workload as workload
-from specstrat.timing import Contender, interleaved, ratio
+from specstrat.timing import Contender, Timings, interleaved, ratio
 
 if TYPE_CHECKING:
     from specstrat.runtime import ModelLoader
@@ -69,11 +70,13 @@ class ProgressBar:
 
 @dataclass(frozen=True, slots=True)
 class DemoRun:
-    """A demo run: its summary, and both runs' outputs by request id."""
+    """A demo run: its summary, both runs' outputs by request id (the first round's), and
+    whether every round of each side gave the same outputs as its first."""
 
     summary: DemoSummary
     spec_outputs: dict[str, list[int]]
     target_outputs: dict[str, list[int]]
+    rounds_agree: bool = True
 
 
 def run_demo(
@@ -166,16 +169,20 @@ def run_comparison(
             f"disagg=True with models={type(models).__name__} and no loader: the prefill "
             "process loads the embedded models unless given a loader for these"
         )
-    baseline = Engine(get("NONE"), models, config)
-    spec = Engine(spec_algo, models, config)  # checks D against the context before any run
+    engines = {  # both built, so both configurations are checked, before either runs
+        "target-only": Engine(get("NONE"), models, config),
+        "speculative": Engine(spec_algo, models, config),
+    }
+    tree = engines["speculative"].tree
     torch.manual_seed(0)
-    engines = {"target-only": baseline, "speculative": spec}
-    stats: list[RunStats] = [spec.stats]
+    stats: list[RunStats] = [engines["speculative"].stats]
     traced = [trace]  # the first speculative round writes the trace; later rounds repeat it
 
     def fresh(name: str, algorithm: SpecAlgorithm[Any]) -> None:
         """Each round on a new engine: every round starts alike and counts only itself."""
         if engines[name].stats.generated_tokens:
+            del engines[name]
+            gc.collect()  # a used engine's KV goes before the next one's is allocated
             engines[name] = Engine(algorithm, models, config)
 
     def speculative() -> dict[str, list[int]]:
@@ -241,8 +248,8 @@ def run_comparison(
         acceptance_rule_lossless=spec_algo.lossless,
         temperature=sampling.temperature,
         lossless_check=note,
-        topk=spec.tree.topk,
-        num_steps=spec.tree.num_steps,
+        topk=tree.topk,
+        num_steps=tree.num_steps,
         draft_worker_verify_forwards=spec_stats.draft_worker_verify_forwards,
         draft_worker_tokens_per_req=spec_stats.draft_worker_tokens_per_req,
         top_p=sampling.top_p,
@@ -255,7 +262,12 @@ def run_comparison(
         width_histogram={str(w): n for w, n in spec_stats.width_histogram.items()},
         plain_step_share=spec_stats.plain_step_share,
     )
-    return DemoRun(summary, spec_out, base_out)
+    return DemoRun(summary, spec_out, base_out, rounds_agree=_rounds_agree(timings))
+
+
+def _rounds_agree(timings: Mapping[str, Timings]) -> bool:
+    """Whether each contender's counted rounds all gave its first round's outputs."""
+    return all(all(out == t.outputs for out in t.round_outputs) for t in timings.values())
 
 
 def _lossless(

@@ -147,7 +147,7 @@ class FirstMatchDrafter(Generic[_DraftT]):
         tokens = step.bonus_tokens[:, None].expand(bs, width).clone()
         parents = (torch.arange(width, device=dev) - 1).expand(bs, width).clone()
         lengths = torch.zeros(bs, dtype=torch.int64, device=dev)
-        picked: list[tuple[list[int], DraftTree]] = []
+        picked: list[tuple[list[int], list[int], DraftTree]] = []
         pending = list(range(bs))
         for i, member in enumerate(self.members):
             if not pending or not width:
@@ -155,18 +155,26 @@ class FirstMatchDrafter(Generic[_DraftT]):
             sub = _substep(step, pending)
             tree = _member_call(i, member, "propose", partial(member.propose, sub))
             if not isinstance(tree, DraftTree) or tree.bs != len(pending):
+                rows_given = f"{tree.bs} rows" if isinstance(tree, DraftTree) else "no tree"
                 raise RuntimeError(
                     f"FirstMatch member {i} ({type(member).__name__}).propose returned "
-                    f"{type(tree).__name__} for {len(pending)} requests; return a DraftTree with "
-                    "one row per request of step.slots"
+                    f"{type(tree).__name__} ({rows_given}) for {len(pending)} requests; return "
+                    "a DraftTree with one row per request of step.slots"
+                )
+            if tree.num_nodes > width:
+                raise RuntimeError(
+                    f"FirstMatch member {i} ({type(member).__name__}).propose proposed "
+                    f"{tree.num_nodes} nodes per request; the step verifies at most "
+                    f"max_nodes={width}"
                 )
             hit = _matched(tree, self.min_confidence)
             rows = [r for r, h in zip(pending, hit, strict=True) if h]
             if rows:
-                picked.append((rows, tree))
+                own = [j for j, h in enumerate(hit) if h]
+                picked.append((rows, own, tree))
                 at = torch.tensor(rows, dtype=torch.int64, device=dev)
-                mine = torch.tensor([j for j, h in enumerate(hit) if h], device=tree.tokens.device)
-                n = min(tree.num_nodes, width)
+                mine = torch.tensor(own, dtype=torch.int64, device=tree.tokens.device)
+                n = tree.num_nodes
                 tokens[at, :n] = tree.tokens[mine, :n].to(dev)
                 parents[at, :n] = tree.parents[mine, :n].to(dev)
                 lengths[at] = tree.lengths[mine].clamp(max=n).to(dev)
@@ -185,24 +193,23 @@ class FirstMatchDrafter(Generic[_DraftT]):
 
 
 def _merged_q(
-    picked: Sequence[tuple[list[int], DraftTree]], tokens: torch.Tensor, width: int
+    picked: Sequence[tuple[list[int], list[int], DraftTree]], tokens: torch.Tensor, width: int
 ) -> torch.Tensor | None:
     """The draft distributions of the merged tree: a sampling member's ``q`` for its rows, a
     point mass on the token for a deterministic member's rows and for filler; ``None`` when no
-    matched member sampled."""
-    sampled = [tree.q for _, tree in picked if tree.q is not None]
+    matched member sampled. ``picked``: per member, the merged rows it supplied, the rows of
+    its own tree they came from, and that tree."""
+    sampled = [tree.q for _, _, tree in picked if tree.q is not None]
     if not sampled:
         return None
     vocab, dtype, dev = sampled[0].shape[2], sampled[0].dtype, tokens.device
     q = torch.zeros(tokens.shape[0], width, vocab, dtype=dtype, device=dev)
     q.scatter_(2, tokens[:, :, None], 1.0)
-    for rows, tree in picked:
+    for rows, own, tree in picked:
         if tree.q is not None:
             at = torch.tensor(rows, dtype=torch.int64, device=dev)
-            hit = _matched(tree, None)
-            mine = torch.tensor([j for j, h in enumerate(hit) if h], device=tree.q.device)
-            n = min(tree.num_nodes, width)
-            q[at, :n] = tree.q[mine, :n].to(dev, dtype)
+            mine = torch.tensor(own, dtype=torch.int64, device=tree.q.device)
+            q[at, : tree.num_nodes] = tree.q[mine].to(dev, dtype)
     return q
 
 
@@ -239,9 +246,14 @@ class FirstMatch(Generic[_DraftT]):
                     "(needs, create_drafter, prefill_payload); pass factories such as "
                     "NgramDrafterFactory()"
                 )
-        if min_confidence is not None and not isinstance(min_confidence, int | float):
+        if min_confidence is not None and (
+            isinstance(min_confidence, bool)
+            or not isinstance(min_confidence, int | float)
+            or not 0.0 <= min_confidence <= 1.0
+        ):
             raise InvalidConfig(
-                f"FirstMatch min_confidence={min_confidence!r} must be a number or None"
+                f"FirstMatch min_confidence={min_confidence!r} must be a number in [0, 1] or "
+                "None (no threshold)"
             )
         prefill = [m.needs.prefill_fields for m in members]
         for i, fields in enumerate(prefill):

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 
 from specstrat.cli import main
+from specstrat.demo import _rounds_agree
+from specstrat.timing import Timings
 
 #: The JSON keys the demo's summary had before these flags; none may go.
 OLD_KEYS = {
@@ -124,3 +126,12 @@ def test_rounds_must_be_positive(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit, match=r"^2$"):
         main(["demo", "--rounds", "0"])
     assert "argument --rounds: 0 is not an int >= 1" in capsys.readouterr().err
+
+
+def test_a_later_round_that_differs_is_caught() -> None:
+    """Each side's later rounds must repeat its first round's outputs."""
+    first, other = {"r": [1, 2]}, {"r": [1, 3]}
+    same = Timings("a", (1.0, 1.0), 2, first, (first, dict(first)))
+    differs = Timings("b", (1.0, 1.0), 2, first, (first, other))
+    assert _rounds_agree({"a": same}) is True
+    assert _rounds_agree({"a": same, "b": differs}) is False

@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 import torch
 
+import specstrat
 from specstrat import (
     EAGLE,
     NGRAM,
@@ -31,7 +32,11 @@ from specstrat.strategies import (
     NgramDrafterFactory,
     NoDrafterFactory,
 )
-from specstrat.testing import FaultyDrafterFactory, check_algorithm
+from specstrat.testing import (
+    FaultyDrafterFactory,
+    check_algorithm,
+    check_lossless_in_distribution,
+)
 from tests.typing.first_match import LOOKUP_THEN_HEAD
 
 CONFIG = EngineConfig(context_len=512, max_running_requests=4, num_draft_tokens=4)
@@ -183,10 +188,33 @@ def test_needs_are_the_members_together() -> None:
         (
             (NgramDrafterFactory(), NoDrafterFactory()),
             {"min_confidence": "high"},
-            r"min_confidence='high' must be a number or None",
+            r"min_confidence='high' must be a number in \[0, 1\] or None",
+        ),
+        (
+            (NgramDrafterFactory(), NoDrafterFactory()),
+            {"min_confidence": True},
+            r"min_confidence=True must be a number in \[0, 1\]",
+        ),
+        (
+            (NgramDrafterFactory(), NoDrafterFactory()),
+            {"min_confidence": float("nan")},
+            r"min_confidence=nan must be a number in \[0, 1\]",
+        ),
+        (
+            (NgramDrafterFactory(), NoDrafterFactory()),
+            {"min_confidence": 1.5},
+            r"min_confidence=1.5 must be a number in \[0, 1\]",
         ),
     ],
-    ids=["one-member", "not-a-factory", "shared-relay-field", "bad-threshold"],
+    ids=[
+        "one-member",
+        "not-a-factory",
+        "shared-relay-field",
+        "bad-threshold",
+        "bool",
+        "nan",
+        "above-1",
+    ],
 )
 def test_bad_compositions_are_refused(members: Any, kwargs: Any, message: str) -> None:
     """Too few members, a non-factory, two members relaying one field, a bad threshold."""
@@ -212,3 +240,11 @@ def test_a_raising_member_on_the_prefill_side_is_named(models: EmbeddedModels) -
         r"disk",
     ):
         composed.prefill_payload(models, bonus, hidden)
+
+
+def test_a_confidence_threshold_under_sampling_is_lossless(models: EmbeddedModels) -> None:
+    """Lookup, then DSPARK's block cut at confidence 0.5: lossless in distribution at T = 1."""
+    drafter = FirstMatch((NgramDrafterFactory(), specstrat.DSPARK.drafter), min_confidence=0.5)
+    algo = replace(specstrat.DSPARK, name="LOOKUP_THEN_BLOCK", drafter=drafter)
+    report = check_lossless_in_distribution(algo, temperature=1.0, num_samples=500, models=models)
+    assert report.p_value >= report.significance
