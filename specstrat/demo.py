@@ -218,12 +218,8 @@ def run_comparison(
     base_out, spec_out = timings["target-only"].outputs, timings["speculative"].outputs
     spec_stats = stats[0]
     d = config.num_draft_tokens
-    same = all(
-        out == base_out
-        for name in ("target-only", "speculative")
-        for out in timings[name].round_outputs or (timings[name].outputs,)
-    )
-    lossless, note = _lossless(spec_algo, same, sampling, models, d)
+    agree = _rounds_agree(timings)
+    lossless, note = _lossless(spec_algo, agree and spec_out == base_out, sampling, models, d)
     speed = ratio(timings, "speculative", "target-only")
     summary = DemoSummary(
         algorithm=spec_algo.name,
@@ -262,7 +258,7 @@ def run_comparison(
         width_histogram={str(w): n for w, n in spec_stats.width_histogram.items()},
         plain_step_share=spec_stats.plain_step_share,
     )
-    return DemoRun(summary, spec_out, base_out, rounds_agree=_rounds_agree(timings))
+    return DemoRun(summary, spec_out, base_out, rounds_agree=agree)
 
 
 def _rounds_agree(timings: Mapping[str, Timings]) -> bool:
