@@ -60,7 +60,7 @@ def with_policy(
         # A class has the Protocol's methods too: only an instance is one.
         if isinstance(policy, type) or not isinstance(policy, SpeculationPolicy):
             wanted = "SpeculationPolicy (candidate_widths and create_chooser)"
-            raise InvalidConfig(not_a("--adaptive", spec, policy, wanted))
+            raise InvalidConfig(not_a("--adaptive", spec, policy, wanted, SpeculationPolicy))
     else:
         raise InvalidConfig(
             f"--adaptive {spec!r} is not one of {', '.join(POLICIES)} or MODULE:ATTR"

@@ -102,7 +102,9 @@ def _check_sglang(target: str) -> int:
 
     algo, _ = _target(target)
     if not isinstance(algo, SpecAlgorithm):
-        raise SystemExit("specstrat check --sglang: " + not_a("", target, algo, "SpecAlgorithm"))
+        raise SystemExit(
+            "specstrat check --sglang: " + not_a("", target, algo, "SpecAlgorithm", SpecAlgorithm)
+        )
     report = check_sglang(algo)
     for check in report.checks:
         print(check.line())
@@ -115,7 +117,9 @@ def check_command(args: argparse.Namespace) -> int:
         return _check_sglang(args.target)
     algo, source = _target(args.target)
     if not isinstance(algo, SpecAlgorithm) and (isinstance(algo, type) or callable(algo)):
-        raise SystemExit("specstrat check: " + not_a("", args.target, algo, "SpecAlgorithm"))
+        raise SystemExit(
+            "specstrat check: " + not_a("", args.target, algo, "SpecAlgorithm", SpecAlgorithm)
+        )
     failed = False
     results = run_conformance(algo)
     for result in results:

@@ -68,7 +68,10 @@ def _demo(args: argparse.Namespace) -> int:
     if ":" in args.algo:  # the user's own algorithm, unregistered
         algo = _load(args.algo, "demo")[0]
         if not isinstance(algo, SpecAlgorithm):
-            raise SystemExit("specstrat demo: " + not_a("--algo", args.algo, algo, "SpecAlgorithm"))
+            raise SystemExit(
+                "specstrat demo: "
+                + not_a("--algo", args.algo, algo, "SpecAlgorithm", SpecAlgorithm)
+            )
     sampling = SamplingParams(
         temperature=args.temperature, top_p=args.top_p, top_k=args.top_k, seed=args.seed
     )

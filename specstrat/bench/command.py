@@ -41,7 +41,7 @@ def _bench_algorithm(spec: str, load: Loader) -> SpecAlgorithm[Any] | str:
     except SystemExit as exc:  # _load's messages name the command; here they are InvalidConfig
         raise InvalidConfig(str(exc.code).removeprefix("specstrat bench: ")) from None
     if not isinstance(algo, SpecAlgorithm):
-        raise InvalidConfig(not_a("--algo", spec, algo, "SpecAlgorithm"))
+        raise InvalidConfig(not_a("--algo", spec, algo, "SpecAlgorithm", SpecAlgorithm))
     return algo
 
 

@@ -1,6 +1,7 @@
 """A `MODULE:ATTR` flag naming the wrong kind of thing says what it found and what to create:
 a class where an instance is wanted, a function, a module, or another kind."""
 
+import functools
 import re
 
 import pytest
@@ -73,3 +74,40 @@ def test_an_upper_case_class_name_gets_a_distinct_suggestion() -> None:
     assert "(MY_ALGO = ALGO(...)) and pass --algo m:MY_ALGO" in not_a(
         "--algo", "m:ALGO", class_named_upper, "SpecAlgorithm"
     )
+
+
+def test_a_class_of_another_kind_is_not_told_to_instantiate_itself() -> None:
+    """A class whose instances are not the wanted kind (a policy class for --algo, an algorithm
+    class for --adaptive) is named as such, with no suggestion to create one of it."""
+    from specstrat import SpecAlgorithm
+    from specstrat.protocols import SpeculationPolicy
+    from specstrat.strategies import FixedSpeculationPolicy
+
+    policy = not_a("--algo", "m:Fixed", FixedSpeculationPolicy, "SpecAlgorithm", SpecAlgorithm)
+    assert re.search(
+        r"--algo 'm:Fixed' is a class \(FixedSpeculationPolicy\), and its instances are not a "
+        r"SpecAlgorithm either; pass a SpecAlgorithm instance",
+        policy,
+    )
+    assert "FixedSpeculationPolicy(...)" not in policy
+    algo = not_a("--adaptive", "m:Algo", SpecAlgorithm, "SpeculationPolicy", SpeculationPolicy)
+    assert "its instances are not a SpeculationPolicy either" in algo
+
+
+def test_a_callable_object_is_not_called_a_function() -> None:
+    """A callable instance is named by its type; a partial is a function named after what it
+    wraps; the article agrees with the noun ("an int")."""
+
+    class Maker:
+        def __call__(self) -> None: ...
+
+    assert re.search(
+        r"'m:MAKE' is a callable Maker instance, not a SpecAlgorithm; if calling it returns "
+        r"one, call it in m \(RESULT = MAKE\(\.\.\.\)\)",
+        not_a("--algo", "m:MAKE", Maker(), "SpecAlgorithm"),
+    )
+    partial = functools.partial(sorted, [])
+    assert "is a function (sorted), not a SpecAlgorithm" in not_a(
+        "", "m:P", partial, "SpecAlgorithm"
+    )
+    assert not_a("", "m:N", 3, "SpecAlgorithm").endswith("is an int, not a SpecAlgorithm")
