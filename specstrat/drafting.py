@@ -280,13 +280,18 @@ class DraftStep:
 class StepOutcome:
     """What verification decided, for the drafter to learn from (``Drafter.commit``).
 
-    ``hidden`` ``[bs, H]``: the target's hidden state where each bonus token was chosen.
+    ``hidden`` ``[bs, H]``: the target's hidden state where each bonus token was chosen;
+    ``path_hidden`` ``[bs, n + 1, H]``: the target's hidden states at each request's root and
+    accepted nodes, in path order (row ``accept_lengths[i]`` is ``hidden[i]``; zeros after
+    it), one per position the step committed, for a drafter that keeps state per position (a
+    head's own KV cache). ``None`` where the step was not built by the engine.
     """
 
     step: DraftStep
     drafts: DraftTree
     acceptance: Acceptance
     hidden: torch.Tensor
+    path_hidden: torch.Tensor | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -296,7 +301,10 @@ class DraftAdmission(Generic[_DraftT_co]):
     ``bonus_tokens`` ``[bs]``: each request's first generated token, its next input (not yet
     in the KV); ``sampling``: each request's parameters; ``seq_lens``: prompt lengths;
     ``hidden`` ``[bs, H]``: the target's hidden state at each prompt's last position (``None``
-    on PREBUILT admission); ``draft_input``: what the algorithm's disagg builder returned for a
+    on PREBUILT admission); ``prompt_hidden``: after a local prefill, each prompt's hidden
+    states ``[prompt_len, H]`` at every position (its last row is ``hidden``'s), for a drafter
+    that keeps state per position (``None`` on PREBUILT admission); ``draft_input``: what the
+    algorithm's disagg builder returned for a
     PREBUILT batch (``None`` after a local prefill, or when the builder had nothing: the first
     step then decodes plainly from ``bonus_tokens``).
     """
@@ -307,6 +315,7 @@ class DraftAdmission(Generic[_DraftT_co]):
     hidden: torch.Tensor | None
     draft_input: _DraftT_co | None
     sampling: tuple[SamplingParams, ...] = ()
+    prompt_hidden: tuple[torch.Tensor, ...] | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

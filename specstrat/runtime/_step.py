@@ -256,11 +256,19 @@ class StepRunner:
         rows = torch.arange(len(resolved.rows))
         # The target's hidden state where each bonus token was chosen: the last accepted node's.
         at_bonus = torch.tensor(kept.at_bonus, dtype=torch.int64)
+        # Each request's root and accepted nodes (verify rows 0 and node + 1), zeroed past it.
+        counts, dev = accepted.answer.counts, verified.hidden.device
+        index = torch.zeros(len(counts), max(counts, default=0) + 1, dtype=torch.int64)
+        for i, path in enumerate(accepted.answer.paths):
+            index[i, 1 : len(path) + 1] = torch.tensor(path, dtype=torch.int64) + 1
+        past = torch.arange(index.shape[1])[None] > torch.tensor(counts)[:, None]
+        path_hidden = verified.hidden[rows[:, None].to(dev), index.to(dev)]
         outcome = StepOutcome(
             step=resolved.step,
             drafts=drafted.drafts,
             acceptance=accepted.acceptance,
             hidden=verified.hidden[rows, at_bonus],
+            path_hidden=path_hidden.masked_fill(past[:, :, None].to(dev), 0.0),
         )
         answer = self._hook("drafter.commit", self.drafter.commit, outcome)
         return frozen_payload(self.algo.name, "drafter.commit", answer, len(resolved.rows))

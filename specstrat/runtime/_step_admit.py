@@ -59,12 +59,16 @@ class AdmissionSteps:
         payload = self._hook("drafter.admit", self.drafter.admit, admission)
         return frozen_payload(self.algo.name, "drafter.admit", payload, len(admission.slots))
 
-    def _extend(self, slots: list[int], prompts: list[list[int]]) -> tuple[torch.Tensor, ...]:
+    def _extend(
+        self, slots: list[int], prompts: list[list[int]]
+    ) -> tuple[torch.Tensor, torch.Tensor, tuple[torch.Tensor, ...]]:
         """EXTEND over the prompts in forwards of at most :attr:`prefill_tokens` tokens (a
         longer prompt in consecutive pieces, each after the KV of the one before), so a
         forward's activations and logits stay bounded however many prompts arrive; the logits
-        and hidden state of each prompt's last position, in ``slots`` order."""
+        and hidden state of each prompt's last position, in ``slots`` order, and each prompt's
+        hidden states at every position."""
         last: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        pieces_of: list[list[torch.Tensor]] = [[] for _ in prompts]
         forwards: list[list[tuple[int, int, int]]] = [[]]  # (request, start, end) per forward
         room = self.prefill_tokens
         for i, prompt in enumerate(prompts):
@@ -82,19 +86,21 @@ class AdmissionSteps:
             logits, hidden = self.worker.forward(
                 ForwardMode.EXTEND, [slots[i] for i, _, _ in pieces], tokens
             )
-            row = -1
+            row = 0
             for (i, _, end), piece in zip(pieces, tokens, strict=True):
+                pieces_of[i].append(hidden[row : row + len(piece)])
                 row += len(piece)
                 if end == len(prompts[i]):
-                    last[i] = (logits[row], hidden[row])
-        return tuple(torch.stack([last[i][k] for i in range(len(prompts))]) for k in (0, 1))
+                    last[i] = (logits[row - 1], hidden[row - 1])
+        logits, hidden = (torch.stack([last[i][k] for i in range(len(prompts))]) for k in (0, 1))
+        return logits, hidden, tuple(torch.cat(p) for p in pieces_of)
 
     def prefill(self, admit: Sequence[tuple[Request, int]]) -> StepOutput:
         """EXTEND over the prompts, the first token of each, and the drafter's admission."""
         slots = [slot for _, slot in admit]
         prompts = [list(req.prompt) for req, _ in admit]
         with engine_invariant("prefill"):
-            logits, hidden = self._extend(slots, prompts)
+            logits, hidden, prompt_hidden = self._extend(slots, prompts)
         lens = torch.tensor([len(p) for p in prompts], device=self.worker.device)
         params = tuple(req.sampling for req, _ in admit)
         sampling = SamplingBatch.of(params, self.worker.device)
@@ -107,6 +113,7 @@ class AdmissionSteps:
             hidden=hidden,
             draft_input=None,
             sampling=params,
+            prompt_hidden=prompt_hidden,
         )
         self.table.start(slots, prompts, tokens)  # the drafter's admit reads the prompts
         payload = self._admit_drafter(admission)

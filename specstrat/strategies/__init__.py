@@ -28,6 +28,7 @@ from specstrat.strategies.drafters import (
     NoDrafter,
     NoDrafterFactory,
 )
+from specstrat.strategies.eagle_context import ContextDraftHead, ContextHeadDrafter
 from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
 from specstrat.strategies.early_exit import EarlyExitDrafterFactory
 from specstrat.strategies.first_match import FirstMatch, FirstMatchDrafter
@@ -58,6 +59,8 @@ __all__ = [
     "DflashDisaggDraftBuilder",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",
+    "ContextDraftHead",
+    "ContextHeadDrafter",
     "EagleHeadDrafter",
     "FirstMatch",
     "FirstMatchDrafter",

@@ -23,6 +23,7 @@ from specstrat.models import DraftHead, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
 from specstrat.strategies.disagg import EagleDraftInput
+from specstrat.strategies.eagle_context import ContextDraftHead, ContextHeadDrafter
 from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = ["EagleHeadDrafter", "EagleHeadDrafterFactory"]
@@ -157,8 +158,9 @@ class EagleHeadDrafterFactory:
             )
         return models.head
 
-    def create_drafter(self, context: DrafterContext) -> EagleHeadDrafter:
-        """A head drafter over the loaded head; a tree's ``topk`` must fit the relayed top-k."""
+    def create_drafter(self, context: DrafterContext) -> EagleHeadDrafter | ContextHeadDrafter:
+        """A head drafter over the loaded head (a :class:`ContextHeadDrafter` with its own KV
+        cache for a :class:`ContextDraftHead`); a tree's ``topk`` must fit the relayed top-k."""
         if context.tree is not None and context.tree.topk > self.topk:
             raise InvalidConfig(
                 f"the tree's topk={context.tree.topk} exceeds the {self.topk} candidates per "
@@ -172,7 +174,16 @@ class EagleHeadDrafterFactory:
                 f"EagleHeadDrafterFactory(topk={self.topk}) exceeds the target's vocabulary of "
                 f"{vocab} tokens; use topk <= {vocab}"
             )
-        return EagleHeadDrafter(self._head(context.models), self.topk, vocab)
+        head = self._head(context.models)
+        if isinstance(head, ContextDraftHead):
+            return ContextHeadDrafter(
+                head,
+                self.topk,
+                vocab,
+                context_len=context.context_len,
+                target_tokens=context.target_tokens,
+            )
+        return EagleHeadDrafter(head, self.topk, vocab)
 
     def prefill_payload(
         self, models: LoadedModels, bonus_tokens: torch.Tensor, hidden: torch.Tensor

@@ -49,7 +49,12 @@ from specstrat.train.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
-from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
+from specstrat.train.eagle3 import (
+    Eagle3Config,
+    Eagle3ContextDraftHead,
+    Eagle3DraftHead,
+    Eagle3Head,
+)
 from specstrat.train.generation import (
     GenerationCapturer,
     fitting_prompts,
@@ -93,6 +98,7 @@ __all__ = [
     "CapturedSequence",
     "Checkpoint",
     "Eagle3Config",
+    "Eagle3ContextDraftHead",
     "Eagle3DraftHead",
     "Eagle3Head",
     "Generation",

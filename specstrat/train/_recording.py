@@ -28,10 +28,12 @@ from specstrat.train.capture import CapturedSequence, Generation
 @dataclass(frozen=True, slots=True)
 class Rows:
     """One request's recorded hidden states: ``start`` is its last prompt position, ``parts``
-    the ``[1, W]`` rows from there on, in order."""
+    the ``[1, W]`` rows from there on, in order; ``prompt`` the ``[start, W]`` rows before
+    it."""
 
     start: int
     parts: list[torch.Tensor] = field(default_factory=list)
+    prompt: torch.Tensor | None = None
 
 
 #: Released requests, keyed by (last prompt position, committed tokens): two requests with one
@@ -56,8 +58,12 @@ class RecordingDrafter(NoDrafter):
             )
         hidden = admission.hidden.float().cpu()
         lengths = admission.seq_lens.tolist()
+        prompts = admission.prompt_hidden
         for i, slot in enumerate(admission.slots):
-            self.open[slot] = Rows(start=int(lengths[i]) - 1, parts=[hidden[i : i + 1]])
+            before = None if prompts is None else prompts[i][:-1].half().cpu()
+            self.open[slot] = Rows(
+                start=int(lengths[i]) - 1, parts=[hidden[i : i + 1]], prompt=before
+            )
         return super().admit(admission)
 
     def commit(self, outcome: StepOutcome) -> RelayPayload:
@@ -164,9 +170,12 @@ def recorded_sequence(
     num_layers: int,
     head: Any,
     vocab: int,
+    prompt_rows: bool = False,
 ) -> CapturedSequence:
     """``g``'s recorded rows as a :class:`CapturedSequence`: the fused layers' part, the LM
-    head's input (the last layer's part) and its greedy choice over the first ``vocab`` ids."""
+    head's input (the last layer's part) and its greedy choice over the first ``vocab`` ids;
+    with ``prompt_rows``, from the first prompt position on (the prompt's rows its
+    ``context``)."""
     start = g.prompt_len - 1
     rows = recorded.get((start, tuple(int(t) for t in g.tokens[:-1])))
     response = g.tokens.numel() - g.prompt_len
@@ -177,6 +186,11 @@ def recorded_sequence(
             "response token: admission and each step); please report it"
         )
     hidden = torch.cat(rows.parts)
+    if prompt_rows:
+        if rows.prompt is None:
+            raise InternalError("the recording drafter kept no prompt rows; please report it")
+        hidden = torch.cat([rows.prompt.float(), hidden])
+        start = 0
     viewed = with_last(layers, num_layers)
     width = hidden.shape[1] // len(viewed)
     blocks = torch.split(hidden, width, dim=1)
@@ -190,4 +204,5 @@ def recorded_sequence(
         final=final.half(),
         greedy=logits[:, :vocab].argmax(-1).cpu(),
         start=start,
+        context=g.prompt_len - 1 - start,
     )

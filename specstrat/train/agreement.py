@@ -12,8 +12,9 @@ import torch
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.models import DraftHead
-from specstrat.train.capture import CapturedData
-from specstrat.train.eagle3 import Eagle3Head
+from specstrat.train.capture import CapturedData, CapturedSequence
+from specstrat.train.eagle3 import Eagle3DraftHead, Eagle3Head
+from specstrat.train.unroll import unroll_context
 
 __all__ = ["Agreement", "chained_conditional", "evaluate"]
 
@@ -43,14 +44,20 @@ def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5
     continuations."""
     if not is_int(depth) or depth < 1:
         raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
+    trained = head.head if isinstance(head, Eagle3DraftHead) else head
+    if isinstance(trained, Eagle3Head) and trained.config.context:
+        return _evaluate_context(trained, data, depth)
     drafter: DraftHead = head.draft_head() if isinstance(head, Eagle3Head) else head
     hits = torch.zeros(depth, dtype=torch.float64)
     anchors = 0
     with torch.inference_mode():
         for seq in data.sequences:
             count = seq.tokens.numel() - depth  # anchors j with rows j + 1 .. j + depth
-            if count < 1:
+            if count <= seq.context:
                 continue
+            if seq.context:  # the prompt's rows are no anchors
+                seq = _response(seq)
+                count = seq.tokens.numel() - depth
             hidden, token = seq.features[:count], seq.tokens[1 : count + 1]
             alive = torch.ones(count, dtype=torch.bool)
             for i in range(depth):
@@ -59,6 +66,53 @@ def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5
                 alive &= token == seq.greedy[1 + i : count + 1 + i]
                 hits[i] += alive.sum()
             anchors += count
+    return _agreement(hits, anchors)
+
+
+def _response(seq: CapturedSequence) -> CapturedSequence:
+    """``seq`` from its first anchor on (without its context rows)."""
+    at = seq.context
+    return CapturedSequence(
+        features=seq.features[at:],
+        tokens=seq.tokens[at:],
+        final=seq.final[at:],
+        greedy=seq.greedy[at:],
+        start=seq.start + at,
+    )
+
+
+def _evaluate_context(head: Eagle3Head, data: CapturedData, depth: int) -> Agreement:
+    """:func:`evaluate` for a head that attends over the context: each sequence's rows up to
+    the anchors are its context, unrolled as the drafter drafts (:func:`unroll_context`)."""
+    hits = torch.zeros(depth, dtype=torch.float64)
+    anchors = 0
+    d2t = head.get_buffer("d2t")
+    with torch.inference_mode():
+        for seq in data.sequences:
+            count = seq.tokens.numel() - depth
+            first = seq.context
+            if count <= first:
+                continue
+            rows = torch.arange(count)
+            alive = torch.ones(count - first, dtype=torch.bool)
+            steps = unroll_context(
+                head,
+                seq.features[None, :count].float(),
+                seq.tokens[None, 1 : count + 1],
+                seq.start + rows[None] + 1,
+                depth,
+                lambda _i, logits: d2t[logits.argmax(-1)],
+                first,
+            )
+            for i, logits in enumerate(steps):
+                token = d2t[logits[0, first:].argmax(-1)] if i == 0 else d2t[logits[0].argmax(-1)]
+                alive &= token == seq.greedy[first + 1 + i : count + 1 + i]
+                hits[i] += alive.sum()
+            anchors += count - first
+    return _agreement(hits, anchors)
+
+
+def _agreement(hits: torch.Tensor, anchors: int) -> Agreement:
     acceptance = (hits / max(anchors, 1)).tolist()
     return Agreement(
         acceptance=acceptance,

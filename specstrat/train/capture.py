@@ -95,13 +95,17 @@ class CapturedSequence:
     ``tokens [R]``: the token at each position; ``logits [R, N]``: the target's logits on the
     draft vocabulary are :meth:`CapturedData.target_logits` of ``final [R, H]``, the LM head's
     input; ``greedy [R]``: the target's greedy next token over its whole vocabulary. CPU
-    tensors, ``features`` and ``final`` in float16."""
+    tensors, ``features`` and ``final`` in float16. ``context``: the first rows that only
+    stand for the prompt (a capture with the prompt's rows starts at ``start = 0``, and its
+    row ``context = prompt_len - 1`` predicts the first response token): a head that attends
+    over the context reads them, and no loss or measurement is taken there."""
 
     features: torch.Tensor
     tokens: torch.Tensor
     final: torch.Tensor
     greedy: torch.Tensor
     start: int
+    context: int = 0
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -124,8 +128,9 @@ class CapturedData:
 
     @property
     def positions(self) -> int:
-        """Rows over all sequences (the data size)."""
-        return sum(int(s.tokens.numel()) for s in self.sequences)
+        """Rows over all sequences past their context rows: the positions trained on (the
+        data size)."""
+        return sum(int(s.tokens.numel()) - s.context for s in self.sequences)
 
 
 def target_vocab(model: Any, tokenizer: Any) -> int:
@@ -177,11 +182,17 @@ def capture(
 
 
 def capture_sequences(
-    model: Any, generations: Sequence[Generation], *, layers: Sequence[int], vocab_size: int
+    model: Any,
+    generations: Sequence[Generation],
+    *,
+    layers: Sequence[int],
+    vocab_size: int,
+    prompt_rows: bool = False,
 ) -> tuple[CapturedSequence, ...]:
     """One forward per generation with ``output_hidden_states``: the fused ``layers``' hidden
     states, the LM head's input and the greedy next token (over the first ``vocab_size`` ids)
-    at every position from the last prompt token on (:class:`CapturedSequence`). A target whose
+    at every position from the last prompt token on (:class:`CapturedSequence`), or from the
+    first with ``prompt_rows`` (the prompt's rows as its ``context``). A target whose
     logits are not its LM head's output (a soft cap or a scale after the head) is refused: the
     logits training recomputes would not be the target's."""
     picked = tuple(int(x) for x in layers)
@@ -194,7 +205,7 @@ def capture_sequences(
         hook = head.register_forward_pre_hook(lambda _module, args: inputs.append(args[0]))
         try:
             for g in generations:
-                start = g.prompt_len - 1
+                start = 0 if prompt_rows else g.prompt_len - 1
                 inputs.clear()
                 out = lm(input_ids=g.tokens[None].to(device), output_hidden_states=True)
                 feats = torch.cat([out.hidden_states[x + 1][0, start:] for x in picked], dim=-1)
@@ -209,6 +220,7 @@ def capture_sequences(
                         final=final.half().cpu(),
                         greedy=logits[:, :vocab_size].argmax(-1).cpu(),
                         start=start,
+                        context=g.prompt_len - 1 - start,
                     )
                 )
         finally:

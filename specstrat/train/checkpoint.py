@@ -110,6 +110,7 @@ def _data(data: CapturedData) -> dict[str, Any]:
                 "final": s.final,
                 "greedy": s.greedy,
                 "start": s.start,
+                "context": s.context,
             }
             for s in data.sequences
         ],
@@ -124,6 +125,7 @@ def _undata(raw: dict[str, Any]) -> CapturedData:
             final=s["final"],
             greedy=s["greedy"],
             start=int(s["start"]),
+            context=int(s.get("context", 0)),
         )
         for s in raw["sequences"]
     )

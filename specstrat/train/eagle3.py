@@ -8,6 +8,12 @@ grouped-query attention, a SiLU-gated MLP), then a final RMSNorm and an LM head 
 vocabulary (``d2t``: draft id -> target id). The layer's output (before the final norm) is the
 head's own hidden state: on later steps it replaces the fused feature, so the input is either
 ``[.., k*H]`` fused features or ``[.., H]`` a hidden state of the head's.
+
+A head built with ``Eagle3Config.context`` attends over the context: each committed position
+is a row of its own KV cache, and a draft attends to every row and to the drafts before it on
+its path (:class:`Eagle3ContextDraftHead`, drafted by
+:class:`~specstrat.strategies.ContextHeadDrafter`); without it each row attends to itself only
+(:class:`Eagle3DraftHead`).
 """
 
 from __future__ import annotations
@@ -23,8 +29,9 @@ from torch import nn
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
+from specstrat.strategies._head_attention import rope
 
-__all__ = ["Eagle3Config", "Eagle3DraftHead", "Eagle3Head"]
+__all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head"]
 
 
 _POSITIVE = (
@@ -42,7 +49,9 @@ _POSITIVE = (
 class Eagle3Config:
     """The head's shape: the target's widths (``hidden_size``, ``heads``, ``kv_heads``,
     ``head_dim``, ``intermediate_size``, ``rope_theta``, ``rms_eps``), its ``vocab_size``
-    (embedding rows), the fused target ``layers`` and the ``draft_vocab_size``."""
+    (embedding rows), the fused target ``layers``, the ``draft_vocab_size``, and ``context``:
+    the head attends over the context through its own KV cache (trained so; ``False``: each
+    row attends to itself only)."""
 
     hidden_size: int
     heads: int
@@ -54,6 +63,7 @@ class Eagle3Config:
     vocab_size: int
     layers: tuple[int, ...]
     draft_vocab_size: int
+    context: bool = False
 
     def __post_init__(self) -> None:
         for name in _POSITIVE:
@@ -81,8 +91,13 @@ class Eagle3Config:
             if not isinstance(value, int | float) or not value > 0:
                 raise InvalidConfig(f"Eagle3Config.{name}={value!r} must be a number > 0")
 
+        if not isinstance(self.context, bool):
+            raise InvalidConfig(f"Eagle3Config.context={self.context!r} must be a bool")
+
     @classmethod
-    def from_hf(cls, config: Any, *, layers: Sequence[int], draft_vocab_size: int) -> Eagle3Config:
+    def from_hf(
+        cls, config: Any, *, layers: Sequence[int], draft_vocab_size: int, context: bool = False
+    ) -> Eagle3Config:
         """The head's shape from a transformers config (``head_dim`` defaults to
         ``hidden_size // num_attention_heads``, ``rope_theta`` to 10000, ``rms_eps`` to 1e-6)."""
         hidden, heads = int(config.hidden_size), int(config.num_attention_heads)
@@ -100,6 +115,7 @@ class Eagle3Config:
             vocab_size=int(config.vocab_size),
             layers=tuple(int(x) for x in layers),
             draft_vocab_size=int(draft_vocab_size),
+            context=context,
         )
 
 
@@ -112,16 +128,6 @@ class _RMSNorm(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         scale = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
         return x * scale * self.weight
-
-
-def _rope(x: torch.Tensor, positions: torch.Tensor, theta: float) -> torch.Tensor:
-    """``x [B, heads, T, d]`` rotated by ``positions [B, T]`` (rotate-half form, as Llama)."""
-    d = x.shape[-1]
-    inv = 1.0 / (theta ** (torch.arange(0, d, 2, device=x.device, dtype=torch.float32) / d))
-    angles = positions.to(torch.float32)[:, None, :, None] * inv  # [B, 1, T, d/2]
-    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
-    half = torch.cat([-x[..., d // 2 :], x[..., : d // 2]], dim=-1)
-    return (x * cos.to(x.dtype)) + (half * sin.to(x.dtype))
 
 
 class Eagle3Head(nn.Module):
@@ -160,12 +166,17 @@ class Eagle3Head(nn.Module):
         self.lm_head = nn.Linear(h, c.draft_vocab_size, bias=False)
 
     @classmethod
-    def from_target(cls, model: Any, *, layers: Sequence[int], d2t: torch.Tensor) -> Eagle3Head:
+    def from_target(
+        cls, model: Any, *, layers: Sequence[int], d2t: torch.Tensor, context: bool = False
+    ) -> Eagle3Head:
         """A fresh head for a transformers causal LM: its shape from ``model.config``, the
         frozen embedding copied from the model, and the LM head started from the target's LM
         head rows at ``d2t`` when the target's head reads ``hidden_size`` wide states (random
-        otherwise; seed torch before calling for a reproducible start)."""
-        config = Eagle3Config.from_hf(model.config, layers=layers, draft_vocab_size=d2t.numel())
+        otherwise; seed torch before calling for a reproducible start); ``context``: see
+        :class:`Eagle3Config`."""
+        config = Eagle3Config.from_hf(
+            model.config, layers=layers, draft_vocab_size=d2t.numel(), context=context
+        )
         embed = model.get_input_embeddings().weight
         config = dataclasses.replace(config, vocab_size=int(embed.shape[0]))  # the rows it has
         head = cls(config, d2t.to(torch.int64).cpu(), embed.detach().cpu())
@@ -190,6 +201,31 @@ class Eagle3Head(nn.Module):
             f"hidden state ({h} wide)"
         )
 
+    def layer_input(
+        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The decoder layer up to its attention, for inputs ``[B, T, k*H or H]``, target ids
+        ``tokens [B, T]`` and ``positions [B, T]``: the residual ``[B, T, H]``, and the rotated
+        ``q [B, T, heads, d]``, ``k`` and ``v [B, T, kv_heads, d]``."""
+        c = self.config
+        b, t = tokens.shape
+        hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
+        emb = self.get_buffer("embed")[tokens].to(hidden.dtype)
+        x = torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
+        q = rope(self.q_proj(x).view(b, t, c.heads, c.head_dim), positions, c.rope_theta)
+        k = rope(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim), positions, c.rope_theta)
+        return hidden, q, k, self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
+
+    def layer_output(
+        self, residual: torch.Tensor, attn: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Draft logits ``[B, T, N]`` and the head's hidden states ``[B, T, H]`` from the
+        residual and the attention output ``[B, T, heads * d]``."""
+        hidden = residual + self.o_proj(attn)
+        y = self.post_norm(hidden)
+        hidden = hidden + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
+        return self.lm_head(self.norm(hidden)), hidden
+
     def forward(
         self,
         features_or_hidden: torch.Tensor,
@@ -204,30 +240,29 @@ class Eagle3Head(nn.Module):
         to it; ``False``: to itself only (what :class:`Eagle3DraftHead` runs)."""
         c = self.config
         b, t = tokens.shape
-        hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
-        emb = self.get_buffer("embed")[tokens].to(hidden.dtype)
-        x = torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
         group = c.heads // c.kv_heads
-        v = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
         if causal:
-            q = self.q_proj(x).view(b, t, c.heads, c.head_dim).transpose(1, 2)
-            k = self.k_proj(x).view(b, t, c.kv_heads, c.head_dim).transpose(1, 2)
-            q, k = _rope(q, positions, c.rope_theta), _rope(k, positions, c.rope_theta)
-            k = k.repeat_interleave(group, dim=1)
-            v = v.transpose(1, 2).repeat_interleave(group, dim=1)
+            residual, q, k, v = self.layer_input(features_or_hidden, tokens, positions)
+            q, k, v = (x.transpose(1, 2) for x in (q, k, v))
+            k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c.head_dim**-0.5)
             attn = attn.transpose(1, 2)
         else:  # each row's only key is its own: the softmax is 1 and the output is its value
-            attn = v.repeat_interleave(group, dim=2)
-        hidden = hidden + self.o_proj(attn.reshape(b, t, c.heads * c.head_dim))
-        y = self.post_norm(hidden)
-        hidden = hidden + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
-        return self.lm_head(self.norm(hidden)), hidden
+            residual = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
+            emb = self.get_buffer("embed")[tokens].to(residual.dtype)
+            x = torch.cat([self.embed_norm(emb), self.hidden_norm(residual)], dim=-1)
+            attn = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
+            attn = attn.repeat_interleave(group, dim=2)
+        return self.layer_output(residual, attn.reshape(b, t, c.heads * c.head_dim))
 
     def draft_head(self, vocab_size: int | None = None) -> Eagle3DraftHead:
         """This head as a :class:`~specstrat.models.DraftHead` over ``vocab_size`` target ids
-        (default: the embedding's rows)."""
-        return Eagle3DraftHead(self, self.config.vocab_size if vocab_size is None else vocab_size)
+        (default: the embedding's rows): an :class:`Eagle3ContextDraftHead` when the head
+        attends over the context."""
+        vocab = self.config.vocab_size if vocab_size is None else vocab_size
+        if self.config.context:
+            return Eagle3ContextDraftHead(self, vocab)
+        return Eagle3DraftHead(self, vocab)
 
 
 class Eagle3DraftHead:
@@ -266,3 +301,27 @@ class Eagle3DraftHead:
         full = torch.full((n, self.vocab_size), -math.inf, dtype=logits.dtype, device=logits.device)
         full[:, self.head.get_buffer("d2t")] = logits[:, 0]
         return full, new_hidden[:, 0]
+
+
+class Eagle3ContextDraftHead(Eagle3DraftHead):
+    """An :class:`Eagle3Head` trained to attend over the context, as a
+    :class:`~specstrat.strategies.ContextDraftHead`: the drafter keeps the KV cache and calls
+    the layer in two halves around its attention, logits over ``vocab_size`` target ids
+    (``-inf`` outside the draft vocabulary). Called as a plain
+    :class:`~specstrat.models.DraftHead` (a PREBUILT request's first token on the prefill
+    side), each row attends to itself only."""
+
+    def layer_input(
+        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """:meth:`Eagle3Head.layer_input`."""
+        return self.head.layer_input(features_or_hidden, tokens.long(), positions)
+
+    def layer_output(
+        self, residual: torch.Tensor, attn: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits ``[B, T, vocab_size]`` and the head's hidden states ``[B, T, H]``."""
+        logits, hidden = self.head.layer_output(residual, attn)
+        full = logits.new_full((*logits.shape[:-1], self.vocab_size), -math.inf)
+        full[..., self.head.get_buffer("d2t")] = logits
+        return full, hidden

@@ -153,8 +153,9 @@ class GenerationCapturer:
         layers: Sequence[int],
         max_new_tokens: int,
         batch: int = 64,
+        prompt_rows: bool = False,
     ) -> None:
-        self.layers = tuple(int(x) for x in layers)
+        self.layers, self.prompt_rows = tuple(int(x) for x in layers), prompt_rows
         sizing = _requests(model, tokenizer, prompts, max_new_tokens, 0.0, 0)
         with raw_model(model) as lm:
             self.depth = int(lm.config.num_hidden_layers)
@@ -185,13 +186,21 @@ class GenerationCapturer:
             )
         if self._engine is None:
             gens = _transformers_generate(self.model, self.tokenizer, requests, None)
-            seqs = capture_sequences(self.model, gens, layers=self.layers, vocab_size=self.vocab)
+            seqs = capture_sequences(
+                self.model,
+                gens,
+                layers=self.layers,
+                vocab_size=self.vocab,
+                prompt_rows=self.prompt_rows,
+            )
             return gens, seqs
         gens, recorded = self._engine.run(requests, None)
         with raw_model(self.model) as lm:
             head = lm.get_output_embeddings()
             sequences = tuple(
-                recorded_sequence(g, recorded, self.layers, self.depth, head, self.vocab)
+                recorded_sequence(
+                    g, recorded, self.layers, self.depth, head, self.vocab, self.prompt_rows
+                )
                 for g in gens
             )
         return gens, sequences

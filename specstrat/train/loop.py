@@ -47,6 +47,7 @@ from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
 from specstrat.train.generation import GenerationCapturer
 from specstrat.train.head_config import HeadConfig
+from specstrat.train.unroll import unroll_context
 
 __all__ = ["TTT_DECAY", "train_head"]
 
@@ -64,6 +65,7 @@ class _Batch:
     targets: torch.Tensor  # [B, R, N] target logits on the draft vocabulary
     lengths: torch.Tensor  # [B] rows per sequence
     starts: torch.Tensor  # [B] absolute position of row 0
+    context: torch.Tensor  # [B] rows before the first anchor (the prompt's, keys only)
 
 
 def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
@@ -78,6 +80,7 @@ def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
         targets=data.target_logits(torch.stack([pad(s.final) for s in sequences])),
         lengths=torch.tensor([s.tokens.numel() for s in sequences]),
         starts=torch.tensor([s.start for s in sequences]),
+        context=torch.tensor([s.context for s in sequences]),
     )
 
 
@@ -90,26 +93,50 @@ def _shift(x: torch.Tensor, by: int, rows: int) -> torch.Tensor:
 def _ttt_loss(
     head: Eagle3Head, batch: _Batch, steps: int, causal: bool
 ) -> tuple[torch.Tensor, list[float]]:
-    """The unrolled loss over anchors ``j`` (rows ``0 .. R - 2``) and each step's top-1 accuracy
-    against the target's restricted argmax."""
+    """The unrolled loss over anchors ``j`` (rows ``0 .. R - 2``, past each sequence's context
+    rows) and each step's top-1 accuracy against the target's restricted argmax."""
     anchors = batch.tokens.shape[1] - 1
     j = torch.arange(anchors)
-    hidden = batch.features[:, :anchors]
+    if causal:  # rows before the first anchor are keys only: steps after the first skip them
+        first = int(batch.context.min())
+        logits_of = unroll_context(
+            head,
+            batch.features[:, :anchors],
+            _shift(batch.tokens, 1, anchors),
+            batch.starts[:, None] + j[None] + 1,
+            steps,
+            lambda i, _logits: _shift(batch.tokens, 1 + i, anchors)[:, first:],
+            first,
+        )
+    else:
+        first, logits_of = 0, _self_only(head, batch, steps, anchors)
     total = batch.features.new_zeros(())
     accuracy: list[float] = []
-    for i in range(steps):
-        valid = (j[None] + 1 + i) < batch.lengths[:, None]  # [B, A]
+    for i, logits in enumerate(logits_of):
+        lo = 0 if i == 0 else first
+        rows = j[lo:]
+        valid = ((rows[None] + 1 + i) < batch.lengths[:, None]) & (
+            rows[None] >= batch.context[:, None]
+        )
         if not bool(valid.any()):
             break
-        tokens = _shift(batch.tokens, 1 + i, anchors)
-        target = _shift(batch.targets, 1 + i, anchors)
-        positions = batch.starts[:, None] + j[None] + 1 + i
-        logits, hidden = head(hidden, tokens, positions, causal=causal)
+        target = _shift(batch.targets, 1 + i, anchors)[:, lo:]
         soft = -(target.softmax(-1) * logits.log_softmax(-1)).sum(-1)
         total = total + TTT_DECAY**i * soft[valid].mean()
         agree = logits.argmax(-1) == target.argmax(-1)
         accuracy.append(float(agree[valid].float().mean()))
     return total, accuracy
+
+
+def _self_only(head: Eagle3Head, batch: _Batch, steps: int, anchors: int) -> Iterator[torch.Tensor]:
+    """Each step's logits of a head whose rows attend to themselves only."""
+    j = torch.arange(anchors)
+    hidden = batch.features[:, :anchors]
+    for i in range(steps):
+        tokens = _shift(batch.tokens, 1 + i, anchors)
+        positions = batch.starts[:, None] + j[None] + 1 + i
+        logits, hidden = head(hidden, tokens, positions, causal=False)
+        yield logits
 
 
 def _lr_scale(progress: float, warmup: float) -> float:
@@ -163,7 +190,7 @@ def train_head(
         data, held = _collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t)
+        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t, context=config.causal)
         order_gen = torch.Generator().manual_seed(config.seed)
     state = _State(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
@@ -210,6 +237,7 @@ def _collect(
         layers=layers,
         max_new_tokens=config.max_new_tokens,
         batch=_GENERATE_BATCH,
+        prompt_rows=config.causal,
     )
     gens: list[Generation] = []
     sequences: list[CapturedSequence] = []
@@ -225,7 +253,7 @@ def _collect(
         )
         gens += chunk
         sequences += captured
-        positions += sum(int(s.tokens.numel()) for s in captured)
+        positions += sum(int(s.tokens.numel()) - s.context for s in captured)
         if pbar is not None:
             pbar.update(len(chunk))
             pbar.set_postfix_str(f"{positions} positions")
@@ -316,7 +344,7 @@ def _fit(
     config, data = state.config, state.data
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
-    seqs = [s for s in data.sequences if s.tokens.numel() >= 2]
+    seqs = [s for s in data.sequences if s.tokens.numel() >= s.context + 2]
     per_epoch = math.ceil(len(seqs) / config.batch_size)
     total = None if config.epochs is None else config.epochs * per_epoch
     epoch, step, recent = 0, 0, list[float]()

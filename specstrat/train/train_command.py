@@ -102,6 +102,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         temperature=args.temperature,
         repeat_temperature=args.repeat_temperature,
         max_new_tokens=args.max_new_tokens,
+        causal=args.context,
     )
 
 
@@ -279,6 +280,14 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         metavar="T",
         help="with --budget, once every prompt has a response, further passes sample at "
         "max(--temperature, T) with new seeds (default %(default)s; 0 with greedy: none)",
+    )
+    train.add_argument(
+        "--context",
+        action=argparse.BooleanOptionalAction,
+        default=_DEFAULTS.causal,
+        help="the head attends over the context through its own KV cache, trained with "
+        "EAGLE-3's training-time-test mask over the prompt and response (--no-context: each "
+        "position attends to itself only; default %(default)s)",
     )
     train.add_argument(
         "--seed",

@@ -1,0 +1,261 @@
+"""A head that attends over the context: its drafter's KV cache gives the drafts the unrolled
+head gives offline (training-time test), the cache a request builds through prefill and verify
+steps equals a second pass over its sequence, EAGLE, EAGLE3 and a tree run it greedy-lossless
+in sync and overlap, and a PREBUILT request drafts from the positions generated after it."""
+
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import specstrat
+from specstrat import SpecAlgorithm
+from specstrat.drafting import (
+    GREEDY,
+    Acceptance,
+    DraftAdmission,
+    DraftStep,
+    DraftTree,
+    StepOutcome,
+)
+from specstrat.errors import InternalError
+from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
+from specstrat.runtime import Engine, EngineConfig, Request
+from specstrat.strategies import ContextHeadDrafter, ForcedAcceptance, TopkTree
+from specstrat.train import (
+    Eagle3Config,
+    Eagle3ContextDraftHead,
+    Eagle3Head,
+    TrainedHead,
+    attach_head,
+    capture_sequences,
+    load_head,
+    save_head,
+    target_name,
+    target_sha256,
+)
+from specstrat.train.unroll import unroll_context
+from tests.hf import tiny
+from tests.train.conftest import LEARNABLE_INIT
+
+V, H = 50, 32
+
+
+@pytest.fixture(scope="module")
+def head() -> Eagle3Head:
+    """A random context head (GQA 4/2) over a 50-token vocabulary, 40 of them drafted."""
+    torch.manual_seed(0)
+    config = Eagle3Config(
+        hidden_size=H,
+        heads=4,
+        kv_heads=2,
+        head_dim=8,
+        intermediate_size=64,
+        rope_theta=10000.0,
+        rms_eps=1e-6,
+        vocab_size=V,
+        layers=(0, 1),
+        draft_vocab_size=40,
+        context=True,
+    )
+    built = Eagle3Head(config, torch.randperm(V)[:40], torch.randn(V, H)).eval()
+    for p in built.parameters():
+        p.data.normal_(0, 0.3)
+    return built
+
+
+def _offline(head: Eagle3Head, feats: torch.Tensor, toks: torch.Tensor) -> list[torch.Tensor]:
+    """Each step's greedy target ids for every anchor, from the unrolled head."""
+    d2t = head.get_buffer("d2t")
+    rows = feats.shape[0]
+    with torch.inference_mode():
+        steps = unroll_context(
+            head,
+            feats[None],
+            toks[None, 1 : rows + 1],
+            torch.arange(rows)[None] + 1,
+            3,
+            lambda _i, logits: d2t[logits.argmax(-1)],
+        )
+        return [d2t[logits[0].argmax(-1)] for logits in steps]
+
+
+def _drafter(head: Eagle3Head, committed: list[int]) -> ContextHeadDrafter:
+    draft_head = head.draft_head(V)
+    assert isinstance(draft_head, Eagle3ContextDraftHead)
+    return ContextHeadDrafter(
+        draft_head, 4, V, context_len=64, target_tokens=lambda _slot: committed
+    )
+
+
+def _step(bonus: int, seq_len: int, payload: Any) -> DraftStep:
+    return DraftStep(
+        slots=(0,),
+        bonus_tokens=torch.tensor([bonus]),
+        seq_lens=torch.tensor([seq_len]),
+        payload=payload,
+        max_nodes=3,
+        sampling=(GREEDY,),
+    )
+
+
+def test_the_drafter_drafts_what_the_unrolled_head_predicts(head: Eagle3Head) -> None:
+    """After a 5-token prompt, and after a step that accepted 2 drafts, the drafter's chain
+    equals the offline unroll's greedy chain at the same anchor, and its relayed top-1
+    probability equals the unroll's."""
+    torch.manual_seed(1)
+    feats, toks = torch.randn(12, 2 * H), torch.randint(0, V, (13,))
+    want = _offline(head, feats, toks)
+    drafter = _drafter(head, toks[:5].tolist())
+    admitted = drafter.admit(
+        DraftAdmission(
+            slots=(0,),
+            bonus_tokens=toks[5:6],
+            seq_lens=torch.tensor([5]),
+            hidden=feats[4:5],
+            draft_input=None,
+            sampling=(GREEDY,),
+            prompt_hidden=(feats[:5],),
+        )
+    )
+    step = _step(int(toks[5]), 5, admitted)
+    assert drafter.propose(step).tokens[0].tolist() == [int(w[4]) for w in want]
+    outcome = StepOutcome(
+        step=step,
+        drafts=DraftTree.chain(toks[None, 6:9]),
+        acceptance=Acceptance(
+            accept_index=torch.tensor([[0, 1, -1]]),
+            accept_lengths=torch.tensor([2]),
+            bonus_tokens=toks[8:9],
+        ),
+        hidden=feats[7:8],
+        path_hidden=feats[None, 5:8],
+    )
+    committed = drafter.commit(outcome)
+    assert drafter.propose(_step(int(toks[8]), 8, committed)).tokens[0].tolist() == [
+        int(w[7]) for w in want
+    ]
+
+
+def test_a_prebuilt_request_drafts_from_an_empty_cache_and_a_mismatch_is_named(
+    head: Eagle3Head,
+) -> None:
+    """A PREBUILT admission with draft state drafts its first step from the relay alone; a cache
+    that disagrees with the slot's length is an InternalError naming the slot."""
+    drafter = _drafter(head, [1, 2, 3])
+    payload = head.draft_head(V)(torch.randn(1, 2 * H), torch.tensor([4]))
+    admission: DraftAdmission[Any] = DraftAdmission(
+        slots=(0,),
+        bonus_tokens=torch.tensor([4]),
+        seq_lens=torch.tensor([3]),
+        hidden=None,
+        draft_input=object(),
+        sampling=(GREEDY,),
+    )
+    assert not drafter.admit(admission).present()
+    relay = specstrat.relay.RelayPayload(
+        topk_p=payload[0].softmax(-1).topk(4).values,
+        topk_index=payload[0].softmax(-1).topk(4).indices,
+        hidden_states=payload[1],
+    )
+    tree = drafter.propose(_step(4, 3, relay))
+    assert tree.lengths.tolist() == [3]
+    with pytest.raises(InternalError, match=r"the head's cache of slot 0 ends at position 3"):
+        drafter.propose(_step(4, 4, relay))
+
+
+@pytest.fixture(scope="module")
+def own_llama() -> Any:
+    """This module's tiny llama (wrapping switches its attention to the engine's)."""
+    return tiny.model("llama", initializer_range=LEARNABLE_INIT)
+
+
+@pytest.fixture(scope="module")
+def models(own_llama: Any, tmp_path_factory: pytest.TempPathFactory) -> HFModels:
+    """The tiny llama with an untrained (seeded) context head attached."""
+    torch.manual_seed(0)
+    fresh = Eagle3Head.from_target(own_llama, layers=(0, 1), d2t=torch.arange(200), context=True)
+    trained = TrainedHead(
+        head=fresh,
+        target=target_name(own_llama),
+        target_sha256=target_sha256(own_llama),
+        data_size=0,
+        data_source="none",
+        steps=0,
+        final_loss=float("nan"),
+        tau=float("nan"),
+    )
+    path = save_head(tmp_path_factory.mktemp("head") / "context.safetensors", trained)
+    assert load_head(path, own_llama).head.config.context
+    plain = HFModels(
+        target=HFCausalLM(own_llama, vocab_size=tiny.VOCAB), tokenizer=tiny.tokenizer()
+    )
+    return attach_head(plain, Path(path))
+
+
+ALGOS: dict[str, SpecAlgorithm[Any]] = {
+    "eagle": specstrat.EAGLE,
+    "eagle3": specstrat.EAGLE3,
+    "tree": replace(specstrat.EAGLE, tree=TopkTree(topk=2, num_steps=3)),
+}
+
+
+def _requests(models: HFModels) -> list[Request]:
+    ids = models.tokenizer("def wrap(text, width=70):\n    return text")["input_ids"]
+    return [Request("a", ids[:12], 12), Request("b", ids[:5], 9)]
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+@pytest.mark.parametrize("name", sorted(ALGOS))
+def test_a_context_head_drafts_greedy_lossless(name: str, overlap: bool, models: HFModels) -> None:
+    """EAGLE, EAGLE3 and an EAGLE top-k tree with a context head give transformers' greedy
+    generate token for token, in sync and overlap (chunked prefill of 4 tokens a forward)."""
+    requests = _requests(models)
+    config = EngineConfig(context_len=64, overlap=overlap, chunked_prefill_size=4)
+    outputs = Engine(ALGOS[name], models, config).run(requests)
+    check = compare(models.target, requests, outputs, generate_reference(models.target, requests))
+    assert check.lossless, check.line()
+    assert check.compared_tokens == 21
+
+
+@pytest.mark.parametrize("name", ["eagle", "tree"])
+def test_the_cache_equals_a_second_pass_over_the_sequence(
+    name: str, models: HFModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With every draft accepted (forced), the keys a request cached through its prefill and
+    its verify steps equal the head's keys over a second pass of the target on the sequence."""
+    kept: dict[int, torch.Tensor] = {}
+    release = ContextHeadDrafter.release
+
+    def snapshot(self: ContextHeadDrafter, slots: Any) -> None:
+        for slot in slots:
+            rows = self.rows[slot]
+            kept[len(kept)] = rows.k[: rows.count].clone()
+        release(self, slots)
+
+    monkeypatch.setattr(ContextHeadDrafter, "release", snapshot)
+    algo = replace(ALGOS[name], acceptance=ForcedAcceptance(rate=1.0))
+    requests = _requests(models)[:1]
+    config = EngineConfig(context_len=64, chunked_prefill_size=5)  # the prompt in 3 forwards
+    outputs = Engine(algo, models, config).run(requests)
+    sequence = [*requests[0].prompt, *outputs["a"]]
+    head = models.head
+    assert isinstance(head, Eagle3ContextDraftHead)
+    (seq,) = capture_sequences(
+        models.target,
+        [specstrat.train.Generation(tokens=torch.tensor(sequence), prompt_len=2)],
+        layers=(0, 1),
+        vocab_size=tiny.VOCAB,
+        prompt_rows=True,
+    )
+    rows = len(sequence) - 1  # the last step may commit past max_new_tokens: its rows too
+    assert kept[0].shape[0] >= rows
+    with torch.inference_mode():
+        _, _, k, _ = head.layer_input(
+            seq.features[None, :rows].float(),
+            torch.tensor(sequence[1 : rows + 1])[None],
+            torch.arange(rows)[None] + 1,
+        )
+    torch.testing.assert_close(kept[0][:rows], k[0], atol=2e-3, rtol=2e-3)  # features stored float16
