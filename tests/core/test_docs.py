@@ -70,3 +70,30 @@ def test_the_own_model_snippet_builds_an_engine() -> None:
     scope: dict[str, object] = {}
     exec(code, scope)
     assert scope["engine"].run([Request("r0", (1, 2, 3), 4)])["r0"]  # type: ignore[attr-defined]
+
+
+def test_the_builtins_table_matches_each_builtins_capabilities() -> None:
+    """Each row of the built-ins page's table has the algorithm's own answers in its verify on
+    draft worker, topk, hidden, draft KV and ragged columns, and every built-in has a row."""
+    from specstrat.builtins import BUILTINS
+
+    page = (DOCS / "concepts" / "builtins.md").read_text()
+    rows = {
+        cells[0]: cells
+        for line in page.splitlines()
+        if line.startswith("| ") and not line.startswith("| name")
+        for cells in [[c.strip() for c in line.strip("|").split("|")]]
+    }
+    assert set(rows) == {a.name for a in BUILTINS}
+    for algo in BUILTINS:
+        caps = algo.capabilities
+        want = [
+            algo.supports_target_verify_for_draft(),
+            caps.need_topk,
+            caps.carries_draft_hidden_states,
+            caps.has_draft_kv,
+            caps.supports_ragged_verify,
+        ]
+        cells = rows[algo.name]
+        got = [cells[1], cells[6], cells[7], cells[8], cells[9]]
+        assert got == ["yes" if w else "no" for w in want], algo.name
