@@ -145,6 +145,8 @@ class ContextHeadDrafter:
     def _gather(self, cached: list[_Rows], n: int, name: str, like: torch.Tensor) -> torch.Tensor:
         """The slots' first ``n`` cached keys or values ``[bs, n, kv_heads, d]``, zeros past
         each slot's rows."""
+        if len(cached) == 1 and cached[0].count == n > 0:  # one request: a view, no copy
+            return getattr(cached[0], name)[None, :n]
         out = like.new_zeros(len(cached), n, *like.shape[2:])
         for i, r in enumerate(cached):
             if r.count:

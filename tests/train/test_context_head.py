@@ -260,3 +260,37 @@ def test_the_cache_equals_a_second_pass_over_the_sequence(
         )
     # The second pass's features are stored in float16: keys agree to about 1e-3.
     torch.testing.assert_close(kept[0][:rows], k[0], atol=2e-3, rtol=2e-3)
+
+
+def test_a_tree_node_attends_to_its_own_path_only(head: Eagle3Head) -> None:
+    """Two frontier nodes whose children swap parents give each child the logits a chain along
+    its own path gives (the path's keys follow the parent, siblings are never seen)."""
+    from specstrat.strategies.eagle_context import _Walk
+
+    torch.manual_seed(2)
+    feats, toks = torch.randn(6, 2 * H), torch.randint(0, V, (7,))
+    drafter = _drafter(head, toks[:6].tolist())
+    admitted = drafter.admit(
+        DraftAdmission(
+            slots=(0,),
+            bonus_tokens=toks[6:7],
+            seq_lens=torch.tensor([6]),
+            hidden=feats[5:6],
+            draft_input=None,
+            sampling=(GREEDY,),
+            prompt_hidden=(feats,),
+        )
+    )
+    assert admitted.hidden_states is not None
+    step = _step(int(toks[6]), 6, admitted)
+    start = admitted.hidden_states[:, None]
+    with torch.inference_mode():
+        tree = _Walk(drafter, step)
+        _, hidden = tree.step(start.expand(1, 2, -1), torch.tensor([[3, 7]]), 1, None)
+        swapped = torch.tensor([[1, 0]])
+        logits, _ = tree.step(hidden[:, [1, 0]], torch.tensor([[11, 13]]), 2, swapped)
+        for node, (first, second) in enumerate([(7, 11), (3, 13)]):
+            chain = _Walk(drafter, step)
+            _, h = chain.step(start, torch.tensor([[first]]), 1, None)
+            want, _ = chain.step(h, torch.tensor([[second]]), 2, None)
+            torch.testing.assert_close(logits[0, node], want[0, 0])
