@@ -24,6 +24,7 @@ __all__ = [
     "BlockDraftModel",
     "BlockKV",
     "CausalLM",
+    "ContextDraftHead",
     "DraftHead",
     "DraftKV",
     "EarlyExitModel",
@@ -171,6 +172,35 @@ class DraftHead(Protocol):
         self, hidden: torch.Tensor, tokens: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft logits for the token after ``tokens``, and the predicted hidden state."""
+        ...
+
+
+@runtime_checkable
+class ContextDraftHead(DraftHead, Protocol):
+    """A draft head that attends over the context: its decoder layer in two halves around the
+    attention, which the drafter computes over the head's own KV cache
+    (:class:`~specstrat.strategies.ContextHeadDrafter` calls ``layer_input`` for the rows it
+    caches at admission and after each verify, and for each draft; ``layer_output`` for the
+    rows it reads; ``__call__`` as a :class:`DraftHead` is the prefill process's first token
+    for disaggregation, each row attending to itself only).
+
+    Guarantees: ``layer_input`` returns the residual ``[B, T, H]`` and the rotated
+    ``q [B, T, heads, d]``, ``k`` and ``v [B, T, kv_heads, d]`` for inputs ``[B, T, W]``
+    (target features or the head's own hidden states), ``tokens [B, T]`` and ``positions
+    [B, T]``; ``layer_output`` turns the residual and the attention ``[B, T, heads * d]`` into
+    logits ``[B, T, V]`` and the head's hidden states ``[B, T, H]``.
+    """
+
+    def layer_input(
+        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """The residual and the rotated ``q``, ``k``, ``v`` of each row."""
+        ...
+
+    def layer_output(
+        self, residual: torch.Tensor, attn: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Logits and the head's hidden state of each row."""
         ...
 
 

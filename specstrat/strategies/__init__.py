@@ -28,7 +28,7 @@ from specstrat.strategies.drafters import (
     NoDrafter,
     NoDrafterFactory,
 )
-from specstrat.strategies.eagle_context import ContextDraftHead, ContextHeadDrafter
+from specstrat.strategies.eagle_context import ContextHeadDrafter
 from specstrat.strategies.eagle_head import EagleHeadDrafter, EagleHeadDrafterFactory
 from specstrat.strategies.early_exit import EarlyExitDrafterFactory
 from specstrat.strategies.first_match import FirstMatch, FirstMatchDrafter
@@ -59,7 +59,6 @@ __all__ = [
     "DflashDisaggDraftBuilder",
     "DraftModelDrafter",
     "DraftModelDrafterFactory",
-    "ContextDraftHead",
     "ContextHeadDrafter",
     "EagleHeadDrafter",
     "FirstMatch",

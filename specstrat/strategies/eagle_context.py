@@ -17,50 +17,25 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Protocol, runtime_checkable
 
 import torch
 
+from specstrat._head_attention import attend
+from specstrat._ints import is_int
 from specstrat.drafting import DraftAdmission, DraftStep, DraftTree, StepOutcome, TreeShape
-from specstrat.errors import InternalError
-from specstrat.models import DraftHead
+from specstrat.errors import InternalError, InvalidConfig
+from specstrat.models import ContextDraftHead
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
-from specstrat.strategies._head_attention import attend
 from specstrat.strategies.disagg import EagleDraftInput
 from specstrat.strategies.tree_expansion import TreeExpansion
 
-__all__ = ["ContextDraftHead", "ContextHeadDrafter"]
-
-
-@runtime_checkable
-class ContextDraftHead(DraftHead, Protocol):
-    """A draft head that attends over the context: its decoder layer in two halves around the
-    attention, which the drafter computes over the head's KV cache.
-
-    Guarantees: ``layer_input`` returns the residual ``[B, T, H]`` and the rotated
-    ``q [B, T, heads, d]``, ``k`` and ``v [B, T, kv_heads, d]`` for inputs ``[B, T, W]``
-    (target features or the head's own hidden states), ``tokens [B, T]`` and ``positions
-    [B, T]``; ``layer_output`` turns the residual and the attention ``[B, T, heads * d]`` into
-    logits ``[B, T, V]`` and the head's hidden states ``[B, T, H]``.
-    """
-
-    def layer_input(
-        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """The residual and the rotated ``q``, ``k``, ``v`` of each row."""
-        ...
-
-    def layer_output(
-        self, residual: torch.Tensor, attn: torch.Tensor
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Logits and the head's hidden state of each row."""
-        ...
+__all__ = ["ContextHeadDrafter"]
 
 
 @dataclass(slots=True)
 class _Rows:
-    """One request's cached rows: ``k``, ``v [capacity, kv_heads, d]``, the first ``count``
+    """One request's cached rows: ``k``, ``v [room, kv_heads, d]``, the first ``count``
     filled, row ``r`` standing for committed position ``first + r``."""
 
     k: torch.Tensor
@@ -85,8 +60,20 @@ class ContextHeadDrafter:
         context_len: int,
         target_tokens: Callable[[int], Sequence[int]],
     ) -> None:
+        for name, value in (
+            ("topk", topk),
+            ("vocab_size", vocab_size),
+            ("context_len", context_len),
+        ):
+            if not is_int(value) or value < 1:
+                raise InvalidConfig(f"ContextHeadDrafter {name}={value!r} must be an int >= 1")
+        if topk > vocab_size:
+            raise InvalidConfig(
+                f"ContextHeadDrafter topk={topk} exceeds vocab_size={vocab_size}; relay at most "
+                "the vocabulary"
+            )
         self.head, self.topk, self.vocab_size = head, topk, vocab_size
-        self.capacity, self.target_tokens = context_len, target_tokens
+        self.context_len, self.target_tokens = context_len, target_tokens
         self.rows: dict[int, _Rows] = {}
 
     # -- the cache ---------------------------------------------------------------------------
@@ -109,49 +96,57 @@ class ContextHeadDrafter:
         for i, (h, t) in enumerate(zip(hidden, tokens, strict=True)):
             feats[i, : h.shape[0]], ids[i, : h.shape[0]] = h, t.to(dev)
         for i, slot in enumerate(slots):
-            if slot not in self.rows:
+            if slot not in self.rows:  # a request admitted without rows: they start here
                 self.rows[slot] = _Rows(k=torch.empty(0), v=torch.empty(0), first=first[i])
         cached = [self.rows[s] for s in slots]
         start = torch.tensor([r.first + r.count for r in cached], device=dev)
         positions = start[:, None] + torch.arange(longest, device=dev)[None] + 1
         residual, q, k, v = self.head.layer_input(feats, ids, positions)
-        for r in cached:
-            if r.k.dim() != 3:  # the first rows: the cache takes their shape
-                r.k = k.new_zeros(self.capacity, *k.shape[2:])
-                r.v = v.new_zeros(self.capacity, *v.shape[2:])
-        old = max(r.count for r in cached)
-        keys = torch.cat([self._gather(cached, old, "k", k), k], dim=1)
-        values = torch.cat([self._gather(cached, old, "v", v), v], dim=1)
-        have = torch.tensor([r.count for r in cached], device=dev)
-        col = torch.arange(old + longest, device=dev)
-        row = torch.arange(longest, device=dev)
-        old_ok = (col[None, None, :] < have[:, None, None]) & (col < old)[None, None]
-        new_ok = ((col - old)[None, None, :] <= row[None, :, None]) & (col >= old)[None, None]
-        mask = old_ok | new_ok  # [bs, T, old + T]; each row sees itself at least
-        logits, out = self.head.layer_output(residual, attend(q, keys, values, mask))
         for i, r in enumerate(cached):
             n = int(hidden[i].shape[0])
-            if r.count + n > self.capacity:
-                raise InternalError(
-                    f"slot {slots[i]} would cache {r.count + n} rows past context_len="
-                    f"{self.capacity}; a bug in specstrat"
-                )
+            self._reserve(slots[i], r, r.count + n, k)
             r.k[r.count : r.count + n], r.v[r.count : r.count + n] = k[i, :n], v[i, :n]
             r.count += n
+        # Only each request's last row is read (the next draft's top-k): its query over every
+        # cached row, the new ones included.
         last, at = counts - 1, torch.arange(bs, device=dev)
-        top = torch.topk(logits[at, last].softmax(-1), k=self.topk, dim=-1)
-        return RelayPayload(topk_p=top.values, topk_index=top.indices, hidden_states=out[at, last])
+        keys, values, valid = self._cached(cached, k)
+        attn = attend(q[at, last][:, None], keys, values, valid[:, None])
+        logits, out = self.head.layer_output(residual[at, last][:, None], attn)
+        top = torch.topk(logits[:, 0].softmax(-1), k=self.topk, dim=-1)
+        return RelayPayload(topk_p=top.values, topk_index=top.indices, hidden_states=out[:, 0])
 
-    def _gather(self, cached: list[_Rows], n: int, name: str, like: torch.Tensor) -> torch.Tensor:
-        """The slots' first ``n`` cached keys or values ``[bs, n, kv_heads, d]``, zeros past
-        each slot's rows."""
-        if len(cached) == 1 and cached[0].count == n > 0:  # one request: a view, no copy
-            return getattr(cached[0], name)[None, :n]
-        out = like.new_zeros(len(cached), n, *like.shape[2:])
+    def _reserve(self, slot: int, r: _Rows, need: int, like: torch.Tensor) -> None:
+        """Room for ``need`` rows in ``r`` (shaped as ``like``'s rows), grown by doubling up to
+        ``context_len``, so a short request holds little."""
+        if need > self.context_len:
+            raise InternalError(
+                f"slot {slot} would cache {need} rows past context_len={self.context_len}; a "
+                "bug in specstrat"
+            )
+        size = int(r.k.shape[0]) if r.k.dim() == 3 else 0
+        if need <= size:
+            return
+        size = min(self.context_len, max(need, 2 * size, 64))
+        k, v = like.new_empty(size, *like.shape[2:]), like.new_empty(size, *like.shape[2:])
+        if r.count:
+            k[: r.count], v[: r.count] = r.k[: r.count], r.v[: r.count]
+        r.k, r.v = k, v
+
+    def _cached(self, cached: list[_Rows], like: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The requests' cached keys and values ``[bs, L, kv_heads, d]`` (one request: views
+        of its cache; more: copies padded to the longest) and where they hold rows ``[bs, L]``."""
+        longest = max((r.count for r in cached), default=0)
+        have = torch.tensor([r.count for r in cached], device=like.device)
+        valid = torch.arange(longest, device=like.device)[None] < have[:, None]
+        if len(cached) == 1 and longest:
+            return cached[0].k[None, :longest], cached[0].v[None, :longest], valid
+        keys = like.new_zeros(len(cached), longest, *like.shape[2:])
+        values = like.new_zeros(len(cached), longest, *like.shape[2:])
         for i, r in enumerate(cached):
             if r.count:
-                out[i, : r.count] = getattr(r, name)[: r.count]
-        return out
+                keys[i, : r.count], values[i, : r.count] = r.k[: r.count], r.v[: r.count]
+        return keys, values, valid
 
     # -- the Drafter hooks ---------------------------------------------------------------------
 
@@ -162,16 +157,30 @@ class ContextHeadDrafter:
         prompt's end."""
         prompt_hidden = admission.prompt_hidden
         if prompt_hidden is None:
-            if admission.draft_input is not None:
-                for slot, n in zip(admission.slots, admission.seq_lens.tolist(), strict=True):
+            if admission.hidden is not None:
+                raise InvalidConfig(
+                    "ContextHeadDrafter.admit got a local prefill's hidden state but no "
+                    "DraftAdmission.prompt_hidden; pass each prompt's hidden states at every "
+                    "position ([prompt_len, H] per request), as the engine does"
+                )
+            for slot, n in zip(admission.slots, admission.seq_lens.tolist(), strict=True):
+                self.rows.pop(slot, None)
+                if admission.draft_input is not None:  # drafts from the relay at once
                     self.rows[slot] = _Rows(k=torch.empty(0), v=torch.empty(0), first=n)
             return _NOTHING
         bonus = admission.bonus_tokens
         payloads = []
-        for i, slot in enumerate(admission.slots):  # one by one: a prompt's rows attend P x P
+        for i, slot in enumerate(admission.slots):  # one by one: bounded by one prompt's rows
             after = list(self.target_tokens(slot))[1:]  # the token after each prompt position
+            if len(after) + 1 != prompt_hidden[i].shape[0]:
+                raise InvalidConfig(
+                    f"DraftAdmission.prompt_hidden[{i}] holds {prompt_hidden[i].shape[0]} rows "
+                    f"but slot {slot}'s prompt has {len(after) + 1} tokens; pass one row per "
+                    "prompt position"
+                )
             tokens = torch.tensor(after, dtype=torch.int64, device=bonus.device)
             tokens = torch.cat([tokens, bonus[i : i + 1].to(torch.int64)])
+            self.rows.pop(slot, None)  # a slot admitted again starts afresh
             payloads.append(self._extend([slot], [prompt_hidden[i]], [tokens], [0]))
         return RelayPayload(
             topk_p=torch.cat([p.topk_p for p in payloads if p.topk_p is not None]),
@@ -190,7 +199,11 @@ class ContextHeadDrafter:
     def commit(self, outcome: StepOutcome) -> RelayPayload:
         """A row per committed position (root and accepted nodes), and the next first token."""
         if outcome.path_hidden is None:
-            raise InternalError("StepOutcome.path_hidden is None; the engine always sets it")
+            raise InvalidConfig(
+                "ContextHeadDrafter.commit needs StepOutcome.path_hidden ([bs, n + 1, H], the "
+                "target's hidden states at each request's root and accepted nodes), which the "
+                "engine sets; pass it when building a StepOutcome by hand"
+            )
         acceptance, step = outcome.acceptance, outcome.step
         counts = acceptance.accept_lengths.tolist()
         lengths = step.seq_lens.tolist()
@@ -229,11 +242,7 @@ class ContextHeadDrafter:
     def _context(self, step: DraftStep, like: torch.Tensor) -> tuple[torch.Tensor, ...]:
         """Each request's cached keys, values ``[bs, L, kv_heads, d]`` and where they are."""
         none = _Rows(k=torch.empty(0), v=torch.empty(0), first=0)
-        cached = [self.rows.get(s, none) for s in step.slots]
-        n = max(r.count for r in cached)
-        keys, values = self._gather(cached, n, "k", like), self._gather(cached, n, "v", like)
-        have = torch.tensor([r.count for r in cached], device=like.device)
-        return keys, values, torch.arange(n, device=like.device)[None] < have[:, None]
+        return self._cached([self.rows.get(s, none) for s in step.slots], like)
 
     def _chain(self, step: DraftStep, relay: RelayPayload, lengths: torch.Tensor) -> DraftTree:
         assert relay.topk_p is not None  # propose checked all three

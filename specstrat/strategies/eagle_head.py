@@ -19,11 +19,11 @@ from specstrat.drafting import (
     TreeShape,
 )
 from specstrat.errors import InvalidConfig
-from specstrat.models import DraftHead, LoadedModels
+from specstrat.models import ContextDraftHead, DraftHead, LoadedModels
 from specstrat.relay import RelayPayload
 from specstrat.sampling import DraftChooser
 from specstrat.strategies.disagg import EagleDraftInput
-from specstrat.strategies.eagle_context import ContextDraftHead, ContextHeadDrafter
+from specstrat.strategies.eagle_context import ContextHeadDrafter
 from specstrat.strategies.tree_expansion import TreeExpansion
 
 __all__ = ["EagleHeadDrafter", "EagleHeadDrafterFactory"]
@@ -160,7 +160,8 @@ class EagleHeadDrafterFactory:
 
     def create_drafter(self, context: DrafterContext) -> EagleHeadDrafter | ContextHeadDrafter:
         """A head drafter over the loaded head (a :class:`ContextHeadDrafter` with its own KV
-        cache for a :class:`ContextDraftHead`); a tree's ``topk`` must fit the relayed top-k."""
+        cache for a :class:`~specstrat.models.ContextDraftHead`); a tree's ``topk`` must fit
+        the relayed top-k."""
         if context.tree is not None and context.tree.topk > self.topk:
             raise InvalidConfig(
                 f"the tree's topk={context.tree.topk} exceeds the {self.topk} candidates per "

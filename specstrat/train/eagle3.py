@@ -27,9 +27,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specstrat._head_attention import rope
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
-from specstrat.strategies._head_attention import rope
 
 __all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head"]
 
@@ -305,7 +305,7 @@ class Eagle3DraftHead:
 
 class Eagle3ContextDraftHead(Eagle3DraftHead):
     """An :class:`Eagle3Head` trained to attend over the context, as a
-    :class:`~specstrat.strategies.ContextDraftHead`: the drafter keeps the KV cache and calls
+    :class:`~specstrat.models.ContextDraftHead`: the drafter keeps the KV cache and calls
     the layer in two halves around its attention, logits over ``vocab_size`` target ids
     (``-inf`` outside the draft vocabulary). Called as a plain
     :class:`~specstrat.models.DraftHead` (a PREBUILT request's first token on the prefill

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 import torch
 import torch.nn.functional as F
 
-from specstrat.strategies._head_attention import attend
+from specstrat._head_attention import attend
 from specstrat.train.eagle3 import Eagle3Head
 
 __all__ = ["unroll_context"]

@@ -20,7 +20,7 @@ from specstrat.drafting import (
     DraftTree,
     StepOutcome,
 )
-from specstrat.errors import InternalError
+from specstrat.errors import InternalError, InvalidConfig
 from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
 from specstrat.runtime import Engine, EngineConfig, Request
 from specstrat.strategies import ContextHeadDrafter, ForcedAcceptance, TopkTree
@@ -294,3 +294,126 @@ def test_a_tree_node_attends_to_its_own_path_only(head: Eagle3Head) -> None:
             _, h = chain.step(start, torch.tensor([[first]]), 1, None)
             want, _ = chain.step(h, torch.tensor([[second]]), 2, None)
             torch.testing.assert_close(logits[0, node], want[0, 0])
+
+
+def _admission(
+    slots: list[int], bonus: list[int], feats: list[torch.Tensor]
+) -> DraftAdmission[Any]:
+    return DraftAdmission(
+        slots=tuple(slots),
+        bonus_tokens=torch.tensor(bonus),
+        seq_lens=torch.tensor([f.shape[0] for f in feats]),
+        hidden=torch.stack([f[-1] for f in feats]),
+        draft_input=None,
+        sampling=(GREEDY,) * len(slots),
+        prompt_hidden=tuple(feats),
+    )
+
+
+def _steps(slots: list[int], bonus: list[int], lens: list[int], payload: Any) -> DraftStep:
+    return DraftStep(
+        slots=tuple(slots),
+        bonus_tokens=torch.tensor(bonus),
+        seq_lens=torch.tensor(lens),
+        payload=payload,
+        max_nodes=3,
+        sampling=(GREEDY,) * len(slots),
+    )
+
+
+def test_a_batch_drafts_what_each_request_drafts_alone(head: Eagle3Head) -> None:
+    """Three requests of 3, 7 and 5 prompt tokens that accept 0, 2 and 1 drafts get, batched,
+    the chains each gets alone, before and after the step; a released slot admitted again
+    starts afresh."""
+    torch.manual_seed(3)
+    lens, slots, accepted = [3, 7, 5], [4, 0, 2], [0, 2, 1]
+    seqs = [torch.randint(0, V, (20,)) for _ in lens]
+    feats = [torch.randn(20, 2 * H) for _ in lens]
+    table = {s: seqs[i][: lens[i]].tolist() for i, s in enumerate(slots)}
+    draft_head = head.draft_head(V)
+    assert isinstance(draft_head, Eagle3ContextDraftHead)
+
+    def drafter() -> ContextHeadDrafter:
+        return ContextHeadDrafter(draft_head, 4, V, context_len=64, target_tokens=table.__getitem__)
+
+    batch, alone = drafter(), [drafter() for _ in slots]
+    bonus = [int(seqs[i][lens[i]]) for i in range(3)]
+    prompts = [feats[i][: lens[i]] for i in range(3)]
+    payload = batch.admit(_admission(slots, bonus, prompts))
+    own = [
+        d.admit(_admission([s], [bonus[i]], [prompts[i]]))
+        for i, (d, s) in enumerate(zip(alone, slots, strict=True))
+    ]
+    tree = batch.propose(_steps(slots, bonus, lens, payload))
+    for i, s in enumerate(slots):
+        want = alone[i].propose(_steps([s], [bonus[i]], [lens[i]], own[i]))
+        assert tree.tokens[i].tolist() == want.tokens[0].tolist()
+    drafts = torch.stack([seqs[i][lens[i] + 1 : lens[i] + 4] for i in range(3)])
+    index = torch.tensor([[0, 1, -1][:a] + [-1] * (3 - a) for a in accepted])
+    after = [int(seqs[i][lens[i] + 1 + accepted[i]]) for i in range(3)]
+    path = torch.zeros(3, 3, 2 * H)
+    for i, a in enumerate(accepted):
+        path[i, : a + 1] = feats[i][lens[i] : lens[i] + a + 1]
+
+    def outcome(rows: list[int], step: DraftStep) -> StepOutcome:
+        return StepOutcome(
+            step=step,
+            drafts=DraftTree.chain(drafts[rows]),
+            acceptance=Acceptance(
+                accept_index=index[rows],
+                accept_lengths=torch.tensor(accepted)[rows],
+                bonus_tokens=torch.tensor(after)[rows],
+            ),
+            hidden=path[rows, 0],
+            path_hidden=path[rows],
+        )
+
+    payload = batch.commit(outcome([0, 1, 2], _steps(slots, bonus, lens, payload)))
+    own = [
+        d.commit(outcome([i], _steps([slots[i]], [bonus[i]], [lens[i]], own[i])))
+        for i, d in enumerate(alone)
+    ]
+    grown = [lens[i] + 1 + accepted[i] for i in range(3)]
+    tree = batch.propose(_steps(slots, after, grown, payload))
+    for i, s in enumerate(slots):
+        want = alone[i].propose(_steps([s], [after[i]], [grown[i]], own[i]))
+        assert tree.tokens[i].tolist() == want.tokens[0].tolist()
+    batch.release([0])
+    table[0] = seqs[1][:2].tolist()
+    again = batch.admit(_admission([0], [int(seqs[1][2])], [feats[1][:2]]))
+    fresh = drafter().admit(_admission([0], [int(seqs[1][2])], [feats[1][:2]]))
+    assert again.hidden_states is not None
+    assert fresh.hidden_states is not None
+    torch.testing.assert_close(again.hidden_states, fresh.hidden_states)
+    assert (batch.rows[0].first, batch.rows[0].count) == (0, 2)
+
+
+def test_the_drafter_refuses_what_it_cannot_draft_from(head: Eagle3Head) -> None:
+    """A local admission without prompt_hidden, prompt rows that do not match the prompt, a
+    commit without path_hidden and bad settings are refused naming the field and the fix."""
+    drafter = _drafter(head, [1, 2, 3])
+    no_rows = replace(_admission([0], [4], [torch.randn(3, 2 * H)]), prompt_hidden=None)
+    with pytest.raises(InvalidConfig, match=r"no DraftAdmission\.prompt_hidden; pass each prompt"):
+        drafter.admit(no_rows)
+    with pytest.raises(InvalidConfig, match=r"prompt_hidden\[0\] holds 2 rows but slot 0's prompt"):
+        drafter.admit(_admission([0], [4], [torch.randn(2, 2 * H)]))
+    payload = drafter.admit(_admission([0], [4], [torch.randn(3, 2 * H)]))
+    step = _steps([0], [4], [3], payload)
+    bare = StepOutcome(
+        step=step,
+        drafts=DraftTree.chain(torch.tensor([[5, 6, 7]])),
+        acceptance=Acceptance(
+            accept_index=torch.tensor([[-1, -1, -1]]),
+            accept_lengths=torch.tensor([0]),
+            bonus_tokens=torch.tensor([5]),
+        ),
+        hidden=torch.randn(1, 2 * H),
+    )
+    with pytest.raises(InvalidConfig, match=r"commit needs StepOutcome\.path_hidden"):
+        drafter.commit(bare)
+    draft_head = head.draft_head(V)
+    assert isinstance(draft_head, Eagle3ContextDraftHead)
+    with pytest.raises(InvalidConfig, match=r"ContextHeadDrafter context_len=0 must be an int"):
+        ContextHeadDrafter(draft_head, 4, V, context_len=0, target_tokens=lambda _s: [])
+    with pytest.raises(InvalidConfig, match=r"topk=60 exceeds vocab_size=50"):
+        ContextHeadDrafter(draft_head, 60, V, context_len=8, target_tokens=lambda _s: [])

@@ -35,24 +35,20 @@ def attend(
     """Attention output ``[B, T, heads * d]`` of queries ``q [B, T, heads, d]`` over context
     keys and values ``k, v [B, L, kv_heads, d]`` where ``mask [B, T, L]`` is true, and over each
     query's own path ``path_k, path_v [B, T, E, kv_heads, d]`` (all of it). Every query must
-    see at least one key (a row with none would be NaN)."""
+    see at least one key (a row with none would be NaN). Grouped queries share their key and
+    value head without copies of it (query head ``j`` reads key head ``j // group``)."""
     b, t, heads, d = q.shape
-    group = heads // k.shape[2]
-    scale = d**-0.5
-    qh = q.transpose(1, 2)  # [B, h, T, d]
-    kh = k.repeat_interleave(group, dim=2).transpose(1, 2)  # [B, h, L, d]
-    vh = v.repeat_interleave(group, dim=2).transpose(1, 2)
-    scores = (qh @ kh.transpose(-1, -2)) * scale  # [B, h, T, L]
-    scores = scores.masked_fill(~mask[:, None], float("-inf"))
+    kv_heads = k.shape[2]
+    grouped = q.reshape(b, t, kv_heads, heads // kv_heads, d)
+    scores = torch.einsum("btkgd,blkd->bkgtl", grouped, k) * d**-0.5
+    scores = scores.masked_fill(~mask[:, None, None], float("-inf"))
     if path_k is None or path_v is None or path_k.shape[2] == 0:
-        out = scores.softmax(-1) @ vh
+        out = torch.einsum("bkgtl,blkd->btkgd", scores.softmax(-1), v)
     else:
-        pk = path_k.repeat_interleave(group, dim=3)  # [B, T, E, h, d]
-        pv = path_v.repeat_interleave(group, dim=3)
-        own = torch.einsum("bhtd,btehd->bhte", qh, pk) * scale
+        own = torch.einsum("btkgd,btekd->bkgte", grouped, path_k) * d**-0.5
         probs = torch.cat([scores, own], dim=-1).softmax(-1)
-        length = kh.shape[2]
-        out = probs[..., :length] @ vh
-        out = out + torch.einsum("bhte,btehd->bhtd", probs[..., length:], pv)
-    merged: torch.Tensor = out.transpose(1, 2).reshape(b, t, heads * d)
+        length = k.shape[1]
+        out = torch.einsum("bkgtl,blkd->btkgd", probs[..., :length], v)
+        out = out + torch.einsum("bkgte,btekd->btkgd", probs[..., length:], path_v)
+    merged: torch.Tensor = out.reshape(b, t, heads * d)
     return merged
