@@ -42,11 +42,12 @@ Recorded = list[tuple[tuple[int, tuple[int, ...]], Rows]]
 
 
 class RecordingDrafter(NoDrafter):
-    """Drafts nothing; keeps each request's hidden states and, at release, its committed
-    tokens (what the slot table holds: the prompt and every token but the last)."""
+    """Drafts nothing; keeps each request's hidden states (with ``prompt_rows``, the prompt's
+    too) and, at release, its committed tokens (what the slot table holds: the prompt and
+    every token but the last)."""
 
-    def __init__(self, context: DrafterContext, done: Recorded) -> None:
-        self.context, self.done = context, done
+    def __init__(self, context: DrafterContext, done: Recorded, prompt_rows: bool) -> None:
+        self.context, self.done, self.prompt_rows = context, done, prompt_rows
         self.open: dict[int, Rows] = {}
 
     def admit(self, admission: DraftAdmission[object]) -> RelayPayload:
@@ -58,7 +59,7 @@ class RecordingDrafter(NoDrafter):
             )
         hidden = admission.hidden.float().cpu()
         lengths = admission.seq_lens.tolist()
-        prompts = admission.prompt_hidden
+        prompts = admission.prompt_hidden if self.prompt_rows else None
         for i, slot in enumerate(admission.slots):
             before = None if prompts is None else prompts[i][:-1].half().cpu()
             self.open[slot] = Rows(
@@ -89,16 +90,18 @@ class RecordingDrafterFactory(NoDrafterFactory):
     one process's engine, not for disaggregation)."""
 
     done: Recorded = field(default_factory=list, compare=False)
+    prompt_rows: bool = False
 
     def create_drafter(self, context: DrafterContext) -> RecordingDrafter:
         """A recorder writing to ``done``."""
-        return RecordingDrafter(context, self.done)
+        return RecordingDrafter(context, self.done, self.prompt_rows)
 
 
 class EngineRun:
     """Specstrat's engine, target-only, sized for ``sizing`` (the longest prompt plus
     ``max_new_tokens``), ``batch`` requests at once; with ``layers``, the target viewed through
-    them plus its last layer and every request's rows recorded, keyed by committed tokens."""
+    them plus its last layer and every request's rows recorded, keyed by committed tokens (with
+    ``prompt_rows``, the prompt's rows too)."""
 
     def __init__(
         self,
@@ -107,6 +110,7 @@ class EngineRun:
         batch: int,
         layers: tuple[int, ...] | None,
         num_layers: int,
+        prompt_rows: bool = False,
     ) -> None:
         from specstrat.builtins import NONE
         from specstrat.models import ModelSet
@@ -120,7 +124,7 @@ class EngineRun:
                 f"context_len={self.context}, past the model's {model.shape.max_positions} "
                 "positions; lower max_new_tokens or shorten the prompts"
             )
-        self.recorder = RecordingDrafterFactory()
+        self.recorder = RecordingDrafterFactory(prompt_rows=prompt_rows)
         algo, target = NONE, model
         if layers is not None:
             algo = replace(NONE, drafter=self.recorder)

@@ -142,6 +142,8 @@ class GenerationCapturer:
     memory half-way: an engine per batch reserved its cache again each time, and memory other
     processes took in between refused a training run 14 minutes in. :meth:`capture` takes any
     prompts that fit that size, at any temperature; ``batch`` requests run at once.
+    ``prompt_rows``: each sequence starts at the first prompt position, the prompt's rows its
+    ``context`` (what a head that attends over the context trains on).
     """
 
     def __init__(
@@ -166,7 +168,9 @@ class GenerationCapturer:
         self.model, self.tokenizer, self.max_new_tokens = model, tokenizer, max_new_tokens
         self._engine: EngineRun | None = None
         if sizing and isinstance(model, HFCausalLM):
-            self._engine = EngineRun(model, sizing, batch, self.layers, self.depth)
+            self._engine = EngineRun(
+                model, sizing, batch, self.layers, self.depth, prompt_rows=prompt_rows
+            )
 
     def capture(
         self, prompts: Sequence[str], *, temperature: float = 0.0, seed: int = 0

@@ -25,9 +25,11 @@ class HeadConfig:
     the data half still adds new text (0 with greedy responses: no further passes);
     ``max_new_tokens`` per response;
     ``held_out``: the share of prompts kept for measuring tau; ``eval_depth``: draft tokens
-    measured per anchor; ``causal``: train with causal attention over the sequence (EAGLE-3's
-    form) instead of each row attending to itself, which is what the one-token
-    :class:`~specstrat.train.Eagle3DraftHead` runs (the default, ``False``)."""
+    measured per anchor; ``context``: the head attends over the context, prompt included, through
+    its own KV cache (EAGLE-3's form, trained with its training-time-test mask and drafted by
+    :class:`~specstrat.strategies.ContextHeadDrafter`) instead of each row attending to
+    itself, which is what the one-token :class:`~specstrat.train.Eagle3DraftHead` runs (the
+    default, ``False``)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -44,7 +46,7 @@ class HeadConfig:
     held_out: float = 0.1
     eval_depth: int = 5
     clip: float = 1.0
-    causal: bool = False
+    context: bool = False
 
     def __post_init__(self) -> None:
         for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
@@ -60,6 +62,8 @@ class HeadConfig:
                 f"HeadConfig.layers={self.layers!r} must be None (the default rule) or at least "
                 "2 decoder-layer indices >= 0, e.g. (1, 8, 14)"
             )
+        if not isinstance(self.context, bool):
+            raise InvalidConfig(f"HeadConfig.context={self.context!r} must be True or False")
         if self.epochs is None and self.budget_seconds is None:
             raise InvalidConfig(
                 "HeadConfig.epochs=None and budget_seconds=None: training would never end; "

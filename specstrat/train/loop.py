@@ -91,13 +91,13 @@ def _shift(x: torch.Tensor, by: int, rows: int) -> torch.Tensor:
 
 
 def _ttt_loss(
-    head: Eagle3Head, batch: _Batch, steps: int, causal: bool
+    head: Eagle3Head, batch: _Batch, steps: int, context: bool
 ) -> tuple[torch.Tensor, list[float]]:
     """The unrolled loss over anchors ``j`` (rows ``0 .. R - 2``, past each sequence's context
     rows) and each step's top-1 accuracy against the target's restricted argmax."""
     anchors = batch.tokens.shape[1] - 1
     j = torch.arange(anchors)
-    if causal:  # rows before the first anchor are keys only: steps after the first skip them
+    if context:  # rows before the first anchor are keys only: steps after the first skip them
         first = int(batch.context.min())
         logits_of = unroll_context(
             head,
@@ -190,7 +190,7 @@ def train_head(
         data, held = _collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t, context=config.causal)
+        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t, context=config.context)
         order_gen = torch.Generator().manual_seed(config.seed)
     state = _State(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
@@ -237,7 +237,7 @@ def _collect(
         layers=layers,
         max_new_tokens=config.max_new_tokens,
         batch=_GENERATE_BATCH,
-        prompt_rows=config.causal,
+        prompt_rows=config.context,
     )
     gens: list[Generation] = []
     sequences: list[CapturedSequence] = []
@@ -371,7 +371,7 @@ def _fit(
                     group["lr"] = config.lr * _lr_scale(frac, config.warmup)
                 picked = perm[b * config.batch_size :][: config.batch_size]
                 batch = _batch(data, [seqs[i] for i in picked])
-                loss, accuracy = _ttt_loss(head, batch, config.ttt_steps, config.causal)
+                loss, accuracy = _ttt_loss(head, batch, config.ttt_steps, config.context)
                 opt.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]
                 torch.nn.utils.clip_grad_norm_(params, config.clip)

@@ -102,7 +102,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         temperature=args.temperature,
         repeat_temperature=args.repeat_temperature,
         max_new_tokens=args.max_new_tokens,
-        causal=args.context,
+        context=args.context,
     )
 
 
@@ -284,7 +284,7 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
     train.add_argument(
         "--context",
         action=argparse.BooleanOptionalAction,
-        default=_DEFAULTS.causal,
+        default=_DEFAULTS.context,
         help="the head attends over the context through its own KV cache, trained with "
         "EAGLE-3's training-time-test mask over the prompt and response (--no-context: each "
         "position attends to itself only; default %(default)s)",

@@ -43,6 +43,25 @@ def test_capture_while_generating_gives_the_second_pass_rows(
         torch.testing.assert_close(ours.final, theirs.final[:n], atol=2e-3, rtol=1e-2)
 
 
+def test_prompt_rows_are_the_second_pass_rows_from_the_first_position(
+    engine_llama: Any, llama: Any, tokenizer: Any
+) -> None:
+    """With prompt_rows, each sequence starts at position 0 and its context is the prompt's
+    rows but the last; the rows equal a second pass's from the first position (minus the
+    last)."""
+    capturer = GenerationCapturer(
+        engine_llama, tokenizer, PROMPTS, layers=(0, 1), max_new_tokens=8, prompt_rows=True
+    )
+    gens, rows = capturer.capture(PROMPTS)
+    second = capture_sequences(llama, gens, layers=(0, 1), vocab_size=tiny.VOCAB, prompt_rows=True)
+    for g, ours, theirs in zip(gens, rows, second, strict=True):
+        n = ours.tokens.numel()
+        assert (ours.start, ours.context, theirs.context) == (0, g.prompt_len - 1, g.prompt_len - 1)
+        assert n == g.tokens.numel() - 1 == theirs.tokens.numel() - 1
+        assert ours.tokens.tolist() == theirs.tokens[:n].tolist()
+        torch.testing.assert_close(ours.features, theirs.features[:n], atol=2e-3, rtol=1e-2)
+
+
 def test_sampled_capture_keeps_the_sampled_tokens_and_the_greedy_choice(
     engine_llama: Any, tokenizer: Any
 ) -> None:
@@ -90,7 +109,7 @@ def test_capture_while_generating_refuses_a_scaled_lm_head(
 
 def test_the_recorder_refuses_a_prebuilt_admission() -> None:
     """A PREBUILT admission carries no hidden state to record: refused, naming the fix."""
-    recorder = RecordingDrafter(context=None, done=[])  # type: ignore[arg-type]
+    recorder = RecordingDrafter(context=None, done=[], prompt_rows=False)  # type: ignore[arg-type]
     admission: DraftAdmission[object] = DraftAdmission(
         slots=(0,),
         bonus_tokens=torch.tensor([1]),

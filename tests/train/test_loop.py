@@ -40,6 +40,7 @@ from tests.hf import tiny
         ({"budget_seconds": -1.0}, r"budget_seconds=-1.0 must be a number > 0.0"),
         ({"layers": (3,)}, r"layers=\(3,\) must be None"),
         ({"batch_size": True}, r"batch_size=True must be an int"),
+        ({"context": 1}, r"HeadConfig\.context=1 must be True or False"),
     ],
 )
 def test_head_config_refuses_bad_values(change: dict[str, Any], match: str) -> None:

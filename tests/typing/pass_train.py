@@ -3,9 +3,10 @@
 from pathlib import Path
 
 from specstrat.hf import HFModels
-from specstrat.models import DraftHead
+from specstrat.models import ContextDraftHead, DraftHead
 from specstrat.train import (
     Agreement,
+    Eagle3ContextDraftHead,
     HeadConfig,
     TrainedHead,
     attach_head,
@@ -29,3 +30,13 @@ def train_and_attach(models: HFModels, out: Path) -> tuple[HFModels, float]:
 def acceptance(agreement: Agreement) -> list[float]:
     """The chained acceptance by draft position."""
     return agreement["acceptance"]
+
+
+def context_head(models: HFModels, out: Path) -> ContextDraftHead:
+    """Train a head that attends over the context; its drafting form is a ContextDraftHead."""
+    config = HeadConfig(budget_seconds=60.0, epochs=None, context=True)
+    trained = train_head(config, models.target, models.tokenizer, default_prompts())
+    drafted = load_head(save_head(out, trained), models.target).draft_head()
+    assert isinstance(drafted, Eagle3ContextDraftHead)
+    head: ContextDraftHead = drafted
+    return head
