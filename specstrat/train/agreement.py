@@ -105,7 +105,7 @@ def _evaluate_context(head: Eagle3Head, data: CapturedData, depth: int) -> Agree
                 first,
             )
             for i, logits in enumerate(steps):
-                token = d2t[logits[0, first:].argmax(-1)] if i == 0 else d2t[logits[0].argmax(-1)]
+                token = d2t[logits[0].argmax(-1)]
                 alive &= token == seq.greedy[first + 1 + i : count + 1 + i]
                 hits[i] += alive.sum()
             anchors += count - first

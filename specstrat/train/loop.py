@@ -62,14 +62,16 @@ TTT_DECAY = 0.8
 class _Batch:
     features: torch.Tensor  # [B, R, k*H], zero past each sequence
     tokens: torch.Tensor  # [B, R]
-    targets: torch.Tensor  # [B, R, N] target logits on the draft vocabulary
+    targets: torch.Tensor  # [B, R - first, N] target logits on the draft vocabulary, rows first..
     lengths: torch.Tensor  # [B] rows per sequence
     starts: torch.Tensor  # [B] absolute position of row 0
     context: torch.Tensor  # [B] rows before the first anchor (the prompt's, keys only)
+    first: int  # the batch's first anchor row: no query, loss or target logits before it
 
 
 def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
     rows = max(s.tokens.numel() for s in sequences)
+    first = min(s.context for s in sequences)
 
     def pad(x: torch.Tensor) -> torch.Tensor:
         return F.pad(x, [0, 0] * (x.dim() - 1) + [0, rows - x.shape[0]])
@@ -77,10 +79,11 @@ def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
     return _Batch(
         features=torch.stack([pad(s.features) for s in sequences]).float(),
         tokens=torch.stack([pad(s.tokens) for s in sequences]),
-        targets=data.target_logits(torch.stack([pad(s.final) for s in sequences])),
+        targets=data.target_logits(torch.stack([pad(s.final)[first:] for s in sequences])),
         lengths=torch.tensor([s.tokens.numel() for s in sequences]),
         starts=torch.tensor([s.start for s in sequences]),
         context=torch.tensor([s.context for s in sequences]),
+        first=first,
     )
 
 
@@ -93,34 +96,30 @@ def _shift(x: torch.Tensor, by: int, rows: int) -> torch.Tensor:
 def _ttt_loss(
     head: Eagle3Head, batch: _Batch, steps: int, context: bool
 ) -> tuple[torch.Tensor, list[float]]:
-    """The unrolled loss over anchors ``j`` (rows ``0 .. R - 2``, past each sequence's context
-    rows) and each step's top-1 accuracy against the target's restricted argmax."""
-    anchors = batch.tokens.shape[1] - 1
-    j = torch.arange(anchors)
-    if context:  # rows before the first anchor are keys only: steps after the first skip them
-        first = int(batch.context.min())
+    """The unrolled loss over anchors ``j`` (rows ``first .. R - 2``, past each sequence's
+    context rows) and each step's top-1 accuracy against the target's restricted argmax. Rows
+    before the batch's first anchor are keys only: they pass the layer's input half alone."""
+    anchors, first = batch.tokens.shape[1] - 1, batch.first
+    j = torch.arange(first, anchors)
+    if context:
         logits_of = unroll_context(
             head,
             batch.features[:, :anchors],
             _shift(batch.tokens, 1, anchors),
-            batch.starts[:, None] + j[None] + 1,
+            batch.starts[:, None] + torch.arange(anchors)[None] + 1,
             steps,
             lambda i, _logits: _shift(batch.tokens, 1 + i, anchors)[:, first:],
             first,
         )
     else:
-        first, logits_of = 0, _self_only(head, batch, steps, anchors)
+        logits_of = _self_only(head, batch, steps, anchors)
     total = batch.features.new_zeros(())
     accuracy: list[float] = []
     for i, logits in enumerate(logits_of):
-        lo = 0 if i == 0 else first
-        rows = j[lo:]
-        valid = ((rows[None] + 1 + i) < batch.lengths[:, None]) & (
-            rows[None] >= batch.context[:, None]
-        )
+        valid = ((j[None] + 1 + i) < batch.lengths[:, None]) & (j[None] >= batch.context[:, None])
         if not bool(valid.any()):
             break
-        target = _shift(batch.targets, 1 + i, anchors)[:, lo:]
+        target = _shift(batch.targets, 1 + i, anchors - first)
         soft = -(target.softmax(-1) * logits.log_softmax(-1)).sum(-1)
         total = total + TTT_DECAY**i * soft[valid].mean()
         agree = logits.argmax(-1) == target.argmax(-1)
@@ -129,11 +128,13 @@ def _ttt_loss(
 
 
 def _self_only(head: Eagle3Head, batch: _Batch, steps: int, anchors: int) -> Iterator[torch.Tensor]:
-    """Each step's logits of a head whose rows attend to themselves only."""
-    j = torch.arange(anchors)
-    hidden = batch.features[:, :anchors]
+    """Each step's logits, anchors from the batch's first on, of a head whose rows attend to
+    themselves only."""
+    first = batch.first
+    j = torch.arange(first, anchors)
+    hidden = batch.features[:, first:anchors]
     for i in range(steps):
-        tokens = _shift(batch.tokens, 1 + i, anchors)
+        tokens = _shift(batch.tokens, 1 + i, anchors)[:, first:]
         positions = batch.starts[:, None] + j[None] + 1 + i
         logits, hidden = head(hidden, tokens, positions, causal=False)
         yield logits

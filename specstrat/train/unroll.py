@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 
 import torch
-import torch.nn.functional as F
 
 from specstrat._head_attention import attend
 from specstrat.train.eagle3 import Eagle3Head
@@ -29,23 +28,18 @@ def unroll_context(
     next_tokens: Callable[[int, torch.Tensor], torch.Tensor],
     first_anchor: int = 0,
 ) -> Iterator[torch.Tensor]:
-    """Draft logits ``[B, A, N]`` of each step for rows ``features [B, A, k*H]``, ``tokens
-    [B, A]`` (the token after each row) at ``positions [B, A]``; steps after the first give
-    the anchors from ``first_anchor`` on only (``[B, A - first_anchor, N]``), fed the tokens
-    ``next_tokens(i, logits of step i - 1)`` returns."""
-    c = head.config
-    group = c.heads // c.kv_heads
-    residual, q, k, v = head.layer_input(features, tokens, positions)
-    qh, kh, vh = (x.transpose(1, 2) for x in (q, k, v))
-    kh, vh = kh.repeat_interleave(group, dim=1), vh.repeat_interleave(group, dim=1)
-    attn = F.scaled_dot_product_attention(qh, kh, vh, is_causal=True, scale=c.head_dim**-0.5)
+    """Draft logits ``[B, A - first_anchor, N]`` of each step at the anchors from
+    ``first_anchor`` on, for rows ``features [B, A, k*H]``, ``tokens [B, A]`` (the token after
+    each row) at ``positions [B, A]``; steps after the first are fed the tokens
+    ``next_tokens(i, logits of step i - 1)`` returns. Rows before ``first_anchor`` are keys
+    only: they pass the layer's input half alone (what the drafter caches of a prompt)."""
     b, a = tokens.shape
-    logits, hidden = head.layer_output(residual, attn.transpose(1, 2).reshape(b, a, -1))
-    yield logits
+    residual, q, k, v = head.layer_input(features, tokens, positions)
+    residual, q, at = residual[:, first_anchor:], q[:, first_anchor:], positions[:, first_anchor:]
     rows = torch.arange(a, device=tokens.device)
     mask = (rows[first_anchor:, None] >= rows[None, :])[None].expand(b, -1, -1)
-    hidden, logits = hidden[:, first_anchor:], logits[:, first_anchor:]
-    at = positions[:, first_anchor:]
+    logits, hidden = head.layer_output(residual, attend(q, k, v, mask))
+    yield logits
     path_k: list[torch.Tensor] = []
     path_v: list[torch.Tensor] = []
     for i in range(1, steps):

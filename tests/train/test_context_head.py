@@ -66,8 +66,11 @@ def head() -> Eagle3Head:
     return built
 
 
-def _offline(head: Eagle3Head, feats: torch.Tensor, toks: torch.Tensor) -> list[torch.Tensor]:
-    """Each step's greedy target ids for every anchor, from the unrolled head."""
+def _offline(
+    head: Eagle3Head, feats: torch.Tensor, toks: torch.Tensor, first: int = 0
+) -> list[torch.Tensor]:
+    """Each step's greedy target ids for every anchor from ``first`` on, from the unrolled
+    head."""
     d2t = head.get_buffer("d2t")
     rows = feats.shape[0]
     with torch.inference_mode():
@@ -78,6 +81,7 @@ def _offline(head: Eagle3Head, feats: torch.Tensor, toks: torch.Tensor) -> list[
             torch.arange(rows)[None] + 1,
             3,
             lambda _i, logits: d2t[logits.argmax(-1)],
+            first,
         )
         return [d2t[logits[0].argmax(-1)] for logits in steps]
 
@@ -108,6 +112,8 @@ def test_the_drafter_drafts_what_the_unrolled_head_predicts(head: Eagle3Head) ->
     torch.manual_seed(1)
     feats, toks = torch.randn(12, 2 * H), torch.randint(0, V, (13,))
     want = _offline(head, feats, toks)
+    for ours, theirs in zip(_offline(head, feats, toks, first=4), want, strict=True):
+        assert ours.tolist() == theirs[4:].tolist()  # rows before the first anchor: keys only
     drafter = _drafter(head, toks[:5].tolist())
     admitted = drafter.admit(
         DraftAdmission(
