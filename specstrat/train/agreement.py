@@ -102,7 +102,8 @@ def _evaluate_context(head: Eagle3Head, data: CapturedData, depth: int) -> Agree
                 seq.start + rows[None] + 1,
                 depth,
                 lambda _i, logits: d2t[logits.argmax(-1)],
-                first,
+                torch.tensor([first]),
+                count - first,
             )
             for i, logits in enumerate(steps):
                 token = d2t[logits[0].argmax(-1)]

@@ -62,28 +62,31 @@ TTT_DECAY = 0.8
 class _Batch:
     features: torch.Tensor  # [B, R, k*H], zero past each sequence
     tokens: torch.Tensor  # [B, R]
-    targets: torch.Tensor  # [B, R - first, N] target logits on the draft vocabulary, rows first..
     lengths: torch.Tensor  # [B] rows per sequence
     starts: torch.Tensor  # [B] absolute position of row 0
     context: torch.Tensor  # [B] rows before the first anchor (the prompt's, keys only)
-    first: int  # the batch's first anchor row: no query, loss or target logits before it
+    # From each sequence's first anchor on (row t: the sequence's row context + t):
+    answer: torch.Tensor  # [B, Q + 1] tokens
+    targets: torch.Tensor  # [B, Q + 1, N] target logits on the draft vocabulary
 
 
 def _batch(data: CapturedData, sequences: Sequence[CapturedSequence]) -> _Batch:
     rows = max(s.tokens.numel() for s in sequences)
-    first = min(s.context for s in sequences)
+    answered = max(s.tokens.numel() - s.context for s in sequences)
 
-    def pad(x: torch.Tensor) -> torch.Tensor:
-        return F.pad(x, [0, 0] * (x.dim() - 1) + [0, rows - x.shape[0]])
+    def pad(x: torch.Tensor, n: int = rows) -> torch.Tensor:
+        return F.pad(x, [0, 0] * (x.dim() - 1) + [0, n - x.shape[0]])
 
     return _Batch(
         features=torch.stack([pad(s.features) for s in sequences]).float(),
         tokens=torch.stack([pad(s.tokens) for s in sequences]),
-        targets=data.target_logits(torch.stack([pad(s.final)[first:] for s in sequences])),
         lengths=torch.tensor([s.tokens.numel() for s in sequences]),
         starts=torch.tensor([s.start for s in sequences]),
         context=torch.tensor([s.context for s in sequences]),
-        first=first,
+        answer=torch.stack([pad(s.tokens[s.context :], answered) for s in sequences]),
+        targets=data.target_logits(
+            torch.stack([pad(s.final[s.context :], answered) for s in sequences])
+        ),
     )
 
 
@@ -96,30 +99,32 @@ def _shift(x: torch.Tensor, by: int, rows: int) -> torch.Tensor:
 def _ttt_loss(
     head: Eagle3Head, batch: _Batch, steps: int, context: bool
 ) -> tuple[torch.Tensor, list[float]]:
-    """The unrolled loss over anchors ``j`` (rows ``first .. R - 2``, past each sequence's
-    context rows) and each step's top-1 accuracy against the target's restricted argmax. Rows
-    before the batch's first anchor are keys only: they pass the layer's input half alone."""
-    anchors, first = batch.tokens.shape[1] - 1, batch.first
-    j = torch.arange(first, anchors)
+    """The unrolled loss over each sequence's anchors (its rows past its context, but the
+    last) and each step's top-1 accuracy against the target's restricted argmax. Only the
+    anchors are queried: the context rows pass the head's input half alone, as keys."""
+    queries = batch.answer.shape[1] - 1
+    t = torch.arange(queries)
     if context:
+        rows = batch.tokens.shape[1] - 1
         logits_of = unroll_context(
             head,
-            batch.features[:, :anchors],
-            _shift(batch.tokens, 1, anchors),
-            batch.starts[:, None] + torch.arange(anchors)[None] + 1,
+            batch.features[:, :rows],
+            _shift(batch.tokens, 1, rows),
+            batch.starts[:, None] + torch.arange(rows)[None] + 1,
             steps,
-            lambda i, _logits: _shift(batch.tokens, 1 + i, anchors)[:, first:],
-            first,
+            lambda i, _logits: _shift(batch.answer, 1 + i, queries),
+            batch.context,
+            queries,
         )
     else:
-        logits_of = _self_only(head, batch, steps, anchors)
+        logits_of = _self_only(head, batch, steps, queries)
     total = batch.features.new_zeros(())
     accuracy: list[float] = []
     for i, logits in enumerate(logits_of):
-        valid = ((j[None] + 1 + i) < batch.lengths[:, None]) & (j[None] >= batch.context[:, None])
+        valid = (t[None] + 1 + i) < (batch.lengths - batch.context)[:, None]
         if not bool(valid.any()):
             break
-        target = _shift(batch.targets, 1 + i, anchors - first)
+        target = _shift(batch.targets, 1 + i, queries)
         soft = -(target.softmax(-1) * logits.log_softmax(-1)).sum(-1)
         total = total + TTT_DECAY**i * soft[valid].mean()
         agree = logits.argmax(-1) == target.argmax(-1)
@@ -127,15 +132,16 @@ def _ttt_loss(
     return total, accuracy
 
 
-def _self_only(head: Eagle3Head, batch: _Batch, steps: int, anchors: int) -> Iterator[torch.Tensor]:
-    """Each step's logits, anchors from the batch's first on, of a head whose rows attend to
+def _self_only(head: Eagle3Head, batch: _Batch, steps: int, queries: int) -> Iterator[torch.Tensor]:
+    """Each step's logits at each sequence's anchors, of a head whose rows attend to
     themselves only."""
-    first = batch.first
-    j = torch.arange(first, anchors)
-    hidden = batch.features[:, first:anchors]
+    index = (batch.context[:, None] + torch.arange(queries)[None]).clamp(
+        max=batch.features.shape[1] - 1
+    )
+    hidden = batch.features[torch.arange(index.shape[0])[:, None], index]
     for i in range(steps):
-        tokens = _shift(batch.tokens, 1 + i, anchors)[:, first:]
-        positions = batch.starts[:, None] + j[None] + 1 + i
+        tokens = _shift(batch.answer, 1 + i, queries)
+        positions = batch.starts[:, None] + index + 1 + i
         logits, hidden = head(hidden, tokens, positions, causal=False)
         yield logits
 

@@ -26,18 +26,21 @@ def unroll_context(
     positions: torch.Tensor,
     steps: int,
     next_tokens: Callable[[int, torch.Tensor], torch.Tensor],
-    first_anchor: int = 0,
+    first: torch.Tensor,
+    anchors: int,
 ) -> Iterator[torch.Tensor]:
-    """Draft logits ``[B, A - first_anchor, N]`` of each step at the anchors from
-    ``first_anchor`` on, for rows ``features [B, A, k*H]``, ``tokens [B, A]`` (the token after
-    each row) at ``positions [B, A]``; steps after the first are fed the tokens
-    ``next_tokens(i, logits of step i - 1)`` returns. Rows before ``first_anchor`` are keys
-    only: they pass the layer's input half alone (what the drafter caches of a prompt)."""
+    """Draft logits ``[B, anchors, N]`` of each step at each sequence's anchors ``first[b] ..
+    first[b] + anchors - 1`` (past the last row: the last row again), for rows ``features
+    [B, A, k*H]``, ``tokens [B, A]`` (the token after each row) at ``positions [B, A]``; steps
+    after the first are fed the tokens ``next_tokens(i, logits of step i - 1)`` returns
+    (``[B, anchors]``). Rows before a sequence's first anchor are keys only: they pass the
+    layer's input half alone (what the drafter caches of a prompt)."""
     b, a = tokens.shape
     residual, q, k, v = head.layer_input(features, tokens, positions)
-    residual, q, at = residual[:, first_anchor:], q[:, first_anchor:], positions[:, first_anchor:]
-    rows = torch.arange(a, device=tokens.device)
-    mask = (rows[first_anchor:, None] >= rows[None, :])[None].expand(b, -1, -1)
+    index = (first[:, None] + torch.arange(anchors)[None]).clamp(max=a - 1).to(tokens.device)
+    batch = torch.arange(b, device=tokens.device)[:, None]
+    residual, q, at = residual[batch, index], q[batch, index], positions[batch, index]
+    mask = index[:, :, None] >= torch.arange(a, device=tokens.device)[None, None]
     logits, hidden = head.layer_output(residual, attend(q, k, v, mask))
     yield logits
     path_k: list[torch.Tensor] = []

@@ -81,7 +81,8 @@ def _offline(
             torch.arange(rows)[None] + 1,
             3,
             lambda _i, logits: d2t[logits.argmax(-1)],
-            first,
+            torch.tensor([first]),
+            rows - first,
         )
         return [d2t[logits[0].argmax(-1)] for logits in steps]
 
