@@ -33,7 +33,7 @@ from specstrat.strategies.tree_expansion import TreeExpansion
 __all__ = ["ContextHeadDrafter"]
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)  # grows as the request commits
 class _Rows:
     """One request's cached rows: ``k``, ``v [room, kv_heads, d]``, the first ``count``
     filled, row ``r`` standing for committed position ``first + r``."""

@@ -11,6 +11,7 @@ on a reduced draft vocabulary are recomputed from it) while it generates
 :func:`attach_head` attaches a saved head to a loaded model so the engine's EAGLE drafters run it.
 """
 
+from specstrat.train._ttt import TTT_DECAY
 from specstrat.train.agreement import Agreement, chained_conditional, evaluate
 from specstrat.train.artifact import (
     FORMAT,
@@ -62,7 +63,7 @@ from specstrat.train.generation import (
     generate_captured,
 )
 from specstrat.train.head_config import HeadConfig
-from specstrat.train.loop import TTT_DECAY, train_head
+from specstrat.train.loop import train_head
 from specstrat.train.prompt_documents import (
     SOURCE_MODULES,
     code_prompts,
