@@ -20,28 +20,19 @@ import argparse
 import time
 from pathlib import Path
 
-from specstrat.bench.workloads import WorkloadSpec, load_prompts
+from specstrat.bench.workloads import (
+    MT_BENCH_CATEGORIES,
+    SPEC_BENCH_ROWS,
+    WorkloadSpec,
+    load_prompts,
+)
 from specstrat.hf import load
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.train import GenerationCapturer, evaluate, load_head, shipped_head
 from specstrat.train.capture import draft_data
 
 #: Every category of Spec-Bench's question.jsonl (MT-bench's eight apart), in the file's order.
-CATEGORIES = (
-    "writing",
-    "roleplay",
-    "reasoning",
-    "math",
-    "coding",
-    "extraction",
-    "stem",
-    "humanities",
-    "translation",
-    "summarization",
-    "qa",
-    "math_reasoning",
-    "rag",
-)
+CATEGORIES = (*MT_BENCH_CATEGORIES, *SPEC_BENCH_ROWS[1:])
 
 
 def main() -> None:
