@@ -27,5 +27,5 @@ def test_the_train_block_runs(tmp_path: Path) -> None:
     assert "--budget 0.5" in text
     train, demo = run_shell_block(text, tmp_path, timeout=600)
     assert (tmp_path / "head.safetensors").is_file()
-    assert re.search(r"^tau +\d", train, flags=re.MULTILINE)
+    assert re.search(r"^held-out τ +\d", train, flags=re.MULTILINE)
     assert re.search(r"^lossless +yes", demo, flags=re.MULTILINE)
