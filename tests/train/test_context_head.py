@@ -96,14 +96,7 @@ def _drafter(head: Eagle3Head, committed: list[int]) -> ContextHeadDrafter:
 
 
 def _step(bonus: int, seq_len: int, payload: Any) -> DraftStep:
-    return DraftStep(
-        slots=(0,),
-        bonus_tokens=torch.tensor([bonus]),
-        seq_lens=torch.tensor([seq_len]),
-        payload=payload,
-        max_nodes=3,
-        sampling=(GREEDY,),
-    )
+    return _steps([0], [bonus], [seq_len], payload)
 
 
 def test_the_drafter_drafts_what_the_unrolled_head_predicts(head: Eagle3Head) -> None:
@@ -424,3 +417,36 @@ def test_the_drafter_refuses_what_it_cannot_draft_from(head: Eagle3Head) -> None
         ContextHeadDrafter(draft_head, 4, V, context_len=0, target_tokens=lambda _s: [])
     with pytest.raises(InvalidConfig, match=r"topk=60 exceeds vocab_size=50"):
         ContextHeadDrafter(draft_head, 60, V, context_len=8, target_tokens=lambda _s: [])
+
+
+@pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
+def test_a_context_head_failing_mid_run_leaks_nothing(
+    overlap: bool, models: HFModels, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A context drafter that raises on its third commit ends the run naming the error, frees
+    every slot and KV index, and a fresh engine on the same models is greedy-lossless."""
+    from specstrat.errors import EngineStateError, StrategyError
+
+    calls = [0]
+    commit = ContextHeadDrafter.commit
+
+    def failing(self: ContextHeadDrafter, outcome: StepOutcome) -> Any:
+        calls[0] += 1
+        if calls[0] == 3:
+            raise RuntimeError("context fault injected")
+        return commit(self, outcome)
+
+    requests = _requests(models)
+    config = EngineConfig(context_len=64, overlap=overlap)
+    with monkeypatch.context() as patch:
+        patch.setattr(ContextHeadDrafter, "commit", failing)
+        broken = Engine(specstrat.EAGLE, models, config)
+        before = (broken.free_slots, broken.free_kv_tokens)
+        with pytest.raises((StrategyError, RuntimeError), match=r"context fault injected"):
+            broken.run(requests)
+    assert (broken.free_slots, broken.free_kv_tokens) == before
+    with pytest.raises(EngineStateError, match=r"this engine was closed after a failed run"):
+        broken.run(requests)
+    outputs = Engine(specstrat.EAGLE, models, config).run(requests)
+    check = compare(models.target, requests, outputs, generate_reference(models.target, requests))
+    assert check.lossless, check.line()
