@@ -12,7 +12,8 @@ the same work under ``torch.profiler`` and splits the forward's time by what ran
   the keys and values read, the attention kernel itself, and the rest (masks, reshapes,
   Python);
 - ``adapter_us``: the adapter's per-layer attention function (its argument checks and the
-  context variable), less the backend it calls;
+  context variable), less the backend it calls; nil under
+  :class:`~specstrat.hf.fast_llama.FastLlamaForward`, which calls the backend itself;
 - ``model_other_us``: the rest of the forward (norms, RoPE, activations, embedding and
   transformers' module calls and Python).
 

@@ -29,6 +29,7 @@ from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.hf.attention_probe import LayerShape, Probe, attention_class, attention_layers
 from specstrat.hf.early_exit_view import truncated_model
+from specstrat.hf.fast_llama import PROBE_TOLERANCE, FastLlamaForward
 from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
 from specstrat.models import AttentionBackend, ModelShape
 
@@ -153,9 +154,15 @@ class HFCausalLM:
     whose attention needs something the engine cannot do. The model is switched to the engine's
     attention; :meth:`reference` switches it back for transformers' own forward and
     ``generate``.
+
+    ``fast``: run :class:`~specstrat.hf.fast_llama.FastLlamaForward` in place of
+    transformers' forward where the model qualifies and the probe shows it computes the same
+    (:attr:`fast_forward` says whether it does); ``False`` always runs transformers' forward.
     """
 
-    def __init__(self, model: Any, *, vocab_size: int | None = None, name: str = "model") -> None:
+    def __init__(
+        self, model: Any, *, vocab_size: int | None = None, name: str = "model", fast: bool = True
+    ) -> None:
         _check_model(model, name)
         # Every value is checked before the model is touched: a refused model keeps its
         # attention implementation and gets no hook.
@@ -173,6 +180,9 @@ class HFCausalLM:
         self.name = name
         #: Decoder layers whose outputs ``__call__`` returns as the hidden state; () the final.
         self.feature_layers: tuple[int, ...] = ()
+        #: The forward the engine runs in place of transformers' own, where one is proven at
+        #: load (:mod:`specstrat.hf.fast_llama`); ``None``: transformers' forward.
+        self.fast_forward: FastLlamaForward | None = None
         current = model.config._attn_implementation
         if current == ATTENTION_NAME:  # wrapped before: transformers' own is the one kept then
             current = getattr(model, "_specstrat_reference_attention", None) or "eager"
@@ -216,6 +226,8 @@ class HFCausalLM:
             head_dim=first.head_dim,
             max_positions=positions,
         )
+        if fast:
+            self.fast_forward = self._proven_fast_forward()
 
     def _probe(self) -> dict[int, LayerShape]:
         probe = Probe()
@@ -238,6 +250,26 @@ class HFCausalLM:
                 "bypassed; this model is not supported"
             )
         return probe.layers
+
+    def _proven_fast_forward(self) -> FastLlamaForward | None:
+        """:class:`~specstrat.hf.fast_llama.FastLlamaForward` for this model where it
+        qualifies and its logits and hidden states match transformers' forward on a probe
+        sequence (both through dense attention); ``None`` otherwise."""
+        fast = FastLlamaForward.of(self.model)
+        if fast is None:
+            return None
+        n = 7
+        device = next(self.model.parameters()).device
+        tokens = (torch.arange(n, device=device) * 7919 + 13) % self.vocab_size
+        positions = torch.arange(n, device=device) + 3
+        with torch.inference_mode():
+            want_logits, want_hidden = self(tokens, positions, Probe())
+            logits, hidden, _ = fast(tokens, positions, Probe())
+        for want, got in ((want_logits, logits[:, : self.vocab_size]), (want_hidden, hidden)):
+            gap = float((got.float() - want.float()).abs().max())
+            if not gap <= PROBE_TOLERANCE * float(want.float().abs().max()):
+                return None
+        return fast
 
     @property
     def shape(self) -> ModelShape:
@@ -264,6 +296,13 @@ class HFCausalLM:
                 f"{self.name}: the model is in training mode (dropout would make every forward "
                 "differ); call model.eval() first"
             )
+        if self.fast_forward is not None:
+            logits, final, outputs = self.fast_forward(
+                tokens, positions, attention, self.feature_layers
+            )
+            if self.feature_layers:
+                final = fused(outputs, self.feature_layers, final[None], self.name)[0]
+            return logits[:, : self.vocab_size], final
         hidden: list[torch.Tensor] = []
         backend, box = _BACKEND.set(attention), _HIDDEN.set(hidden)
         try:

@@ -23,16 +23,19 @@ from specstrat.models import ModelSet
 from specstrat.runtime import EmbeddedModels, Engine, EngineConfig, Request
 from specstrat.strategies import NgramDrafterFactory
 from specstrat.strategies.drafters import NgramDrafter
+from tests.hf import tiny
 
 CODE = tuple(b"def add(a, b):\n    return a + b\n\ndef add(a, b):\n")
 
 
-def test_the_parts_add_up_to_the_step_and_the_forward(
-    wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
-) -> None:
+@pytest.mark.parametrize("fast", [False, True], ids=["transformers-forward", "fast-forward"])
+def test_the_parts_add_up_to_the_step_and_the_forward(fast: bool, ids: tuple[int, ...]) -> None:
     """On a tiny HF model every part is measured, the step's parts sum to its total and the
-    forward's parts to the forward, and the adapter's own per-layer time is seen."""
-    models = ModelSet(target=wrapped("llama"))
+    forward's parts to the forward; the adapter's own per-layer time is seen under
+    transformers' forward and is nil under the fast forward, which has no adapter function."""
+    target = HFCausalLM(tiny.model("llama"), vocab_size=tiny.VOCAB, fast=fast)
+    assert (target.fast_forward is not None) == fast
+    models = ModelSet(target=target)
     requests = [Request("r0", ids[:10], 8)]
     profile = profile_steps(NONE, models, requests, context_len=64)
     parts = profile.parts
@@ -42,7 +45,7 @@ def test_the_parts_add_up_to_the_step_and_the_forward(
     # The fitted parts add up to the forward exactly, but for float rounding.
     assert sum(parts[k] for k in FORWARD_PARTS) == pytest.approx(parts["model_us"], rel=1e-6)
     assert parts["matmul_us"] > 0
-    assert parts["adapter_us"] > 0
+    assert (parts["adapter_us"] > 0) != fast
     assert profile.steps == 7  # 8 tokens: the first from prefill
     assert profile.tokens_per_step == 1.0
 

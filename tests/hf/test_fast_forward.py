@@ -1,0 +1,141 @@
+"""The fast Llama forward: taken only for a plain transformers Llama whose probe agrees, equal to
+transformers' forward (logits, hidden state, layer features, early exit), weights held once,
+and re-stacked when the model is cast after wrapping."""
+
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+
+from specstrat.hf import HFCausalLM
+from specstrat.hf.attention_probe import Probe
+from specstrat.hf.fast_llama import FastLlamaForward
+from tests.hf import tiny
+
+TOKENS = torch.tensor([5, 17, 200, 3, 99, 42])
+POSITIONS = torch.arange(6) + 10
+
+
+def _both(model: Any) -> tuple[HFCausalLM, HFCausalLM]:
+    return (
+        HFCausalLM(model, vocab_size=tiny.VOCAB, fast=False),
+        HFCausalLM(model, vocab_size=tiny.VOCAB),
+    )
+
+
+def _outputs(lm: HFCausalLM) -> tuple[torch.Tensor, torch.Tensor]:
+    with torch.inference_mode():
+        return lm(TOKENS, POSITIONS, Probe())
+
+
+def test_a_plain_llama_runs_the_fast_forward_and_other_families_do_not() -> None:
+    """A transformers Llama gets the fast forward; Qwen2 and Mistral (other classes) keep
+    transformers' forward, as does a Llama wrapped with fast=False."""
+    slow, fast = _both(tiny.model("llama"))
+    assert fast.fast_forward is not None
+    assert slow.fast_forward is None
+    for family in ("qwen2", "mistral"):
+        assert HFCausalLM(tiny.model(family), vocab_size=tiny.VOCAB).fast_forward is None
+
+
+def test_the_fast_forward_equals_transformers_forward() -> None:
+    """Logits, the final hidden state, fused layer features and an early-exit view are those
+    transformers' forward gives on the same weights."""
+    slow, fast = _both(tiny.model("llama", attention_bias=True, mlp_bias=True))
+    assert fast.fast_forward is not None
+    for a, b in zip(_outputs(slow), _outputs(fast), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)  # fused matmuls sum in another order
+    for a, b in zip(
+        _outputs(slow.with_feature_layers([0, 1])),
+        _outputs(fast.with_feature_layers([0, 1])),
+        strict=True,
+    ):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+    exit_slow, exit_fast = slow.early_exit(1), fast.early_exit(1)
+    assert exit_fast.fast_forward is not None
+    for a, b in zip(_outputs(exit_slow), _outputs(exit_fast), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+
+
+def test_the_weights_are_held_once_and_the_state_dict_is_unchanged() -> None:
+    """Wrapping makes q/k/v and gate/up views into one stack each: the parameter count, names
+    and values of the model are what they were."""
+    model = tiny.model("llama")
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    HFCausalLM(model, vocab_size=tiny.VOCAB)
+    after = model.state_dict()
+    assert list(after) == list(before)
+    for name, value in before.items():
+        torch.testing.assert_close(after[name], value, rtol=0, atol=0)
+    attn = model.model.layers[0].self_attn
+    q = attn.q_proj.weight
+    assert attn.k_proj.weight.data_ptr() == q.data_ptr() + q.numel() * q.element_size()
+
+
+def test_a_model_cast_after_wrapping_is_stacked_anew() -> None:
+    """model.double() after wrapping replaces the weights: the fast forward reads the new ones
+    and still equals transformers' forward."""
+    model = tiny.model("llama")
+    slow, fast = _both(model)
+    model.double()
+    a, b = _outputs(slow), _outputs(fast)
+    assert b[0].dtype == torch.float64
+    torch.testing.assert_close(b[0], a[0], rtol=0, atol=1e-9)
+
+
+class _Doubled(nn.Module):
+    """A projection that is not an nn.Linear (as a quantized or adapted layer would be)."""
+
+    def __init__(self, inner: nn.Linear) -> None:
+        super().__init__()
+        self.inner = inner
+        self.weight = inner.weight
+        self.bias = inner.bias
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out: torch.Tensor = self.inner(x) * 2
+        return out
+
+
+def _not_a_linear(model: Any) -> None:
+    mlp = model.model.layers[0].mlp
+    mlp.up_proj = _Doubled(mlp.up_proj)
+
+
+def _subclassed(model: Any) -> None:
+    layer = model.model.layers[1]
+    layer.__class__ = type("MyLayer", (type(layer),), {})
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        _not_a_linear,
+        lambda m: m.model.layers[0].register_forward_pre_hook(lambda mod, args: None),
+        lambda m: m.model.norm.register_forward_hook(lambda mod, args, out: out * 2),
+        _subclassed,
+    ],
+    ids=["not-a-linear", "foreign-pre-hook", "foreign-hook", "subclassed-layer"],
+)
+def test_what_the_fast_forward_cannot_see_keeps_transformers_forward(change: Any) -> None:
+    """A projection that is not an nn.Linear, a hook specstrat did not install or a subclassed
+    layer would be skipped by the fast forward, so such a model runs transformers' forward."""
+    model = tiny.model("llama")
+    change(model)
+    assert FastLlamaForward.of(model) is None
+    assert HFCausalLM(model, vocab_size=tiny.VOCAB).fast_forward is None
+
+
+def test_a_fast_forward_that_disagrees_on_the_probe_is_not_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A fast forward whose probe logits differ from transformers' is dropped at load."""
+    real = FastLlamaForward.__call__
+
+    def off(self: FastLlamaForward, *args: Any, **kwargs: Any) -> Any:
+        logits, final, outputs = real(self, *args, **kwargs)
+        return logits + 0.01, final, outputs
+
+    monkeypatch.setattr(FastLlamaForward, "__call__", off)
+    assert HFCausalLM(tiny.model("llama"), vocab_size=tiny.VOCAB).fast_forward is None
