@@ -77,6 +77,17 @@ class PagedAttention:
         # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
         self._dense = n == self.slots.shape[0] * batch.max_q
         self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
+        # On the CPU (where checking costs no device sync): a single request whose KV indices
+        # run consecutively reads its keys as a slice of the pool, not a gather, and a forward
+        # whose every query sees every key column needs no mask.
+        self._run: int | None = None
+        self._unmasked = False
+        if cu_q.device.type == "cpu":
+            self._unmasked = bool(visible.all())
+            if self.slots.shape[0] == 1 and batch.max_k > 0:
+                first = int(self.slots[0, 0])
+                run = torch.arange(first, first + batch.max_k, dtype=self.slots.dtype)
+                self._run = first if first > 0 and torch.equal(self.slots[0], run) else None
         # Each new token's position goes with its KV index (read by later windowed forwards).
         pool.positions.index_copy_(0, batch.out_cache_loc, batch.positions.to(torch.int64))
 
@@ -144,19 +155,25 @@ class PagedAttention:
             )
         max_k = self.slots.shape[1]
         # [rows, kv_heads, max_k, dim]: each request's keys through its page-table row.
-        keys = pool_k.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
-        values = pool_v.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
+        if self._run is not None:
+            span = slice(self._run, self._run + max_k)
+            keys, values = pool_k[span].unsqueeze(0), pool_v[span].unsqueeze(0)
+        else:
+            keys = pool_k.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
+            values = pool_v.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
         kt, vt = keys.transpose(1, 2), values.transpose(1, 2)
         # Grouped-query attention without repeating K/V: the `group` query heads of a KV head
         # stack along the query axis (row g * max_q + j), as transformers' pack_gqa does.
         qt = queries.transpose(1, 2).reshape(rows, kv_heads, group * max_q, dim)
-        mask = self._mask(sliding_window, group)
+        unmasked = self._unmasked and sliding_window is None
+        mask = None if unmasked else self._mask(sliding_window, group)
         if softcap is None:
             out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scaling)
         else:  # SDPA has no score cap: the eager form, softmax in float32 as transformers does
             scale = dim**-0.5 if scaling is None else scaling
             scores = softcap * torch.tanh((qt @ kt.transpose(-1, -2)) * scale / softcap)
-            scores = scores.masked_fill(~mask, float("-inf"))
+            if mask is not None:
+                scores = scores.masked_fill(~mask, float("-inf"))
             out = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vt.dtype) @ vt
         out = out.reshape(rows, heads, max_q, dim).transpose(1, 2)  # [rows, max_q, heads, dim]
         if self._dense:

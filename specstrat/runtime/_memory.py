@@ -76,7 +76,9 @@ class KVPool:
         return len(self._free)
 
     def alloc(self, n: int) -> list[int]:
-        """``n`` free KV indices."""
+        """``n`` free KV indices, ascending. The free list is kept so that a request running
+        alone gets consecutive indices step after step (its keys then read as one slice of the
+        pool, with no gather: :class:`~specstrat.runtime._attention.PagedAttention`)."""
         if n > len(self._free):
             raise CapacityError(
                 f"KV pool has {len(self._free)} free KV indices, {n} needed; raise "
@@ -84,11 +86,12 @@ class KVPool:
             )
         taken = self._free[len(self._free) - n :]
         del self._free[len(self._free) - n :]
+        taken.reverse()
         return taken
 
     def free(self, indices: list[int]) -> None:
-        """Return KV indices to the pool."""
-        self._free.extend(indices)
+        """Return KV indices to the pool (the lowest taken first by the next :meth:`alloc`)."""
+        self._free.extend(sorted(indices, reverse=True))
 
     def reset(self) -> None:
         """Every KV index free."""

@@ -189,3 +189,33 @@ def test_cpu_memory_counts_the_reclaimable_page_cache(tmp_path: Path) -> None:
     assert _available_bytes(torch.device("cpu"), meminfo) == 20000000 * 1024
     fallback = _available_bytes(torch.device("cpu"), tmp_path / "missing")
     assert fallback == os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+
+
+def test_a_request_alone_reads_its_keys_as_a_slice_and_matches_dense(
+    tiny: TinyLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A request running alone keeps consecutive KV indices through prefill, a verify whose
+    drafts are partly rejected and decodes, so attention reads its keys as one slice of the
+    pool (no gather), with the logits of dense attention."""
+    from specstrat.runtime import _attention
+
+    runs: list[int | None] = []
+    real_init = _attention.PagedAttention.__init__
+
+    def spy(self: _attention.PagedAttention, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        runs.append(self._run)
+
+    monkeypatch.setattr(_attention.PagedAttention, "__init__", spy)
+    worker = make_worker(tiny)
+    slot = worker.alloc_request()
+    seq = SEQS[1]
+    worker.forward(M.EXTEND, [slot], [seq[:5]])
+    worker.forward(M.TARGET_VERIFY, [slot], [[seq[5], 7, 8]])
+    worker.rewind(slot, 6)  # the two drafts rejected: their indices go back to the pool
+    verify, _ = worker.forward(M.TARGET_VERIFY, [slot], [seq[6:9]])
+    decode, _ = worker.forward(M.DECODE, [slot], [seq[9:]])
+    assert all(r is not None for r in runs)
+    ref = dense(tiny, seq)
+    torch.testing.assert_close(verify, ref[6:9])
+    torch.testing.assert_close(decode[0], ref[9])
