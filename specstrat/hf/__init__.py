@@ -5,7 +5,9 @@
 :class:`HFCausalLM` wraps a model you built yourself. The engine's paged attention is plugged
 into transformers' attention interface (no modelling code is copied); text and chat requests
 are built with the model's tokenizer; :func:`compare` checks outputs against transformers' own
-greedy ``generate`` (:func:`generate_reference`), certifying numerical ties.
+greedy ``generate`` (:func:`generate_reference`), certifying numerical ties. A plain
+transformers Llama runs a forward of its own weights without transformers' per-layer module
+calls where a probe at load proves it equal (:mod:`specstrat.hf.fast_llama`).
 """
 
 from specstrat.hf.adapter import ATTENTION_NAME, HFCausalLM, paged_attention
