@@ -101,7 +101,9 @@ def _fuse(parts: Sequence[nn.Linear], owner: nn.Module, field: str) -> torch.Ten
         t.data_ptr() == stacked[o:].data_ptr() for t, o in zip(tensors, offsets, strict=True)
     ):
         return stacked
-    with torch.no_grad():
+    # Outside inference mode even when loaded inside it: an inference tensor could never take
+    # part in autograd again, and these are the model's own parameters from now on.
+    with torch.inference_mode(False), torch.no_grad():
         stacked = torch.cat([t.detach() for t in tensors], dim=0)
         for p, t, o in zip(parts, tensors, offsets, strict=True):
             view = stacked[o : o + int(t.shape[0])]

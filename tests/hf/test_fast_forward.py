@@ -139,3 +139,15 @@ def test_a_fast_forward_that_disagrees_on_the_probe_is_not_kept(
 
     monkeypatch.setattr(FastLlamaForward, "__call__", off)
     assert HFCausalLM(tiny.model("llama"), vocab_size=tiny.VOCAB).fast_forward is None
+
+
+def test_wrapping_inside_inference_mode_leaves_the_weights_trainable() -> None:
+    """Wrapped inside torch.inference_mode, the fused weights are still ordinary tensors:
+    transformers' own forward under reference() backpropagates through them."""
+    model = tiny.model("llama")
+    with torch.inference_mode():
+        lm = HFCausalLM(model, vocab_size=tiny.VOCAB)
+    assert lm.fast_forward is not None
+    with lm.reference():
+        model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
+    assert model.model.layers[0].self_attn.k_proj.weight.grad is not None
