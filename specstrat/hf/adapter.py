@@ -149,9 +149,10 @@ class HFCausalLM:
     width).
 
     Construction runs one probe forward of two tokens (the attention function sees every
-    layer): it sizes :attr:`shape` from what the layers actually pass (query heads, key/value
-    heads, head width) and refuses, with :class:`~specstrat.errors.ModelLoadError`, a model
-    whose attention needs something the engine cannot do. The model is switched to the engine's
+    layer; with ``fast``, two more compare the fast forward with transformers'): it sizes
+    :attr:`shape` from what the layers actually pass (query heads, key/value heads, head
+    width) and refuses, with :class:`~specstrat.errors.ModelLoadError`, a model whose
+    attention needs something the engine cannot do. The model is switched to the engine's
     attention; :meth:`reference` switches it back for transformers' own forward and
     ``generate``.
 
@@ -226,6 +227,8 @@ class HFCausalLM:
             head_dim=first.head_dim,
             max_positions=positions,
         )
+        #: Whether :attr:`fast_forward` may run (the constructor's ``fast``).
+        self.fast = fast
         if fast:
             self.fast_forward = self._proven_fast_forward()
 
@@ -252,23 +255,31 @@ class HFCausalLM:
         return probe.layers
 
     def _proven_fast_forward(self) -> FastLlamaForward | None:
-        """:class:`~specstrat.hf.fast_llama.FastLlamaForward` for this model where it
-        qualifies and its logits and hidden states match transformers' forward on a probe
-        sequence (both through dense attention); ``None`` otherwise."""
-        fast = FastLlamaForward.of(self.model)
-        if fast is None:
-            return None
-        n = 7
-        device = next(self.model.parameters()).device
-        tokens = (torch.arange(n, device=device) * 7919 + 13) % self.vocab_size
-        positions = torch.arange(n, device=device) + 3
-        with torch.inference_mode():
-            want_logits, want_hidden = self(tokens, positions, Probe())
-            logits, hidden, _ = fast(tokens, positions, Probe())
-        for want, got in ((want_logits, logits[:, : self.vocab_size]), (want_hidden, hidden)):
-            gap = float((got.float() - want.float()).abs().max())
-            if not gap <= PROBE_TOLERANCE * float(want.float().abs().max()):
+        """:class:`~specstrat.hf.fast_llama.FastLlamaForward` for this model, adopted, where
+        the model qualifies and its logits and hidden state match transformers' forward on a
+        probe sequence (both through dense attention); ``None`` (transformers' forward)
+        otherwise. Runs with :attr:`fast_forward` unset, so the reference is transformers'."""
+        self.fast_forward = None
+        try:
+            fast = FastLlamaForward.of(self.model)
+            if fast is None:
                 return None
+            n = 7
+            device = next(self.model.parameters()).device
+            tokens = (torch.arange(n, device=device) * 7919 + 13) % self.vocab_size
+            positions = torch.arange(n, device=device) + 3
+            with torch.inference_mode():
+                want_logits, want_hidden = self(tokens, positions, Probe())
+                logits, hidden, _ = fast(tokens, positions, Probe())
+            pairs = ((want_logits, logits[:, : self.vocab_size]), (want_hidden, hidden))
+            for want, got in pairs:
+                tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
+                gap = float((got.float() - want.float()).abs().max())
+                if not gap <= tolerance * float(want.float().abs().max()):
+                    return None
+            fast.adopt()
+        except Exception:  # whatever the fast forward cannot read, transformers' forward can
+            return None
         return fast
 
     @property
@@ -296,10 +307,11 @@ class HFCausalLM:
                 f"{self.name}: the model is in training mode (dropout would make every forward "
                 "differ); call model.eval() first"
             )
-        if self.fast_forward is not None:
-            logits, final, outputs = self.fast_forward(
-                tokens, positions, attention, self.feature_layers
-            )
+        fast = self.fast_forward
+        if fast is not None and not fast.current():  # moved, cast or changed since: prove anew
+            fast = self.fast_forward = self._proven_fast_forward()
+        if fast is not None:
+            logits, final, outputs = fast(tokens, positions, attention, self.feature_layers)
             if self.feature_layers:
                 final = fused(outputs, self.feature_layers, final[None], self.name)[0]
             return logits[:, : self.vocab_size], final
@@ -340,7 +352,9 @@ class HFCausalLM:
         weights (an :class:`~specstrat.models.EarlyExitModel`; see
         :mod:`specstrat.hf.early_exit_view`)."""
         top = truncated_model(self.model, self.shape.layers, exit_layer, self.name)
-        view = HFCausalLM(top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]")
+        view = HFCausalLM(
+            top, vocab_size=self.vocab_size, name=f"{self.name}[:{exit_layer}]", fast=self.fast
+        )
         view.reference_attention = self.reference_attention  # the shared config says ours now
         return view
 

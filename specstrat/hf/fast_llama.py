@@ -29,32 +29,12 @@ from specstrat.models import AttentionBackend
 
 __all__ = ["PROBE_TOLERANCE", "FastLlamaForward"]
 
-#: The largest difference between the fast forward's logits and transformers' on the probe
-#: sequence, relative to the logits' largest magnitude, at which the fast forward is kept. Fused
-#: matmuls sum in another order: float32 SmolLM2 differs by about 1e-6 of the range; a real
-#: difference in arithmetic (a missed bias, another norm) is orders above this.
+#: The largest difference between the fast forward's logits (and hidden state) and
+#: transformers' on the probe sequence, relative to their largest magnitude, at which the fast
+#: forward is kept in float32 (in a narrower dtype: 8 of its epsilons, if more). Fused matmuls
+#: sum in another order: float32 SmolLM2 differs by under 1e-6 of the range; a real difference
+#: in arithmetic (a missed bias, another norm) is orders above this.
 PROBE_TOLERANCE = 1e-4
-
-
-@dataclass(frozen=True, slots=True)
-class _Layer:
-    """One decoder layer as the fast forward reads it: its modules (their weights read at each
-    call) and the fused query/key/value and gate/up stacks their weights are views into."""
-
-    attn: Any
-    mlp: Any
-    norm_in: Any
-    norm_post: Any
-    qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, H]
-    qkv_bias: torch.Tensor | None
-    gate_up: torch.Tensor  # [2 * I, H]
-    gate_up_bias: torch.Tensor | None
-
-    def current(self) -> bool:
-        """Whether the modules still read the stacks (``model.to(...)`` replaces them)."""
-        q: torch.Tensor = self.attn.q_proj.weight
-        gate: torch.Tensor = self.mlp.gate_proj.weight
-        return q.data_ptr() == self.qkv.data_ptr() and gate.data_ptr() == self.gate_up.data_ptr()
 
 
 def _classes() -> tuple[Any, ...] | None:
@@ -86,36 +66,232 @@ def _foreign_hooks(model: nn.Module) -> bool:
     return False
 
 
-def _fuse(parts: Sequence[nn.Linear], owner: nn.Module, field: str) -> torch.Tensor | None:
-    """The ``field`` (``weight`` or ``bias``) tensors of ``parts`` stacked by rows, each part's
-    own made a view into the stack (so the model keeps its weights once); ``None`` where the
-    parts have no bias. A stack already made for the same parts (kept on ``owner``) is
-    reused."""
-    tensors = [getattr(p, field) for p in parts]
-    if all(t is None for t in tensors):
+def _decoder(model: Any) -> list[Any]:
+    """The decoder layers transformers' Llama forward runs (``num_hidden_layers`` of them)."""
+    return list(model.model.layers[: model.config.num_hidden_layers])
+
+
+def _groups(layer: Any) -> tuple[tuple[nn.Linear, ...], tuple[nn.Linear, ...]]:
+    """The projections fused into one matmul: query/key/value, and gate/up."""
+    attn, mlp = layer.self_attn, layer.mlp
+    return (attn.q_proj, attn.k_proj, attn.v_proj), (mlp.gate_proj, mlp.up_proj)
+
+
+def _plain(t: torch.Tensor | None, like: torch.Tensor) -> bool:
+    """Whether ``t`` is a plain floating-point tensor (no subclass, as quantized weights are)
+    on ``like``'s device and dtype, or absent."""
+    if t is None:
+        return True
+    data = t.data if isinstance(t, nn.Parameter) else t
+    return (
+        type(data) is torch.Tensor
+        and t.is_floating_point()
+        and (t.dtype, t.device) == (like.dtype, like.device)
+    )
+
+
+def _adjacent(tensors: Sequence[torch.Tensor]) -> bool:
+    """Whether ``tensors`` lie one after another in one storage, each contiguous."""
+    end = tensors[0].data_ptr()
+    storage = tensors[0].untyped_storage().data_ptr()
+    for t in tensors:
+        if not t.is_contiguous() or t.untyped_storage().data_ptr() != storage:
+            return False
+        if t.data_ptr() != end:
+            return False
+        end += t.numel() * t.element_size()
+    return True
+
+
+def _stacked(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
+    """``tensors`` stacked by rows (``None`` where all are absent, as biases may be): a view
+    where they already lie one after another (the model's own weights after
+    :meth:`FastLlamaForward.adopt`), else a new tensor."""
+    present = [t for t in tensors if t is not None]
+    if not present:
         return None
-    attr = f"_specstrat_{field}_stack"  # one stack of each field per owner
-    stacked: torch.Tensor | None = getattr(owner, attr, None)
-    offsets = [sum(int(t.shape[0]) for t in tensors[:i]) for i in range(len(tensors))]
-    if stacked is not None and all(
-        t.data_ptr() == stacked[o:].data_ptr() for t, o in zip(tensors, offsets, strict=True)
-    ):
-        return stacked
-    # Outside inference mode even when loaded inside it: an inference tensor could never take
-    # part in autograd again, and these are the model's own parameters from now on.
+    parts = [t.detach() for t in present]
+    if len(parts) == len(tensors) and _adjacent(parts):
+        first = parts[0]
+        rows = sum(int(t.shape[0]) for t in parts)
+        return first.as_strided((rows, *first.shape[1:]), first.stride(), first.storage_offset())
+    # Outside inference mode even when loaded inside it: once adopted, these are the model's
+    # own parameters, and an inference tensor could never take part in autograd again.
     with torch.inference_mode(False), torch.no_grad():
-        stacked = torch.cat([t.detach() for t in tensors], dim=0)
-        for p, t, o in zip(parts, tensors, offsets, strict=True):
-            view = stacked[o : o + int(t.shape[0])]
-            setattr(p, field, nn.Parameter(view, requires_grad=t.requires_grad))
-    object.__setattr__(owner, attr, stacked)  # a plain attribute: not a parameter or buffer
-    return stacked
+        return torch.cat(parts)
 
 
-def _stack(parts: Sequence[nn.Linear], owner: nn.Module) -> torch.Tensor:
-    stacked = _fuse(parts, owner, "weight")
-    assert stacked is not None  # an nn.Linear always has a weight
-    return stacked
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One decoder layer as the fast forward reads it: its modules (their other weights read
+    at each call) and the fused query/key/value and gate/up stacks."""
+
+    attn: Any
+    mlp: Any
+    norm_in: Any
+    norm_post: Any
+    qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, H]
+    qkv_bias: torch.Tensor | None
+    gate_up: torch.Tensor  # [2 * I, H]
+    gate_up_bias: torch.Tensor | None
+    heads: int
+    kv_heads: int
+    head_dim: int
+
+
+def _layer(layer: Any) -> _Layer:
+    qkv_parts, gate_up_parts = _groups(layer)
+    attn = layer.self_attn
+    qkv = _stacked([p.weight for p in qkv_parts])
+    gate_up = _stacked([p.weight for p in gate_up_parts])
+    if qkv is None or gate_up is None:  # an nn.Linear always has a weight
+        raise TypeError("a Llama projection without a weight")
+    head_dim = int(attn.head_dim)
+    return _Layer(
+        attn=attn,
+        mlp=layer.mlp,
+        norm_in=layer.input_layernorm,
+        norm_post=layer.post_attention_layernorm,
+        qkv=qkv,
+        qkv_bias=_stacked([p.bias for p in qkv_parts]),
+        gate_up=gate_up,
+        gate_up_bias=_stacked([p.bias for p in gate_up_parts]),
+        heads=int(attn.q_proj.out_features) // head_dim,
+        kv_heads=int(attn.k_proj.out_features) // head_dim,
+        head_dim=head_dim,
+    )
+
+
+def _signature(model: Any) -> tuple[int, ...]:
+    """What a fast forward was built from: the identity of every module it reads and where
+    each fused weight lies (``model.to(...)``, a cast, ``load_state_dict(assign=True)`` or a
+    replaced module changes it)."""
+    base = model.model
+    layers = _decoder(model)
+    sig = [id(base), id(base.embed_tokens), id(base.norm), id(base.rotary_emb), id(model.lm_head)]
+    sig.append(len(layers))
+    for layer in layers:
+        attn, mlp = layer.self_attn, layer.mlp
+        sig += (id(layer), id(attn), id(mlp), id(attn.o_proj), id(mlp.down_proj))
+        sig += (id(layer.input_layernorm), id(layer.post_attention_layernorm))
+        for part in (*_groups(layer)[0], *_groups(layer)[1]):
+            bias = part.bias
+            sig += (id(part), part.weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+    return tuple(sig)
+
+
+class FastLlamaForward:
+    """The forward of a transformers ``LlamaForCausalLM`` (or an early-exit view of one) over
+    its own weights; see the module docstring. Build it with :meth:`of`, check it against
+    transformers' forward, then :meth:`adopt` it; :meth:`current` says whether the model is
+    still the one it was built from."""
+
+    def __init__(self, model: Any) -> None:
+        self._model = model
+        self._layers = tuple(_layer(layer) for layer in _decoder(model))
+        self._signature: tuple[int, ...] = ()
+
+    @classmethod
+    def of(cls, model: Any) -> FastLlamaForward | None:
+        """The fast forward for ``model``, or ``None`` where the model is not plainly a
+        transformers Llama (another class or a subclass, a projection that is not an
+        ``nn.Linear`` over plain floating-point weights, a bias on only some fused parts, a
+        foreign hook, pretraining tensor parallelism). Hooks added after this are not seen."""
+        classes = _classes()
+        if classes is None:
+            return None
+        causal, llama, decoder, attention, mlp, norm, rotary = classes
+        base: Any = getattr(model, "model", None)
+        if type(model) is not causal or type(base) is not llama:
+            return None
+        if type(base.norm) is not norm or type(base.rotary_emb) is not rotary:
+            return None
+        if type(model.lm_head) is not nn.Linear or type(base.embed_tokens) is not nn.Embedding:
+            return None
+        if int(getattr(model.config, "pretraining_tp", 1) or 1) != 1 or _foreign_hooks(model):
+            return None
+        for layer in _decoder(model):
+            kinds = (type(layer), type(layer.self_attn), type(layer.mlp))
+            norms = (type(layer.input_layernorm), type(layer.post_attention_layernorm))
+            if kinds != (decoder, attention, mlp) or norms != (norm, norm):
+                return None
+            fused = _groups(layer)
+            others = (layer.self_attn.o_proj, layer.mlp.down_proj)
+            if any(type(x) is not nn.Linear for x in (*fused[0], *fused[1], *others)):
+                return None
+            for group in fused:
+                first = group[0].weight
+                if len({x.bias is None for x in group}) > 1:  # a bias on some parts only
+                    return None
+                if not all(_plain(x.weight, first) and _plain(x.bias, first) for x in group):
+                    return None
+        return cls(model)
+
+    def adopt(self) -> None:
+        """Make the model's fused projections' weights views into this forward's stacks (the
+        ``Parameter`` objects stay; only their data moves), so no weight is held twice."""
+        with torch.inference_mode(False), torch.no_grad():
+            for layer, w in zip(_decoder(self._model), self._layers, strict=True):
+                qkv_parts, gate_up_parts = _groups(layer)
+                for parts, stack, bias in (
+                    (qkv_parts, w.qkv, w.qkv_bias),
+                    (gate_up_parts, w.gate_up, w.gate_up_bias),
+                ):
+                    start = 0
+                    for part in parts:
+                        _into(part.weight, stack, start)
+                        _into(part.bias, bias, start)
+                        start += int(part.weight.shape[0])
+        self._signature = _signature(self._model)
+
+    def current(self) -> bool:
+        """Whether the model still has the modules and weights this forward was adopted with
+        (about 0.1 ms on SmolLM2's 30 layers)."""
+        return bool(self._signature) and _signature(self._model) == self._signature
+
+    def __call__(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionBackend,
+        keep: Sequence[int] = (),
+    ) -> tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
+        """Logits ``[n, V]`` (the LM head's full width), the final normalised hidden state
+        ``[n, H]`` and the outputs ``[1, n, H]`` of the decoder layers in ``keep`` and of the last
+        layer (with any ``keep``; what transformers' layer hooks would record, read by
+        :func:`~specstrat.hf.layer_features.fused`) for flat ``tokens`` at ``positions``."""
+        model, n = self._model, tokens.shape[0]
+        base = model.model
+        x = F.embedding(tokens, base.embed_tokens.weight)
+        cos, sin = base.rotary_emb(x, positions[None])
+        cos, sin = cos[0, :, None], sin[0, :, None]  # [n, 1, d]
+        outputs: dict[int, torch.Tensor] = {}
+        last = len(self._layers) - 1
+        for index, w in enumerate(self._layers):
+            q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
+            qkv = F.linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias)
+            q = qkv[:, :q_width].view(n, w.heads, w.head_dim)
+            k = qkv[:, q_width : q_width + kv_width].view(n, w.kv_heads, w.head_dim)
+            v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
+            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
+            out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
+            o = w.attn.o_proj
+            x = x + F.linear(out.reshape(n, q_width), o.weight, o.bias)
+            gate_up = F.linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias)
+            gate, up = gate_up.chunk(2, dim=-1)
+            down = w.mlp.down_proj
+            x = x + F.linear(w.mlp.act_fn(gate) * up, down.weight, down.bias)
+            if index in keep or (keep and index == last):
+                outputs[index] = x[None]
+        final = _rms(x, base.norm)
+        head = model.lm_head
+        return F.linear(final, head.weight, head.bias), final, outputs
+
+
+def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> None:
+    """Make ``t``'s data rows ``start ..`` of ``stack`` (where it is not already)."""
+    if t is not None and stack is not None and t.data_ptr() != stack[start].data_ptr():
+        t.data = stack[start : start + int(t.shape[0])]
 
 
 def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
@@ -131,109 +307,3 @@ def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tens
     half = x.shape[-1] // 2
     rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
     return x * cos + rotated * sin
-
-
-class FastLlamaForward:
-    """The forward of a transformers ``LlamaForCausalLM`` (or an early-exit view of one) over
-    its own weights; see the module docstring. Build it with :meth:`of`."""
-
-    def __init__(self, model: Any, layers: Sequence[Any]) -> None:
-        self._model = model
-        self._decoder = tuple(layers)
-        cfg = model.config
-        self.heads = int(cfg.num_attention_heads)
-        self.kv_heads = int(getattr(cfg, "num_key_value_heads", None) or self.heads)
-        self.head_dim = int(getattr(cfg, "head_dim", None) or cfg.hidden_size // self.heads)
-        self._layers = tuple(self._layer(layer) for layer in layers)
-
-    @classmethod
-    def of(cls, model: Any) -> FastLlamaForward | None:
-        """The fast forward for ``model``, or ``None`` where the model is not plainly a
-        transformers Llama (another class or a subclass, a projection that is not an
-        ``nn.Linear``, a foreign hook, pretraining tensor parallelism)."""
-        classes = _classes()
-        if classes is None:
-            return None
-        causal, llama, decoder, attention, mlp, norm, rotary = classes
-        base: Any = getattr(model, "model", None)
-        if type(model) is not causal or type(base) is not llama:
-            return None
-        if type(base.norm) is not norm or type(base.rotary_emb) is not rotary:
-            return None
-        if type(model.lm_head) is not nn.Linear or type(base.embed_tokens) is not nn.Embedding:
-            return None
-        if int(getattr(model.config, "pretraining_tp", 1) or 1) != 1 or _foreign_hooks(model):
-            return None
-        layers = list(base.layers)
-        for layer in layers:
-            kinds = (type(layer), type(layer.self_attn), type(layer.mlp))
-            norms = (type(layer.input_layernorm), type(layer.post_attention_layernorm))
-            if kinds != (decoder, attention, mlp) or norms != (norm, norm):
-                return None
-            attn, ff = layer.self_attn, layer.mlp
-            linears = [attn.q_proj, attn.k_proj, attn.v_proj, attn.o_proj]
-            if any(type(x) is not nn.Linear for x in [*linears, ff.gate_proj, ff.up_proj]):
-                return None
-            if type(ff.down_proj) is not nn.Linear:
-                return None
-            for group in ((attn.q_proj, attn.k_proj, attn.v_proj), (ff.gate_proj, ff.up_proj)):
-                if len({x.bias is None for x in group}) > 1:  # a bias on some parts only
-                    return None
-        return cls(model, layers)
-
-    @staticmethod
-    def _layer(layer: Any) -> _Layer:
-        attn, mlp = layer.self_attn, layer.mlp
-        qkv_parts = (attn.q_proj, attn.k_proj, attn.v_proj)
-        gate_up_parts = (mlp.gate_proj, mlp.up_proj)
-        return _Layer(
-            attn=attn,
-            mlp=mlp,
-            norm_in=layer.input_layernorm,
-            norm_post=layer.post_attention_layernorm,
-            qkv=_stack(qkv_parts, attn),
-            qkv_bias=_fuse(qkv_parts, attn, "bias"),
-            gate_up=_stack(gate_up_parts, mlp),
-            gate_up_bias=_fuse(gate_up_parts, mlp, "bias"),
-        )
-
-    def __call__(
-        self,
-        tokens: torch.Tensor,
-        positions: torch.Tensor,
-        attention: AttentionBackend,
-        keep: Sequence[int] = (),
-    ) -> tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
-        """Logits ``[n, V]`` (the LM head's full width), the final normalised hidden state
-        ``[n, H]`` and the outputs ``[1, n, H]`` of the decoder layers in ``keep`` and of the last
-        layer (with any ``keep``; what transformers' layer hooks would record, read by
-        :func:`~specstrat.hf.layer_features.fused`) for flat ``tokens`` at ``positions``."""
-        if not self._layers[0].current():  # the model was moved or cast: stack its weights anew
-            self._layers = tuple(self._layer(layer) for layer in self._decoder)
-        model, n = self._model, tokens.shape[0]
-        base = model.model
-        x = F.embedding(tokens, base.embed_tokens.weight)
-        cos, sin = base.rotary_emb(x, positions[None])
-        cos, sin = cos[0, :, None], sin[0, :, None]  # [n, 1, d]
-        q_width = self.heads * self.head_dim
-        kv_width = self.kv_heads * self.head_dim
-        outputs: dict[int, torch.Tensor] = {}
-        last = len(self._layers) - 1
-        for index, w in enumerate(self._layers):
-            qkv = F.linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias)
-            q = qkv[:, :q_width].view(n, self.heads, self.head_dim)
-            k = qkv[:, q_width : q_width + kv_width].view(n, self.kv_heads, self.head_dim)
-            v = qkv[:, q_width + kv_width :].view(n, self.kv_heads, self.head_dim)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
-            out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
-            o = w.attn.o_proj
-            x = x + F.linear(out.reshape(n, q_width), o.weight, o.bias)
-            gate_up = F.linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias)
-            gate, up = gate_up.chunk(2, dim=-1)
-            down = w.mlp.down_proj
-            x = x + F.linear(w.mlp.act_fn(gate) * up, down.weight, down.bias)
-            if index in keep or (keep and index == last):
-                outputs[index] = x[None]
-        final = _rms(x, base.norm)
-        head = model.lm_head
-        return F.linear(final, head.weight, head.bias), final, outputs

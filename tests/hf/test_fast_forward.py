@@ -39,23 +39,56 @@ def test_a_plain_llama_runs_the_fast_forward_and_other_families_do_not() -> None
         assert HFCausalLM(tiny.model(family), vocab_size=tiny.VOCAB).fast_forward is None
 
 
-def test_the_fast_forward_equals_transformers_forward() -> None:
-    """Logits, the final hidden state, fused layer features and an early-exit view are those
-    transformers' forward gives on the same weights."""
-    slow, fast = _both(tiny.model("llama", attention_bias=True, mlp_bias=True))
+def _randomised(model: Any) -> Any:
+    """``model`` with every parameter random, biases and norm weights included (transformers
+    starts those at 0 and 1, where a dropped bias or a swapped norm would go unseen)."""
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator) * 0.3 + (p.dim() == 1))
+    return model
+
+
+LLAMA3_ROPE = {
+    "rope_type": "llama3",
+    "rope_theta": 10000.0,
+    "factor": 8.0,
+    "low_freq_factor": 1.0,
+    "high_freq_factor": 4.0,
+    "original_max_position_embeddings": 8,
+}
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        {},
+        {"attention_bias": True, "mlp_bias": True},
+        {"head_dim": 24},
+        {"tie_word_embeddings": True},
+        {"rope_parameters": LLAMA3_ROPE},
+    ],
+    ids=["plain", "biases", "head-dim-24", "tied-head", "llama3-rope"],
+)
+def test_the_fast_forward_equals_transformers_forward(overrides: dict[str, Any]) -> None:
+    """With every weight random, logits, the final hidden state, fused layer features and an
+    early-exit view are those transformers' forward gives, whatever the biases, head width,
+    tied head or RoPE scaling."""
+    slow, fast = _both(_randomised(tiny.model("llama", **overrides)))
     assert fast.fast_forward is not None
     for a, b in zip(_outputs(slow), _outputs(fast), strict=True):
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)  # fused matmuls sum in another order
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)  # fused matmuls sum in another order
     for a, b in zip(
         _outputs(slow.with_feature_layers([0, 1])),
         _outputs(fast.with_feature_layers([0, 1])),
         strict=True,
     ):
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
     exit_slow, exit_fast = slow.early_exit(1), fast.early_exit(1)
+    assert exit_slow.fast_forward is None
     assert exit_fast.fast_forward is not None
     for a, b in zip(_outputs(exit_slow), _outputs(exit_fast), strict=True):
-        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
 
 
 def test_the_weights_are_held_once_and_the_state_dict_is_unchanged() -> None:
@@ -73,15 +106,30 @@ def test_the_weights_are_held_once_and_the_state_dict_is_unchanged() -> None:
     assert attn.k_proj.weight.data_ptr() == q.data_ptr() + q.numel() * q.element_size()
 
 
-def test_a_model_cast_after_wrapping_is_stacked_anew() -> None:
-    """model.double() after wrapping replaces the weights: the fast forward reads the new ones
-    and still equals transformers' forward."""
+def test_a_model_cast_after_wrapping_is_proven_and_adopted_anew() -> None:
+    """model.double() after wrapping replaces the weights: the fast forward is built, checked
+    and adopted again on the new ones and still equals transformers' forward."""
     model = tiny.model("llama")
     slow, fast = _both(model)
+    before = fast.fast_forward
     model.double()
     a, b = _outputs(slow), _outputs(fast)
     assert b[0].dtype == torch.float64
+    assert fast.fast_forward is not None
+    assert fast.fast_forward is not before
     torch.testing.assert_close(b[0], a[0], rtol=0, atol=1e-9)
+
+
+def test_weights_loaded_by_assignment_after_wrapping_are_read() -> None:
+    """load_state_dict(assign=True) puts new tensors in place of the fused views: the next
+    forward reads the new weights, equal to transformers' forward on them."""
+    model = tiny.model("llama")
+    slow, fast = _both(model)
+    other = tiny.model("llama", seed=3).state_dict()
+    model.load_state_dict(other, assign=True)
+    for a, b in zip(_outputs(slow), _outputs(fast), strict=True):
+        torch.testing.assert_close(b, a, rtol=0, atol=1e-6)
+    assert fast.fast_forward is not None
 
 
 class _Doubled(nn.Module):
@@ -127,18 +175,56 @@ def test_what_the_fast_forward_cannot_see_keeps_transformers_forward(change: Any
     assert HFCausalLM(model, vocab_size=tiny.VOCAB).fast_forward is None
 
 
-def test_a_fast_forward_that_disagrees_on_the_probe_is_not_kept(
+def test_a_projection_replaced_after_wrapping_falls_back_to_transformers_forward() -> None:
+    """Swapping a projection for a module that is not an nn.Linear after wrapping is seen at
+    the next forward: transformers' forward runs it, so its doubling is honoured."""
+    model = tiny.model("llama")
+    slow, fast = _both(model)
+    _not_a_linear(model)
+    a, b = _outputs(slow), _outputs(fast)
+    assert fast.fast_forward is None
+    torch.testing.assert_close(b[0], a[0], rtol=0, atol=0)
+
+
+def test_a_fast_forward_that_cannot_be_built_leaves_the_model_working(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A fast forward whose probe logits differ from transformers' is dropped at load."""
+    """A fast forward whose construction raises is dropped: the model loads and runs
+    transformers' forward."""
+
+    def broken(cls: type, model: Any) -> Any:
+        raise RuntimeError("cannot read these weights")
+
+    monkeypatch.setattr(FastLlamaForward, "of", classmethod(broken))
+    model = tiny.model("llama")
+    lm = HFCausalLM(model, vocab_size=tiny.VOCAB)
+    assert lm.fast_forward is None
+    monkeypatch.undo()
+    torch.testing.assert_close(_outputs(lm)[0], _outputs(_both(model)[0])[0], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("which", [0, 1], ids=["logits", "hidden"])
+def test_a_fast_forward_that_disagrees_on_the_probe_is_not_kept(
+    which: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fast forward whose probe logits or hidden state differ from transformers' is dropped
+    at load, and the model's weights are left where they were."""
     real = FastLlamaForward.__call__
 
     def off(self: FastLlamaForward, *args: Any, **kwargs: Any) -> Any:
-        logits, final, outputs = real(self, *args, **kwargs)
-        return logits + 0.01, final, outputs
+        logits, hidden, outputs = real(self, *args, **kwargs)
+        if which == 0:
+            return logits + 0.01, hidden, outputs
+        return logits, hidden + 0.01, outputs
 
     monkeypatch.setattr(FastLlamaForward, "__call__", off)
-    assert HFCausalLM(tiny.model("llama"), vocab_size=tiny.VOCAB).fast_forward is None
+    model = tiny.model("llama")
+    attn = model.model.layers[0].self_attn
+    q = attn.q_proj.weight
+    k_before = attn.k_proj.weight.data_ptr()
+    assert HFCausalLM(model, vocab_size=tiny.VOCAB).fast_forward is None
+    assert attn.k_proj.weight.data_ptr() == k_before
+    assert attn.q_proj.weight is q
 
 
 def test_wrapping_inside_inference_mode_leaves_the_weights_trainable() -> None:

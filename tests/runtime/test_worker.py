@@ -215,7 +215,22 @@ def test_a_request_alone_reads_its_keys_as_a_slice_and_matches_dense(
     worker.rewind(slot, 6)  # the two drafts rejected: their indices go back to the pool
     verify, _ = worker.forward(M.TARGET_VERIFY, [slot], [seq[6:9]])
     decode, _ = worker.forward(M.DECODE, [slot], [seq[9:]])
+    assert len(runs) == 4
     assert all(r is not None for r in runs)
     ref = dense(tiny, seq)
     torch.testing.assert_close(verify, ref[6:9])
     torch.testing.assert_close(decode[0], ref[9])
+
+
+def test_the_kv_pool_hands_out_ascending_indices_and_takes_the_lowest_freed_first() -> None:
+    """alloc gives ascending indices; indices freed in any order come back lowest first, so a
+    request that gives back its rejected drafts' indices gets consecutive ones next."""
+    from specstrat.models import ModelShape
+    from specstrat.runtime._memory import KVPool
+
+    shape = ModelShape(vocab_size=8, hidden_size=8, layers=1, heads=1, head_dim=8, max_positions=16)
+    pool = KVPool(16, shape, torch.float32, torch.device("cpu"))
+    assert pool.alloc(3) == [1, 2, 3]
+    assert pool.alloc(4) == [4, 5, 6, 7]
+    pool.free([7, 5, 6])
+    assert pool.alloc(4) == [5, 6, 7, 8]
