@@ -12,6 +12,12 @@ attention module (its ``layer_idx``) and the layer's ``scaling``, ``sliding_wind
 ``softcap``; the function hands them to the backend, which writes the KV cache and attends
 through the metadata the kernels built. transformers builds no mask for an implementation it
 does not know, so the engine's metadata is the only mask.
+
+A plain transformers Llama takes another route where a probe at load proves it equal:
+:mod:`specstrat.hf.fast_llama` computes the same arithmetic over the model's own weights
+without transformers' per-layer modules and calls the backend itself (a forward of our own, not
+transformers' code, so the design's "no modelling code copied" holds; it only serves models it
+can check against transformers' forward).
 """
 
 from __future__ import annotations
