@@ -35,7 +35,7 @@ from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.hf.attention_probe import LayerShape, Probe, attention_class, attention_layers
 from specstrat.hf.early_exit_view import truncated_model
-from specstrat.hf.fast_llama import PROBE_TOLERANCE, FastLlamaForward
+from specstrat.hf.fast_llama import FastLlamaForward, proven
 from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
 from specstrat.models import AttentionBackend, ModelShape
 
@@ -261,32 +261,10 @@ class HFCausalLM:
         return probe.layers
 
     def _proven_fast_forward(self) -> FastLlamaForward | None:
-        """:class:`~specstrat.hf.fast_llama.FastLlamaForward` for this model, adopted, where
-        the model qualifies and its logits and hidden state match transformers' forward on a
-        probe sequence (both through dense attention); ``None`` (transformers' forward)
-        otherwise. Runs with :attr:`fast_forward` unset, so the reference is transformers'."""
+        """:func:`~specstrat.hf.fast_llama.proven` against this wrapper's transformers
+        forward (run with :attr:`fast_forward` unset)."""
         self.fast_forward = None
-        try:
-            fast = FastLlamaForward.of(self.model)
-            if fast is None:
-                return None
-            n = 7
-            device = next(self.model.parameters()).device
-            tokens = (torch.arange(n, device=device) * 7919 + 13) % self.vocab_size
-            positions = torch.arange(n, device=device) + 3
-            with torch.inference_mode():
-                want_logits, want_hidden = self(tokens, positions, Probe())
-                logits, hidden, _ = fast(tokens, positions, Probe())
-            pairs = ((want_logits, logits[:, : self.vocab_size]), (want_hidden, hidden))
-            for want, got in pairs:
-                tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
-                gap = float((got.float() - want.float()).abs().max())
-                if not gap <= tolerance * float(want.float().abs().max()):
-                    return None
-            fast.adopt()
-        except Exception:  # whatever the fast forward cannot read, transformers' forward can
-            return None
-        return fast
+        return proven(self.model, self, self.vocab_size)
 
     @property
     def shape(self) -> ModelShape:

@@ -17,7 +17,7 @@ only when they agree (:data:`PROBE_TOLERANCE`). Anything else runs transformers'
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,9 +25,15 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from specstrat.hf.attention_probe import Probe
 from specstrat.models import AttentionBackend
 
-__all__ = ["PROBE_TOLERANCE", "FastLlamaForward"]
+#: ``(tokens, positions, backend) -> (logits, hidden)``: a forward to check the fast one by.
+AttentionCall = Callable[
+    [torch.Tensor, torch.Tensor, AttentionBackend], tuple[torch.Tensor, torch.Tensor]
+]
+
+__all__ = ["PROBE_TOLERANCE", "AttentionCall", "FastLlamaForward", "proven"]
 
 #: The largest difference between the fast forward's logits (and hidden state) and
 #: transformers' on the probe sequence, relative to their largest magnitude, at which the fast
@@ -162,22 +168,57 @@ def _layer(layer: Any) -> _Layer:
     )
 
 
+def _hooks(m: nn.Module) -> int:
+    return len(m._forward_hooks) + len(m._forward_pre_hooks)
+
+
 def _signature(model: Any) -> tuple[int, ...]:
-    """What a fast forward was built from: the identity of every module it reads and where
-    each fused weight lies (``model.to(...)``, a cast, ``load_state_dict(assign=True)`` or a
-    replaced module changes it)."""
+    """What a fast forward was built from: the identity and hook count of every module it
+    reads, and where each fused weight lies (``model.to(...)``, a cast,
+    ``load_state_dict(assign=True)``, a replaced module or a hook added change it)."""
     base = model.model
     layers = _decoder(model)
-    sig = [id(base), id(base.embed_tokens), id(base.norm), id(base.rotary_emb), id(model.lm_head)]
-    sig.append(len(layers))
+    top = (model, base, base.embed_tokens, base.norm, base.rotary_emb, model.lm_head)
+    sig = [len(layers), *(id(m) for m in top), *(_hooks(m) for m in top)]
     for layer in layers:
         attn, mlp = layer.self_attn, layer.mlp
-        sig += (id(layer), id(attn), id(mlp), id(attn.o_proj), id(mlp.down_proj))
+        qkv, gate_up = _groups(layer)
+        for m in (layer, attn, mlp, attn.o_proj, mlp.down_proj, *qkv, *gate_up):
+            sig += (id(m), _hooks(m))
         sig += (id(layer.input_layernorm), id(layer.post_attention_layernorm))
-        for part in (*_groups(layer)[0], *_groups(layer)[1]):
+        for part in (*qkv, *gate_up):
             bias = part.bias
-            sig += (id(part), part.weight.data_ptr(), 0 if bias is None else bias.data_ptr())
+            sig += (part.weight.data_ptr(), 0 if bias is None else bias.data_ptr())
     return tuple(sig)
+
+
+def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaForward | None:
+    """The fast forward for ``model``, adopted, where :meth:`FastLlamaForward.of` takes the
+    model and its logits (the first ``vocab_size`` columns) and hidden state match
+    ``reference`` (transformers' forward: ``(tokens, positions, backend) -> (logits,
+    hidden)``) on a probe sequence, both through dense attention; ``None`` otherwise, the model
+    left as it was. A fast forward that cannot be built or run is ``None`` too: whatever it
+    cannot read, transformers' forward can."""
+    try:
+        fast = FastLlamaForward.of(model)
+        if fast is None:
+            return None
+        n = 7
+        device = next(model.parameters()).device
+        tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
+        positions = torch.arange(n, device=device) + 3
+        with torch.inference_mode():
+            want_logits, want_hidden = reference(tokens, positions, Probe())
+            logits, hidden, _ = fast(tokens, positions, Probe())
+        for want, got in ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden)):
+            tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
+            gap = float((got.float() - want.float()).abs().max())
+            if not gap <= tolerance * float(want.float().abs().max()):
+                return None
+        fast.adopt()
+    except Exception:  # a forward the fast path cannot build: transformers' forward runs
+        return None
+    return fast
 
 
 class FastLlamaForward:
@@ -196,7 +237,7 @@ class FastLlamaForward:
         """The fast forward for ``model``, or ``None`` where the model is not plainly a
         transformers Llama (another class or a subclass, a projection that is not an
         ``nn.Linear`` over plain floating-point weights, a bias on only some fused parts, a
-        foreign hook, pretraining tensor parallelism). Hooks added after this are not seen."""
+        foreign hook, pretraining tensor parallelism)."""
         classes = _classes()
         if classes is None:
             return None

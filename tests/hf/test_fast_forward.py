@@ -237,3 +237,17 @@ def test_wrapping_inside_inference_mode_leaves_the_weights_trainable() -> None:
     with lm.reference():
         model(torch.tensor([[1, 2, 3]])).logits.sum().backward()
     assert model.model.layers[0].self_attn.k_proj.weight.grad is not None
+
+
+def test_a_hook_added_after_wrapping_runs() -> None:
+    """A forward hook added after wrapping is honoured: the next forward sees it and runs
+    transformers' forward from then on."""
+    model = tiny.model("llama")
+    slow, fast = _both(model)
+    seen: list[int] = []
+    handle = model.model.layers[0].register_forward_hook(lambda m, a, out: seen.append(1))
+    _outputs(fast)
+    assert seen == [1]
+    assert fast.fast_forward is None
+    handle.remove()
+    torch.testing.assert_close(_outputs(fast)[0], _outputs(slow)[0], rtol=0, atol=0)
