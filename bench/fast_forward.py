@@ -1,0 +1,101 @@
+"""SmolLM2's fast Llama forward against transformers' forward, side by side in one run.
+
+Two figures, each from interleaved rounds on the same weights (``HFCausalLM(fast=False)``
+wraps the model ``load`` returned):
+
+- the forward alone, ``n`` tokens through dense probe attention (no KV cache), median of
+  ``--repeats`` calls each;
+- target-only decoding in the engine on the code-editing prompts (``--requests``,
+  ``--max-new-tokens``), median of ``--rounds`` runs each, outputs checked equal.
+
+Usage: ``python bench/fast_forward.py [--threads 2] [--repeats 30] [--rounds 3]
+[--requests 2] [--max-new-tokens 48]``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import statistics
+import time
+from collections.abc import Callable
+
+import torch
+
+from specstrat.hf import HFCausalLM, load
+from specstrat.hf.attention_probe import Probe
+from specstrat.hf.code_workload import code_prompts
+from specstrat.hf.smollm2 import smollm2_path
+from specstrat.runtime import Engine, EngineConfig
+
+
+def _median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each call's median time in ms over ``repeats`` interleaved rounds."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}
+
+
+def _forward_line(slow: HFCausalLM, fast: HFCausalLM, n: int, repeats: int) -> str:
+    tokens, positions = torch.arange(n) + 100, torch.arange(n) + 50
+    ms = _median_ms(
+        {
+            "transformers": lambda: slow(tokens, positions, Probe()),
+            "fast": lambda: fast(tokens, positions, Probe()),
+        },
+        repeats,
+    )
+    return (
+        f"forward, {n} token(s): fast {ms['fast']:.1f} ms, transformers "
+        f"{ms['transformers']:.1f} ms, {ms['transformers'] / ms['fast']:.2f}x"
+    )
+
+
+def main() -> None:
+    """Print the forward's and the engine's times, fast against transformers'."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--repeats", type=int, default=30)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--requests", type=int, default=2)
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    fast = load(smollm2_path())
+    if fast.target.fast_forward is None:
+        raise SystemExit("SmolLM2 did not get the fast forward; nothing to compare")
+    target = HFCausalLM(fast.target.model, vocab_size=fast.target.vocab_size, fast=False)
+    slow = dataclasses.replace(fast, target=target)
+    print(f"torch threads {args.threads}; medians, fast forward against transformers' forward")
+    with torch.inference_mode():
+        for n in (1, 4):
+            print(_forward_line(slow.target, fast.target, n, args.repeats))
+    requests = [
+        fast.request(f"r{i}", args.max_new_tokens, messages=[{"role": "user", "content": text}])
+        for i, (_, text) in enumerate(code_prompts(args.requests))
+    ]
+    config = EngineConfig(context_len=1024)
+    outputs: dict[str, object] = {}
+
+    def run(name: str, models: object) -> None:
+        outputs[name] = Engine("NONE", models, config).run(requests)  # type: ignore[arg-type]
+
+    run("fast", fast)  # warm-up
+    ms = _median_ms(
+        {"transformers": lambda: run("transformers", slow), "fast": lambda: run("fast", fast)},
+        args.rounds,
+    )
+    same = "equal" if outputs["fast"] == outputs["transformers"] else "DIFFERENT"
+    print(
+        f"engine, target-only, {args.requests} code prompts x {args.max_new_tokens} tokens: "
+        f"fast {ms['fast'] / 1000:.2f} s, transformers {ms['transformers'] / 1000:.2f} s, "
+        f"{ms['transformers'] / ms['fast']:.2f}x; outputs {same}"
+    )
+
+
+if __name__ == "__main__":
+    main()
