@@ -251,3 +251,30 @@ def test_a_hook_added_after_wrapping_runs() -> None:
     assert fast.fast_forward is None
     handle.remove()
     torch.testing.assert_close(_outputs(fast)[0], _outputs(slow)[0], rtol=0, atol=0)
+
+
+def test_the_head_pads_the_row_counts_that_run_slower_than_a_larger_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """head_padding pads a row count to the cheapest larger one only where that is clearly
+    faster (2 and 3 rows to 4 with the EPYC host's costs; 1 and 4 rows stay)."""
+    from specstrat.hf import fast_llama
+
+    costs = {1: 12.4, 2: 28.3, 3: 41.1, 4: 22.9, 5: 30.0, 6: 29.4, 7: 30.0, 8: 24.2}
+    monkeypatch.setattr(fast_llama, "_matmul_seconds", lambda w, rows, repeats: costs[rows])
+    padding = fast_llama.head_padding(torch.zeros(8, 4))
+    assert padding == {2: 4, 3: 4, 5: 8, 6: 8, 7: 8}
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_padded_head_gives_the_logits_of_the_rows_it_has(n: int) -> None:
+    """With the LM head's matmul padded to more rows, the forward's logits are still those of
+    transformers' forward for the rows asked."""
+    slow, fast = _both(_randomised(tiny.model("llama")))
+    assert fast.fast_forward is not None
+    fast.fast_forward.head_rows = {n: 8}
+    tokens, positions = TOKENS[:n], POSITIONS[:n]
+    with torch.inference_mode():
+        want, got = slow(tokens, positions, Probe()), fast(tokens, positions, Probe())
+    assert got[0].shape == want[0].shape
+    torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-5)
