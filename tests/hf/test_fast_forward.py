@@ -258,11 +258,11 @@ def test_the_head_pads_the_row_counts_that_run_slower_than_a_larger_one(
 ) -> None:
     """head_padding pads a row count to the cheapest larger one only where that is clearly
     faster (2 and 3 rows to 4 with the EPYC host's costs; 1 and 4 rows stay)."""
-    from specstrat.hf import fast_llama
+    from specstrat.hf import matmul_padding
 
     costs = {1: 12.4, 2: 28.3, 3: 41.1, 4: 22.9, 5: 30.0, 6: 29.4, 7: 30.0, 8: 24.2}
-    monkeypatch.setattr(fast_llama, "_matmul_seconds", lambda w, rows, repeats: costs[rows])
-    padding = fast_llama.head_padding(torch.zeros(8, 4))
+    monkeypatch.setattr(matmul_padding, "_matmul_seconds", lambda w, rows, repeats: costs[rows])
+    padding = matmul_padding.head_padding(torch.zeros(8, 4))
     assert padding == {2: 4, 3: 4, 5: 8, 6: 8, 7: 8}
 
 
