@@ -27,6 +27,8 @@ __all__ = [
 
 
 def llama_classes() -> tuple[Any, ...] | None:
+    """transformers' own Llama classes (causal LM, model, decoder layer, attention, MLP,
+    RMSNorm, rotary embedding), or ``None`` where this transformers has no Llama."""
     try:
         from transformers.models.llama import modeling_llama as m
     except ImportError:  # a transformers without Llama: nothing qualifies
@@ -129,6 +131,8 @@ class FusedLayer:
 
 
 def fused_layer(layer: Any) -> FusedLayer:
+    """Decoder ``layer`` as the fast forward reads it: its modules, its fused stacks (views
+    where the weights already lie one after another) and its head widths."""
     qkv_parts, gate_up_parts = fused_groups(layer)
     attn = layer.self_attn
     qkv = stacked([p.weight for p in qkv_parts])
