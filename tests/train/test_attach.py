@@ -30,6 +30,7 @@ from specstrat.train import (
 )
 from tests.hf import tiny
 from tests.train.conftest import LEARNABLE_INIT
+from tests.train.faults import assert_fault_leaks_nothing
 
 LAYERS = (0, 1)
 ALGOS = {
@@ -187,8 +188,6 @@ def test_a_head_failing_mid_run_leaks_nothing_and_a_fresh_engine_stays_lossless(
 ) -> None:
     """A trained head that raises on its third call ends the run naming the error, frees every
     slot and KV index, and the next engine on the same models is greedy-lossless."""
-    from specstrat.errors import EngineStateError, StrategyError
-
     calls = [0]
     head = models.head
     assert head is not None
@@ -202,13 +201,11 @@ def test_a_head_failing_mid_run_leaks_nothing_and_a_fresh_engine_stays_lossless(
     ids = models.tokenizer("def wrap(text, width=70):\n    return text")["input_ids"]
     requests = [Request("a", ids[:12], 12), Request("b", ids[:5], 9)]
     config = EngineConfig(context_len=64, overlap=overlap)
-    broken = Engine(specstrat.EAGLE, replace(models, head=failing), config)
-    before = (broken.free_slots, broken.free_kv_tokens)
-    with pytest.raises((StrategyError, RuntimeError), match=r"head fault injected"):
-        broken.run(requests)
-    assert (broken.free_slots, broken.free_kv_tokens) == before
-    with pytest.raises(EngineStateError, match=r"this engine was closed after a failed run"):
-        broken.run(requests)
-    outputs = Engine(specstrat.EAGLE, models, config).run(requests)
-    check = compare(models.target, requests, outputs, generate_reference(models.target, requests))
-    assert check.lossless, check.line()
+    assert_fault_leaks_nothing(
+        specstrat.EAGLE,
+        models,
+        requests,
+        config,
+        "head fault injected",
+        broken_models=replace(models, head=failing),
+    )

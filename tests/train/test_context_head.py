@@ -3,6 +3,8 @@ head gives offline (training-time test), the cache a request builds through pref
 steps equals a second pass over its sequence, EAGLE, EAGLE3 and a tree run it greedy-lossless
 in sync and overlap, and a PREBUILT request drafts from the positions generated after it."""
 
+import contextlib
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -39,6 +41,7 @@ from specstrat.train import (
 from specstrat.train.unroll import unroll_context
 from tests.hf import tiny
 from tests.train.conftest import LEARNABLE_INIT
+from tests.train.faults import assert_fault_leaks_nothing
 
 V, H = 50, 32
 
@@ -425,8 +428,6 @@ def test_a_context_head_failing_mid_run_leaks_nothing(
 ) -> None:
     """A context drafter that raises on its third commit ends the run naming the error, frees
     every slot and KV index, and a fresh engine on the same models is greedy-lossless."""
-    from specstrat.errors import EngineStateError, StrategyError
-
     calls = [0]
     commit = ContextHeadDrafter.commit
 
@@ -436,17 +437,18 @@ def test_a_context_head_failing_mid_run_leaks_nothing(
             raise RuntimeError("context fault injected")
         return commit(self, outcome)
 
-    requests = _requests(models)
+    @contextlib.contextmanager
+    def injected() -> Iterator[None]:
+        with monkeypatch.context() as patch:
+            patch.setattr(ContextHeadDrafter, "commit", failing)
+            yield
+
     config = EngineConfig(context_len=64, overlap=overlap)
-    with monkeypatch.context() as patch:
-        patch.setattr(ContextHeadDrafter, "commit", failing)
-        broken = Engine(specstrat.EAGLE, models, config)
-        before = (broken.free_slots, broken.free_kv_tokens)
-        with pytest.raises((StrategyError, RuntimeError), match=r"context fault injected"):
-            broken.run(requests)
-    assert (broken.free_slots, broken.free_kv_tokens) == before
-    with pytest.raises(EngineStateError, match=r"this engine was closed after a failed run"):
-        broken.run(requests)
-    outputs = Engine(specstrat.EAGLE, models, config).run(requests)
-    check = compare(models.target, requests, outputs, generate_reference(models.target, requests))
-    assert check.lossless, check.line()
+    assert_fault_leaks_nothing(
+        specstrat.EAGLE,
+        models,
+        _requests(models),
+        config,
+        "context fault injected",
+        injected=injected(),
+    )
