@@ -97,6 +97,11 @@ def _demo(args: argparse.Namespace) -> int:
             f"specstrat demo: --head {args.head} is a head trained for a Hugging Face model; "
             "pass --model smollm2 or --model PATH (the embedded models have their own head)"
         )
+    if args.draft is not None and args.model == "embedded":
+        raise SystemExit(
+            f"specstrat demo: --draft {args.draft} is a draft LM distilled from a Hugging Face "
+            "model; pass --model smollm2 or --model PATH (the embedded models have their own)"
+        )
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
     torch.set_num_threads(args.threads or 1)
@@ -166,16 +171,18 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.hf import load
     from specstrat.hf.hf_demo import run_hf_demo
     from specstrat.hf.smollm2 import model_path
-    from specstrat.train import attach_head, head_for
+    from specstrat.train import attach_files, draft_for, head_for
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
-    head = head_for(args.model, args.head, [algo])  # checked before the model loads
+    head = head_for(args.model, args.head, [algo])  # both checked before the model loads
+    draft = draft_for(args.model, args.draft, [algo])
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
-    if head is not None:
-        print(f"draft head {head}", file=sys.stderr)
-        models = attach_head(models, head)
+    for kind, file in (("draft head", head), ("draft LM", draft)):
+        if file is not None:
+            print(f"{kind} {file}", file=sys.stderr)
+    models = attach_files(models, head, draft)
     trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(
@@ -289,6 +296,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="a draft head trained for --model (specstrat train --out FILE.safetensors): the "
         "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
         "ships for --model, smollm2's)",
+    )
+    demo.add_argument(
+        "--draft",
+        metavar="FILE",
+        help="a draft LM distilled from --model (specstrat train --kind draft-lm --out "
+        "FILE.safetensors): STANDALONE runs it (default: the draft LM the package ships for "
+        "--model, smollm2's)",
     )
     demo.add_argument(
         "--requests",

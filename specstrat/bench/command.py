@@ -56,31 +56,35 @@ def _with_policies(
 
 
 def _bench_models(
-    model: str, head: str | None, algos: Sequence[SpecAlgorithm[Any] | str]
+    model: str,
+    head: str | None,
+    draft: str | None,
+    algos: Sequence[SpecAlgorithm[Any] | str],
 ) -> tuple[Any, str]:
-    """The models ``--model`` names with the head :func:`~specstrat.train.head_for` picks
-    attached (``--head``, or the shipped one when an algorithm runs a draft head), and how the
-    output names them."""
+    """The models ``--model`` names with the head :func:`~specstrat.train.head_for` picks and
+    the draft LM :func:`~specstrat.train.draft_for` picks attached (``--head`` and ``--draft``,
+    or the shipped ones when an algorithm runs a draft head or a draft LM), and how the output
+    names them."""
     if model == "embedded":
-        if head is not None:
-            raise InvalidConfig(
-                f"--head {head} is a head trained for a Hugging Face model; pass --model "
-                "smollm2 or --model PATH (the embedded models have their own head)"
-            )
+        for flag, file in (("--head", head), ("--draft", draft)):
+            if file is not None:
+                raise InvalidConfig(
+                    f"{flag} {file} was trained for a Hugging Face model; pass --model "
+                    "smollm2 or --model PATH (the embedded models have their own drafters)"
+                )
         from specstrat.runtime import EmbeddedModels
 
         return EmbeddedModels.load(), "embedded"
     from specstrat.hf import load
     from specstrat.hf.smollm2 import model_path
-    from specstrat.train import attach_head, head_for
+    from specstrat.train import attach_files, draft_for, head_for
 
-    head = head_for(model, head, algos)
+    head, draft = head_for(model, head, algos), draft_for(model, draft, algos)
     path = model_path(model)
     print(f"loading {path} ...", file=sys.stderr)
-    models = load(path)
-    if head is None:
-        return models, str(path)
-    return attach_head(models, head), f"{path} (head {head})"
+    models = attach_files(load(path), head, draft)
+    extra = [f"{kind} {file}" for kind, file in (("head", head), ("draft LM", draft)) if file]
+    return models, f"{path} ({', '.join(extra)})" if extra else str(path)
 
 
 def bench_command(args: argparse.Namespace, load: Loader) -> int:
@@ -120,7 +124,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         from specstrat.bench.plots import _pyplot
 
         _pyplot()  # a missing matplotlib is refused before any run
-    models, name = _bench_models(args.model, args.head, config.algorithms)
+    models, name = _bench_models(args.model, args.head, args.draft, config.algorithms)
     if args.profile:
         return _profile(args, config, models, name, json_path)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
@@ -250,6 +254,12 @@ def add_bench_parser(
         metavar="FILE",
         help="a draft head trained for --model (specstrat train --out FILE.safetensors) for the "
         "EAGLE drafters (default: the head the package ships for --model, smollm2's)",
+    )
+    bench.add_argument(
+        "--draft",
+        metavar="FILE",
+        help="a draft LM distilled from --model (specstrat train --kind draft-lm --out "
+        "FILE.safetensors) for STANDALONE (default: the one the package ships for --model)",
     )
     bench.add_argument(
         "--workload",

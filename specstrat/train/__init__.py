@@ -9,6 +9,10 @@ on a reduced draft vocabulary are recomputed from it) while it generates
 :func:`load_head` keep it in one safetensors file bound to the target's weights; a run writes a
 :class:`Checkpoint` after each epoch and resumes from one (:func:`read_checkpoint`);
 :func:`attach_head` attaches a saved head to a loaded model so the engine's EAGLE drafters run it.
+
+:func:`train_draft_lm` distils a :class:`DraftLM` (a few of the target's own layers over a draft
+vocabulary) on the same data path, for STANDALONE; :func:`save_draft_lm`, :func:`load_draft_lm`
+and :func:`attach_draft` keep and attach it as a head is kept and attached.
 """
 
 from specstrat.train._ttt import TTT_DECAY
@@ -50,6 +54,29 @@ from specstrat.train.checkpoint import (
     read_checkpoint,
     save_checkpoint,
 )
+from specstrat.train.draft_attach import (
+    SHIPPED_DRAFTS,
+    Attachers,
+    DraftAttacher,
+    attach_draft,
+    attach_files,
+    draft_for,
+    shipped_draft,
+)
+from specstrat.train.draft_lm import (
+    DraftLM,
+    DraftVocabLM,
+    check_draft_layers,
+    default_draft_layers,
+)
+from specstrat.train.draft_lm_file import (
+    DRAFT_LM_FORMAT,
+    TrainedDraftLM,
+    draft_lm_metadata,
+    load_draft_lm,
+    save_draft_lm,
+)
+from specstrat.train.draft_lm_loop import draft_agreement, train_draft_lm
 from specstrat.train.eagle3 import (
     Eagle3Config,
     Eagle3ContextDraftHead,
@@ -62,7 +89,7 @@ from specstrat.train.generation import (
     generate,
     generate_captured,
 )
-from specstrat.train.head_config import HeadConfig
+from specstrat.train.head_config import KINDS, HeadConfig
 from specstrat.train.loop import train_head
 from specstrat.train.prompt_documents import (
     SOURCE_MODULES,
@@ -80,6 +107,25 @@ from specstrat.train.prompts import (
 )
 
 __all__ = [
+    "DRAFT_LM_FORMAT",
+    "KINDS",
+    "SHIPPED_DRAFTS",
+    "Attachers",
+    "DraftAttacher",
+    "DraftLM",
+    "DraftVocabLM",
+    "TrainedDraftLM",
+    "attach_draft",
+    "attach_files",
+    "check_draft_layers",
+    "default_draft_layers",
+    "draft_agreement",
+    "draft_for",
+    "draft_lm_metadata",
+    "load_draft_lm",
+    "save_draft_lm",
+    "shipped_draft",
+    "train_draft_lm",
     "CHAT_TOPICS",
     "chat_prompts",
     "math_prompts",

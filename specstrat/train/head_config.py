@@ -8,7 +8,10 @@ from dataclasses import dataclass
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
-__all__ = ["HeadConfig"]
+__all__ = ["KINDS", "HeadConfig"]
+
+#: What ``specstrat train --kind`` trains: an EAGLE-3-style head, or a draft LM.
+KINDS = ("eagle3", "draft-lm")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -29,7 +32,11 @@ class HeadConfig:
     its own KV cache (EAGLE-3's form, trained with its training-time-test mask and drafted by
     :class:`~specstrat.strategies.ContextHeadDrafter`) instead of each row attending to
     itself, which is what the one-token :class:`~specstrat.train.Eagle3DraftHead` runs (the
-    default, ``False``)."""
+    default, ``False``); ``kind``: what trains, ``"eagle3"`` (a head, the default) or
+    ``"draft-lm"`` (a draft LM for STANDALONE, :func:`~specstrat.train.train_draft_lm`: then
+    ``layers`` names the target layers it starts from, ``None``:
+    :func:`~specstrat.train.default_draft_layers`, and ``ttt_steps`` and ``context`` are not
+    used)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -47,6 +54,7 @@ class HeadConfig:
     eval_depth: int = 5
     clip: float = 1.0
     context: bool = False
+    kind: str = "eagle3"
 
     def __post_init__(self) -> None:
         for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
@@ -55,12 +63,17 @@ class HeadConfig:
                 raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
         if not is_int(self.seed):
             raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
+        if self.kind not in KINDS:
+            raise InvalidConfig(
+                f"HeadConfig.kind={self.kind!r} must be one of {', '.join(map(repr, KINDS))}"
+            )
+        least = 1 if self.kind == "draft-lm" else 2  # a head fuses two layers or more
         if self.layers is not None and (
-            len(self.layers) < 2 or not all(is_int(x) and x >= 0 for x in self.layers)
+            len(self.layers) < least or not all(is_int(x) and x >= 0 for x in self.layers)
         ):
             raise InvalidConfig(
                 f"HeadConfig.layers={self.layers!r} must be None (the default rule) or at least "
-                "2 decoder-layer indices >= 0, e.g. (1, 8, 14)"
+                f"{least} decoder-layer indices >= 0, e.g. (1, 8, 14)"
             )
         if not isinstance(self.context, bool):
             raise InvalidConfig(f"HeadConfig.context={self.context!r} must be True or False")

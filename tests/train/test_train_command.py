@@ -17,7 +17,7 @@ import specstrat.hf
 import specstrat.train.loop
 from specstrat.cli import main
 from specstrat.hf import load
-from specstrat.train import load_head, read_checkpoint
+from specstrat.train import draft_lm_metadata, load_draft_lm, load_head, read_checkpoint
 from tests.hf import tiny
 from tests.train.conftest import LEARNABLE_INIT
 
@@ -171,15 +171,28 @@ def test_a_bad_prompts_line_is_named(
     assert f"InvalidConfig: {bad}:2 is not JSON" in err
 
 
-@pytest.mark.parametrize("layers", ["3", "1,x", "-1,2"])
+@pytest.mark.parametrize("layers", [",", "1,x", "-1,2"])
 def test_bad_layers_are_refused_by_argparse(
     layers: str, tmp_path: Path, prompts_file: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """--layers that are not 2 or more indices >= 0 exit with status 2 and the flag named."""
+    """--layers that are not indices >= 0 exit with status 2 and the flag named."""
     argv = _argv(tmp_path, tmp_path / "h.safetensors", prompts_file, f"--layers={layers}")
     with pytest.raises(SystemExit, match=r"^2$"):
         main(argv)
-    assert f"argument --layers: {layers!r} is not 2 or more" in capsys.readouterr().err
+    assert f"argument --layers: {layers!r} is not comma-separated" in capsys.readouterr().err
+
+
+def test_one_layer_is_refused_for_a_head_before_loading(
+    tmp_path: Path,
+    prompts_file: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A head fuses two layers or more: --layers=3 is refused naming the field (a draft LM may
+    start from one layer)."""
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    err = _refused(_argv(tmp_path, tmp_path / "h.safetensors", prompts_file, "--layers=3"), capsys)
+    assert "HeadConfig.layers=(3,) must be None (the default rule) or at least 2" in err
 
 
 def test_layers_past_the_model_are_refused_before_generating(
@@ -271,3 +284,33 @@ def test_a_negative_repeat_temperature_is_refused_by_argparse(
     with pytest.raises(SystemExit, match=r"^2$"):
         main(argv)
     assert "argument --repeat-temperature" in capsys.readouterr().err
+
+
+def test_kind_draft_lm_writes_a_draft_lm_and_its_checkpoint(
+    model_dir: Path, prompts_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """--kind draft-lm --layers=1 writes a draft-LM file that loads for its target, a checkpoint
+    after each epoch, and a summary that names the draft LM."""
+    out = tmp_path / "draft.safetensors"
+    assert main(_argv(model_dir, out, prompts_file, "--kind", "draft-lm", "--layers=1")) == 0
+    draft = load_draft_lm(out, load(model_dir).target)
+    assert (draft.layers, draft.steps) == ((1,), 4)
+    assert draft_lm_metadata(out)["command"].endswith("--kind draft-lm --layers=1")
+    assert read_checkpoint(out.with_suffix(".ckpt")).epoch == 2
+    rows = dict(
+        re.split(r" {2,}", line, maxsplit=1) for line in capsys.readouterr().out.splitlines()
+    )
+    assert rows["draft LM"] == str(out)
+
+
+def test_resuming_a_head_as_a_draft_lm_is_refused(
+    trained: tuple[list[str], Path, str],
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A head's checkpoint resumed with --kind draft-lm is refused naming the kind."""
+    argv, out, _ = trained
+    argv = [str(tmp_path / "d.safetensors") if a == str(out) else a for a in argv]
+    resume = ["--resume", str(out.with_suffix(".ckpt")), "--kind", "draft-lm"]
+    err = _refused([*argv, *resume], capsys)
+    assert "kind='eagle3' (this run: 'draft-lm')" in err

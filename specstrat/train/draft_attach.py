@@ -1,0 +1,122 @@
+"""A distilled draft LM attached to a loaded Hugging Face model, so STANDALONE runs it.
+
+:func:`attach_draft` loads a draft-LM file for ``models.target`` (refused for another target by
+:class:`~specstrat.train.HeadMismatch`) and sets ``models.draft`` to it (a
+:class:`~specstrat.train.DraftVocabLM`, in the target's dtype and device). The attacher joins
+``models.attach`` (after a head's attacher, when one is there), so the prefill process of
+disaggregation replays both after loading the same model.
+
+:func:`draft_for` is the CLI's rule for which draft LM a run attaches: ``--draft FILE`` when
+given, else the one the package ships for ``--model`` (:data:`SHIPPED_DRAFTS`) when an
+algorithm's drafter runs a draft LM (``DrafterNeeds.draft_model``), else none.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from specstrat.algorithm import SpecAlgorithm
+from specstrat.errors import InvalidConfig
+from specstrat.hf import HFModels
+from specstrat.train.draft_lm_file import draft_lm_metadata, load_draft_lm
+
+__all__ = [
+    "SHIPPED_DRAFTS",
+    "Attachers",
+    "DraftAttacher",
+    "attach_draft",
+    "attach_files",
+    "draft_for",
+    "shipped_draft",
+]
+
+#: The draft LMs the package ships (in ``specstrat/train/heads/``), by the ``--model`` name of
+#: the target each was distilled from; docs/real-models.md records how each was made.
+SHIPPED_DRAFTS: Mapping[str, str] = MappingProxyType({"smollm2": "smollm2-draft-lm.safetensors"})
+
+
+def shipped_draft(model: str) -> Path | None:
+    """The draft-LM file the package ships for ``--model model`` (None without one)."""
+    name = SHIPPED_DRAFTS.get(model)
+    path = None if name is None else Path(__file__).with_name("heads") / name
+    return path if path is not None and path.is_file() else None
+
+
+def draft_for(
+    model: str, draft: str | None, algorithms: Iterable[SpecAlgorithm[Any] | str]
+) -> str | None:
+    """The draft-LM file a CLI run on ``--model model`` attaches (see the module docstring),
+    checked to be a readable draft-LM file before any model loads (``ModelLoadError`` naming
+    it); algorithm names are looked up in the default registry."""
+    from specstrat.registry import default_registry
+
+    if draft is None:
+        algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
+        found = shipped_draft(model)
+        wanted = any(a.drafter.needs.draft_model for a in algos)
+        draft = str(found) if found is not None and wanted else None
+    if draft is not None:
+        draft_lm_metadata(draft)
+    return draft
+
+
+@dataclass(frozen=True, slots=True)
+class Attachers:
+    """Attachers replayed in order (picklable when each is)."""
+
+    steps: tuple[Callable[[HFModels], HFModels], ...]
+
+    def __call__(self, models: HFModels) -> HFModels:
+        """``models`` after each attacher in turn (each records itself; this records all)."""
+        for step in self.steps:
+            models = step(models)
+        return replace(models, attach=self)
+
+
+@dataclass(frozen=True, slots=True)
+class DraftAttacher:
+    """Attaches the draft LM saved at ``path`` (picklable: it travels to the prefill process)."""
+
+    path: str
+
+    def __call__(self, models: HFModels) -> HFModels:
+        """``models`` with the draft LM as ``models.draft`` (see the module docstring)."""
+        if models.draft is not None:
+            raise InvalidConfig(
+                f"draft={self.path!r}: the models already have a draft LM; attach one draft LM "
+                "to a freshly loaded model"
+            )
+        target = models.target
+        trained = load_draft_lm(self.path, target)
+        weight = next(target.parameters())
+        trained.draft.to(device=weight.device, dtype=weight.dtype)
+        earlier = models.attach
+        steps = (*(earlier.steps if isinstance(earlier, Attachers) else (earlier,)), self)
+        return replace(
+            models,
+            draft=trained.draft.causal_lm(
+                f"{target.name} draft LM ({Path(self.path).name})", target.shape.vocab_size
+            ),
+            attach=self if earlier is None else Attachers(steps),
+        )
+
+
+def attach_draft(models: HFModels, path: str | os.PathLike[str]) -> HFModels:
+    """``models`` running the draft LM saved at ``path`` (``specstrat train --kind draft-lm
+    --out``): STANDALONE's drafter reads it through ``models.draft``."""
+    return DraftAttacher(str(Path(path)))(models)
+
+
+def attach_files(models: HFModels, head: str | None, draft: str | None) -> HFModels:
+    """``models`` with the head file ``head`` and the draft-LM file ``draft`` attached (either
+    may be None: nothing of that kind), the head first."""
+    from specstrat.train.attach import attach_head
+
+    if head is not None:
+        models = attach_head(models, head)
+    return models if draft is None else attach_draft(models, draft)

@@ -1,0 +1,247 @@
+"""Distil a draft LM (:class:`~specstrat.train.DraftLM`) from its target on a CPU budget.
+
+:func:`train_draft_lm` shares the head's data path (:func:`~specstrat.train.train_head`'s): the
+target's own responses to the prompts, captured with the prompt's rows, so the draft reads each
+whole sequence as STANDALONE's drafter will. The draft vocabulary is the ``draft_vocab`` tokens
+the target produced most often. Each step runs the draft over a batch of sequences (teacher
+forcing: a draft the target accepts is the target's own token, so a chain never drafts from
+anything else) and takes the soft cross-entropy against the target's distribution on the draft
+vocabulary at every response row. AdamW, warm-up then cosine, gradient clipping, seeded; a
+checkpoint after each epoch and ``resume``, as for a head.
+
+:func:`draft_agreement` measures the held-out agreement of ``docs/glossary.md`` exactly for a
+draft LM: a chain of greedy drafts from anchor ``j`` is accepted up to the first row where the
+draft's top-1 differs from the target's greedy token, so one forward per sequence gives every
+anchor's chain.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+
+from specstrat.errors import InvalidConfig
+from specstrat.train.agreement import Agreement, _agreement
+from specstrat.train.artifact import target_name, target_sha256
+from specstrat.train.capture import CapturedData, CapturedSequence, raw_model
+from specstrat.train.checkpoint import Checkpoint, save_checkpoint
+from specstrat.train.draft_lm import (
+    DraftLM,
+    check_draft_layers,
+    default_draft_layers,
+    soft_cross_entropy,
+)
+from specstrat.train.draft_lm_file import TrainedDraftLM
+from specstrat.train.head_config import HeadConfig
+from specstrat.train.loop import _collect, _lr_scale, _mean
+
+__all__ = ["draft_agreement", "train_draft_lm"]
+
+
+def train_draft_lm(
+    config: HeadConfig,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    *,
+    progress: bool = True,
+    source: str = "prompts",
+    command: str = "",
+    checkpoint: str | os.PathLike[str] | None = None,
+    resume: Checkpoint | None = None,
+) -> TrainedDraftLM:
+    """A draft LM distilled from ``model`` (a transformers causal LM, or an
+    :class:`~specstrat.hf.HFCausalLM`) on its own responses to ``prompts`` (see the module
+    docstring; the arguments are :func:`~specstrat.train.train_head`'s, ``config.kind`` must be
+    ``"draft-lm"``)."""
+    from tqdm.auto import tqdm
+
+    if config.kind != "draft-lm":
+        raise InvalidConfig(
+            f"HeadConfig.kind={config.kind!r}; train_draft_lm trains kind='draft-lm' (a head: "
+            "train_head)"
+        )
+    if isinstance(prompts, str) or not prompts:
+        raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
+    if resume is not None:
+        resume.check_resumes(config, source)
+    start = time.monotonic()
+    deadline = None if config.budget_seconds is None else start + config.budget_seconds
+    with raw_model(model) as lm:
+        name, digest = target_name(model), target_sha256(lm)
+        num_layers = int(lm.config.num_hidden_layers)
+    layers = config.layers if config.layers is not None else default_draft_layers(num_layers)
+    check_draft_layers(layers, num_layers)  # before any generation
+    if resume is not None:
+        resume.check_target(name, digest)
+        data, held = resume.data, resume.held
+    else:  # the prompt's rows are the draft's context; the fused layers are the default's
+        collect = dataclasses.replace(config, context=True, layers=None)
+        bar = progress and tqdm
+        data, held = _collect(collect, model, tokenizer, prompts, source, start, bar)
+    with raw_model(model) as lm:
+        draft = DraftLM.from_target(lm, layers, data.d2t)
+    run = _Run(config, name, digest, data, held, checkpoint)
+    steps, loss = _fit(draft, run, resume, deadline, progress and tqdm)
+    agreement = draft_agreement(draft, held, depth=config.eval_depth) if held.sequences else None
+    return TrainedDraftLM(
+        draft=draft,
+        target=name,
+        target_sha256=digest,
+        data_size=data.positions,
+        data_source=source,
+        steps=steps,
+        final_loss=loss,
+        tau=agreement["tau"] if agreement else math.nan,
+        acceptance=tuple(agreement["acceptance"]) if agreement else (),
+        command=command,
+    )
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Run:
+    """The run's facts a checkpoint records."""
+
+    config: HeadConfig
+    target: str
+    digest: str
+    data: CapturedData
+    held: CapturedData
+    path: str | os.PathLike[str] | None
+
+    def save(
+        self,
+        draft: DraftLM,
+        opt: Any,
+        order: torch.Generator,
+        at: tuple[int, int],
+        recent: list[float],
+    ) -> None:
+        """The run after ``at = (epoch, step)`` at the checkpoint path (nothing without one)."""
+        if self.path is None:
+            return
+        save_checkpoint(
+            self.path,
+            Checkpoint(
+                config=json.loads(json.dumps(dataclasses.asdict(self.config))),
+                target=self.target,
+                target_sha256=self.digest,
+                data=self.data,
+                held=self.held,
+                head={k: v.detach().clone() for k, v in draft.trainable().items()},
+                optimizer=opt.state_dict(),
+                order=order.get_state(),
+                epoch=at[0],
+                step=at[1],
+                recent=tuple(recent),
+            ),
+        )
+
+
+def _batch(
+    data: CapturedData, seqs: Sequence[CapturedSequence]
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Right-padded ``tokens [B, T]``, ``attention_mask [B, T]``, the target's logits on the
+    draft vocabulary ``[B, T, N]`` and the rows trained on ``[B, T]`` (response rows)."""
+    width = max(int(s.tokens.numel()) for s in seqs)
+    tokens = torch.zeros(len(seqs), width, dtype=torch.int64)
+    mask = torch.zeros(len(seqs), width, dtype=torch.int64)
+    final = torch.zeros(len(seqs), width, data.lm_rows.shape[1])
+    rows = torch.zeros(len(seqs), width, dtype=torch.bool)
+    for b, s in enumerate(seqs):
+        n = int(s.tokens.numel())
+        tokens[b, :n], mask[b, :n], final[b, :n] = s.tokens, 1, s.final.float()
+        rows[b, s.context : n] = True
+    return tokens, mask, data.target_logits(final), rows
+
+
+def _fit(
+    draft: DraftLM,
+    run: _Run,
+    resume: Checkpoint | None,
+    deadline: float | None,
+    bar: Any,
+) -> tuple[int, float]:
+    """AdamW over shuffled batches until the epochs or the deadline end (one step at least), a
+    checkpoint after each epoch; (steps, the mean of the last steps' losses)."""
+    config, data = run.config, run.data
+    order = torch.Generator().manual_seed(config.seed)
+    params = draft.train_parameters()
+    opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
+    seqs = [s for s in data.sequences if s.tokens.numel() > s.context]
+    per_epoch = math.ceil(len(seqs) / config.batch_size)
+    total = None if config.epochs is None else config.epochs * per_epoch
+    epoch, step, recent = 0, 0, list[float]()
+    if resume is not None:
+        draft.model.load_state_dict(resume.head, strict=False)
+        opt.load_state_dict(resume.optimizer)
+        order.set_state(resume.order)
+        epoch, step, recent = resume.epoch, resume.step, list(resume.recent)
+    began = time.monotonic()
+    pbar = bar(total=total, initial=step, desc="train draft LM", unit="step") if bar else None
+    draft.train()
+    try:
+        while total is None or step < total:
+            perm = torch.randperm(len(seqs), generator=order).tolist()
+            for b in range(per_epoch):
+                now = time.monotonic()
+                if (deadline is not None and now > deadline and step > 0) or (
+                    total and step >= total
+                ):
+                    return step, _mean(recent)
+                frac = step / total if total else 0.0
+                if deadline is not None:
+                    frac = max(frac, (now - began) / max(deadline - began, 1e-9))
+                for group in opt.param_groups:
+                    group["lr"] = config.lr * _lr_scale(frac, config.warmup)
+                picked = perm[b * config.batch_size :][: config.batch_size]
+                tokens, mask, want, rows = _batch(data, [seqs[i] for i in picked])
+                loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
+                opt.zero_grad()
+                loss.backward()  # type: ignore[no-untyped-call]
+                torch.nn.utils.clip_grad_norm_(params, config.clip)
+                opt.step()
+                step += 1
+                recent = [*recent[-9:], loss.item()]
+                if pbar is not None:
+                    pbar.set_postfix_str(f"loss {recent[-1]:.3f} top-1 {agree.item():.2f}")
+                    pbar.update(1)
+            epoch += 1
+            run.save(draft, opt, order, (epoch, step), recent)
+        return step, _mean(recent)
+    finally:
+        draft.eval()
+        if pbar is not None:
+            pbar.close()
+
+
+def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Agreement:
+    """The draft LM's chained greedy agreement with the target on ``data`` (see the module
+    docstring): anchors as :func:`~specstrat.train.evaluate` counts them, every response row
+    ``j`` with ``depth`` rows after it; draft ``i`` from anchor ``j`` agrees when the draft's
+    top-1 at rows ``j + 1 .. j + 1 + i`` all equal the target's greedy tokens there."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
+    d2t = draft.get_buffer("d2t")
+    hits = torch.zeros(depth, dtype=torch.float64)
+    anchors = 0
+    with torch.inference_mode():
+        for seq in data.sequences:
+            count = int(seq.tokens.numel()) - depth
+            if count <= seq.context:
+                continue
+            logits = draft.draft_logits(seq.tokens[None].to(d2t.device))[0]
+            match = d2t[logits.argmax(-1)].cpu() == seq.greedy
+            alive = torch.ones(count - seq.context, dtype=torch.bool)
+            for i in range(depth):
+                alive &= match[seq.context + 1 + i : count + 1 + i]
+                hits[i] += alive.sum()
+            anchors += count - seq.context
+    return _agreement(hits, anchors)
