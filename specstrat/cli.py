@@ -92,16 +92,12 @@ def _demo(args: argparse.Namespace) -> int:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.trace is not None:
         check_file("--trace", args.trace)  # before any model loads
-    if args.head is not None and args.model == "embedded":
-        raise SystemExit(
-            f"specstrat demo: --head {args.head} is a head trained for a Hugging Face model; "
-            "pass --model smollm2 or --model PATH (the embedded models have their own head)"
-        )
-    if args.draft is not None and args.model == "embedded":
-        raise SystemExit(
-            f"specstrat demo: --draft {args.draft} is a draft LM distilled from a Hugging Face "
-            "model; pass --model smollm2 or --model PATH (the embedded models have their own)"
-        )
+    for flag, file in (("--head", args.head), ("--draft", args.draft)):
+        if file is not None and args.model == "embedded":
+            raise SystemExit(
+                f"specstrat demo: {flag} {file} was trained for a Hugging Face model; pass "
+                "--model smollm2 or --model PATH (the embedded models have their own drafters)"
+            )
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
     torch.set_num_threads(args.threads or 1)
@@ -174,8 +170,8 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.train import attach_files, draft_for, head_for
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
-    head = head_for(args.model, args.head, [algo])  # both checked before the model loads
-    draft = draft_for(args.model, args.draft, [algo])
+    # both checked before the model loads
+    head, draft = head_for(args.model, args.head, [algo]), draft_for(args.model, args.draft, [algo])
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
@@ -297,13 +293,8 @@ def build_parser() -> argparse.ArgumentParser:
         "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
         "ships for --model, smollm2's)",
     )
-    demo.add_argument(
-        "--draft",
-        metavar="FILE",
-        help="a draft LM distilled from --model (specstrat train --kind draft-lm --out "
-        "FILE.safetensors): STANDALONE runs it (default: the draft LM the package ships for "
-        "--model, smollm2's)",
-    )
+    draft = "a draft LM distilled from --model (specstrat train --kind draft-lm): STANDALONE "
+    demo.add_argument("--draft", metavar="FILE", help=f"{draft}runs it (default: the shipped one)")
     demo.add_argument(
         "--requests",
         metavar="N",

@@ -29,7 +29,13 @@ from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf import HFCausalLM
 from specstrat.models import AttentionBackend, ModelShape
 
-__all__ = ["DraftLM", "DraftVocabLM", "check_draft_layers", "default_draft_layers"]
+__all__ = [
+    "DraftLM",
+    "DraftVocabLM",
+    "check_draft_layers",
+    "default_draft_layers",
+    "soft_cross_entropy",
+]
 
 
 def default_draft_layers(num_layers: int) -> tuple[int, ...]:
