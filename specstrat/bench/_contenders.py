@@ -11,7 +11,7 @@ from collections import Counter, deque
 from collections.abc import Sequence
 
 from specstrat.bench.hf_baseline import GenerateRecord, generate_run
-from specstrat.bench.rows import HF_LOOKUP, Cell, Record
+from specstrat.bench.rows import HF_ASSISTED, HF_LOOKUP, Cell, Record
 from specstrat.models import LoadedModels
 from specstrat.runtime import Engine, EngineConfig, Request, RunStats
 from specstrat.timing import Contender
@@ -23,11 +23,17 @@ def contender(
     """A timing-core contender for ``cell``; each call records into ``cell.records``."""
     if cell.spec is None:
         lookup = cell.draft_tokens - 1 if cell.algorithm == HF_LOOKUP else 0
+        assisted = cell.draft_tokens - 1 if cell.algorithm == HF_ASSISTED else 0
 
         def generate() -> dict[str, list[int]]:
             rec = GenerateRecord()
             out = generate_run(
-                models, cell.requests, batch_size=cell.batch_size, lookup=lookup, record=rec
+                models,
+                cell.requests,
+                batch_size=cell.batch_size,
+                lookup=lookup,
+                record=rec,
+                assisted=assisted,
             )
             cell.records.append(Record(out, None, rec.arrivals, rec.first, rec.last, rec.forwards))
             return out

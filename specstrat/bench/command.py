@@ -338,8 +338,10 @@ def add_bench_parser(
         "--baseline",
         choices=("hf",),
         help="hf: add transformers' generate (hf-generate, in static left-padded batches of the "
-        "batch size) and its prompt lookup (hf-prompt-lookup, prompt_lookup_num_tokens = D - 1, "
-        "at batch size 1 only, the only size transformers supports)",
+        "batch size), its prompt lookup (hf-prompt-lookup, prompt_lookup_num_tokens = D - 1) "
+        "and, when an algorithm runs the draft LM, its assisted generation with it "
+        "(hf-assisted, D - 1 drafts a step), both at batch size 1 only, the only size "
+        "transformers supports",
     )
     bench.add_argument(
         "--force-accept",

@@ -3,15 +3,18 @@
 Plain greedy ``generate`` runs the requests in static batches of the cell's batch size (left
 padded, a batch decoding until its longest request finishes); its prompt lookup
 (``prompt_lookup_num_tokens = D - 1``, the same drafts per step as a chain of D) only at batch
-size 1, the only size transformers supports for it. Token times come from a streamer: every
+size 1, the only size transformers supports for it; likewise its assisted generation with the
+run's draft LM (``generate(assistant_model=...)``, ``num_assistant_tokens = D - 1``, constant),
+the side-by-side anchor for STANDALONE. Token times come from a streamer: every
 ``put`` after the prompt is one target forward, so TTFT, TPOT and (for prompt lookup) tau are
 measured the same way as the engine's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,9 +63,11 @@ def generate_run(
     batch_size: int,
     lookup: int,
     record: GenerateRecord,
+    assisted: int = 0,
 ) -> dict[str, list[int]]:
     """Greedy ``generate`` over ``requests`` in batches of ``batch_size`` (``lookup`` > 0:
-    prompt lookup, batch size 1), all arriving at once; fills ``record``."""
+    prompt lookup, batch size 1; ``assisted`` > 0: that many drafts per step from
+    ``models.draft``'s ``assistant()``, batch size 1), all arriving at once; fills ``record``."""
     from specstrat.hf.reference import generation_config, plain_defaults
 
     lm = models.target
@@ -70,7 +75,8 @@ def generate_run(
     pad = pad if isinstance(pad, int) else min(models.eos_token_ids, default=0)
     start = time.perf_counter()
     out: dict[str, list[int]] = {}
-    with lm.reference() as model, plain_defaults(model), torch.inference_mode():
+    helper = models.draft.assistant() if assisted else contextlib.nullcontext()
+    with lm.reference() as model, plain_defaults(model), helper as assistant, _quiet():
         for lo in range(0, len(requests), batch_size):
             batch = list(requests[lo : lo + batch_size])
             width = max(len(r.prompt) for r in batch)
@@ -86,10 +92,12 @@ def generate_run(
                 stops,
                 pad_token_id=pad,
                 prompt_lookup_num_tokens=lookup,
+                num_assistant_tokens=assisted,
             )
             clock = _Clock()
+            extra = {"assistant_model": assistant} if assisted else {}
             done = model.generate(
-                ids, attention_mask=mask, generation_config=config, streamer=clock
+                ids, attention_mask=mask, generation_config=config, streamer=clock, **extra
             )
             for i, r in enumerate(batch):
                 row = [int(t) for t in done[i, width:]][: r.max_new_tokens]
@@ -98,6 +106,21 @@ def generate_run(
                 record.arrivals[r.rid] = start
                 _stamp(record, r.rid, end, clock)
     return out
+
+
+@contextlib.contextmanager
+def _quiet() -> Iterator[None]:
+    """Inference mode, and transformers' warnings about its own assisted-generation defaults
+    kept off stderr for the block."""
+    from transformers.utils import logging
+
+    level = logging.get_verbosity()
+    logging.set_verbosity_error()  # type: ignore[no-untyped-call]
+    try:
+        with torch.inference_mode():
+            yield
+    finally:
+        logging.set_verbosity(level)
 
 
 def _stamp(record: GenerateRecord, rid: str, tokens: int, clock: _Clock) -> None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, BenchRow
+from specstrat.bench.rows import HF_ASSISTED, HF_GENERATE, HF_LOOKUP, BenchRow
 
 __all__ = ["SPREAD", "TOLERANCE", "speedup_ceiling", "with_plausibility"]
 
@@ -37,7 +37,7 @@ def speedup_ceiling(row: BenchRow, verify_cost: dict[str, float]) -> float | Non
     """The most ``row``'s speedup over target-only can be with a free drafter: tokens gained a
     step over what its verify costs (``None`` for target-only and transformers' contenders,
     or without a measured cost)."""
-    if row.algorithm in ("NONE", HF_GENERATE, HF_LOOKUP) or not verify_cost:
+    if row.algorithm in ("NONE", HF_GENERATE, HF_LOOKUP, HF_ASSISTED) or not verify_cost:
         return None
     plain, gained = row.plain_step_share or 0.0, row.gained_per_step
     verified = row.verified_per_step or float(max(row.draft_tokens, 1))

@@ -16,12 +16,22 @@ from specstrat.bench import figures
 from specstrat.runtime import Request, RunStats
 from specstrat.timing import Timings, ratio
 
-__all__ = ["HF_GENERATE", "HF_LOOKUP", "OVERALL", "BenchRow", "Cell", "Record", "build_rows"]
+__all__ = [
+    "HF_ASSISTED",
+    "HF_GENERATE",
+    "HF_LOOKUP",
+    "OVERALL",
+    "BenchRow",
+    "Cell",
+    "Record",
+    "build_rows",
+]
 
 #: The overall row's category when a workload has more than one.
 OVERALL = "overall"
-#: transformers' own contenders (``--baseline hf``): plain generate and its prompt lookup.
-HF_GENERATE, HF_LOOKUP = "hf-generate", "hf-prompt-lookup"
+#: transformers' own contenders (``--baseline hf``): plain generate, its prompt lookup and its
+#: assisted generation with the run's draft LM.
+HF_GENERATE, HF_LOOKUP, HF_ASSISTED = "hf-generate", "hf-prompt-lookup", "hf-assisted"
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,7 +223,8 @@ def _row(
     if cell.spec is None:
         forwards = sum(f for r in records for f in r.forwards.values())
         made = sum(len(v) for r in records for v in r.outputs.values())
-        tau = made / forwards if cell.algorithm == HF_LOOKUP and forwards else 1.0
+        drafted = cell.algorithm in (HF_LOOKUP, HF_ASSISTED)
+        tau = made / forwards if drafted and forwards else 1.0
         width: float | None = 1.0 if cell.algorithm == HF_GENERATE else None
         plain: float | None = width  # transformers' generate decodes plainly; lookup: unknown
         split = None

@@ -24,7 +24,7 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.bench._contenders import contender, plan, sync_split
 from specstrat.bench.plausibility import with_plausibility
 from specstrat.bench.roofline import TargetWeights, measure_machine, with_roofline
-from specstrat.bench.rows import HF_GENERATE, HF_LOOKUP, Cell, build_rows
+from specstrat.bench.rows import HF_ASSISTED, HF_GENERATE, HF_LOOKUP, Cell, build_rows
 from specstrat.bench.rows import OVERALL as OVERALL
 from specstrat.bench.rows import BenchRow as BenchRow
 from specstrat.bench.verify_cost import measure_verify_cost
@@ -174,7 +174,8 @@ def run_bench(
     work = encoded_workload(config, models, algos)
     spec, stops, context_len, by_category = work.spec, work.stops, work.context_len, work.cells
     categories, encoder = tuple(by_category), work.encoder
-    cells = _cells(config, algos, by_category)
+    assisted = config.baseline_hf and callable(getattr(models.draft, "assistant", None))
+    cells = _cells(config, algos, by_category, assisted=assisted)
     contenders = [
         contender(c, models, context_len, overlap=config.overlap, rate=config.request_rate)
         for c in cells
@@ -341,9 +342,14 @@ def _cells(
     config: BenchConfig,
     algos: Sequence[SpecAlgorithm[Any]],
     by_category: dict[str, list[Request]],
+    *,
+    assisted: bool = False,
 ) -> list[Cell]:
     """Every contender of every cell: per (category, batch size) NONE and, with the HF
-    baseline, ``generate``; per draft width each algorithm (and prompt lookup at batch size 1)."""
+    baseline, ``generate``; per draft width each algorithm (and prompt lookup at batch size 1,
+    and with ``assisted`` transformers' assisted generation with the draft LM when an algorithm
+    drafts with one)."""
+    assisted = assisted and any(a.drafter.needs.draft_model for a in algos)
     cells: list[Cell] = []
     none = get("NONE")
     for cat, reqs in by_category.items():
@@ -357,6 +363,9 @@ def _cells(
                 if config.baseline_hf and bs == 1 and d > 1:
                     name = f"{HF_LOOKUP}|{cat}|bs1|D{d}"
                     cells.append(Cell(name, HF_LOOKUP, cat, 1, d, reqs, True, base, None))
+                if assisted and bs == 1 and d > 1:
+                    name = f"{HF_ASSISTED}|{cat}|bs1|D{d}"
+                    cells.append(Cell(name, HF_ASSISTED, cat, 1, d, reqs, True, base, None))
                 for algo in algos:
                     shaped = _shaped(algo, config, d)
                     name = f"{algo.name}|{cat}|bs{bs}|D{d}"

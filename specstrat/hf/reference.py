@@ -64,18 +64,27 @@ def generation_config(
     *,
     pad_token_id: int | None = None,
     prompt_lookup_num_tokens: int = 0,
+    num_assistant_tokens: int = 0,
 ) -> Any:
     """The ``GenerationConfig`` of a reference run: greedy, ``max_new_tokens``, the stop ids as
     EOS, a padded LM head's ids past the tokenizer's vocabulary suppressed (transformers'
     ``suppress_tokens``: the engine never uses them) and, if asked, transformers' own prompt
-    lookup with that many candidate tokens. Use it inside :func:`plain_defaults`."""
+    lookup with that many candidate tokens, or ``num_assistant_tokens`` drafts per step from an
+    assistant model (a constant number: no schedule, no confidence cut). Use it inside
+    :func:`plain_defaults`."""
     from transformers import GenerationConfig
 
     stops = sorted(stop_token_ids)
     padded = list(range(lm.shape.vocab_size, lm.head_width))
-    extra = (
+    extra: dict[str, Any] = (
         {"prompt_lookup_num_tokens": prompt_lookup_num_tokens} if prompt_lookup_num_tokens else {}
     )
+    if num_assistant_tokens:
+        extra.update(
+            num_assistant_tokens=num_assistant_tokens,
+            num_assistant_tokens_schedule="constant",
+            assistant_confidence_threshold=0.0,
+        )
     return GenerationConfig(  # type: ignore[no-untyped-call]
         do_sample=False,
         max_new_tokens=max_new_tokens,

@@ -16,6 +16,7 @@ float's lowest value, so it is never drafted.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
@@ -32,6 +33,7 @@ from specstrat.models import AttentionBackend, ModelShape
 __all__ = [
     "DraftLM",
     "DraftVocabLM",
+    "FullVocabHead",
     "check_draft_layers",
     "default_draft_layers",
     "soft_cross_entropy",
@@ -199,6 +201,20 @@ class DraftVocabLM:
         """The inner model's parameters."""
         return self.inner.parameters(recurse)
 
+    @contextlib.contextmanager
+    def assistant(self) -> Iterator[Any]:
+        """The same weights as a transformers model for the block, on transformers' own
+        attention, its LM head scattering into the target's vocabulary as :meth:`__call__`
+        does: what transformers' assisted generation (``generate(assistant_model=...)``) takes.
+        The model is restored afterwards."""
+        with self.inner.reference() as model:
+            head = model.get_output_embeddings()
+            model.set_output_embeddings(FullVocabHead(head, self.d2t, self._shape.vocab_size))
+            try:
+                yield model
+            finally:
+                model.set_output_embeddings(head)
+
     def __call__(
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -208,6 +224,23 @@ class DraftVocabLM:
         low = torch.finfo(small.dtype).min
         logits = small.new_full((small.shape[0], self._shape.vocab_size), low)
         return logits.index_copy_(1, self.d2t, small), hidden
+
+
+class FullVocabHead(nn.Module):
+    """An LM head over draft ids (``head``) seen over ``vocab_size`` target ids: its logits
+    scattered to ``d2t``, every other id at the dtype's lowest value."""
+
+    def __init__(self, head: nn.Module, d2t: torch.Tensor, vocab_size: int) -> None:
+        super().__init__()
+        self.head, self.vocab_size = head, vocab_size
+        self.register_buffer("d2t", d2t)
+
+    def forward(self, hidden: torch.Tensor) -> torch.Tensor:
+        """Logits ``[.., vocab_size]`` for ``hidden [.., H]``."""
+        small: torch.Tensor = self.head(hidden)
+        low = torch.finfo(small.dtype).min
+        out = small.new_full((*small.shape[:-1], self.vocab_size), low)
+        return out.index_copy_(-1, self.get_buffer("d2t"), small)
 
 
 def soft_cross_entropy(

@@ -347,3 +347,23 @@ def test_demo_and_bench_refuse_a_draft_on_the_embedded_models(
     argv = ["bench", "--algo", "STANDALONE", "--draft", str(draft_file), "--requests", "1"]
     assert main(argv) == 2
     assert "specstrat bench: InvalidConfig: --draft" in capsys.readouterr().err
+
+
+def test_bench_sets_transformers_assisted_generation_beside_standalone(
+    draft_file: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`bench --baseline hf` with STANDALONE and a draft LM adds hf-assisted at batch size 1
+    (transformers' assisted generation with the same draft), lossless, drafting (τ > 1)."""
+    import json
+
+    model = tiny.save_model(_llama(), tmp_path / "tiny-4")
+    argv = ["bench", "--model", str(model), "--algo", "STANDALONE", "--draft", str(draft_file)]
+    argv += ["--baseline", "hf", "--requests", "1", "--max-new-tokens", "16", "--repeats", "1"]
+    argv += ["--warmup", "0", "--draft-tokens", "3", "--json", "-"]
+    assert main(argv) == 0
+    rows = {r["algorithm"]: r for r in json.loads(capsys.readouterr().out)["rows"]}
+    assert {"NONE", "hf-generate", "hf-prompt-lookup", "hf-assisted", "STANDALONE"} <= set(rows)
+    assisted = rows["hf-assisted"]
+    assert (assisted["batch_size"], assisted["draft_tokens"]) == (1, 3)
+    assert assisted["lossless"] is True
+    assert assisted["tau"] > 1.0
