@@ -76,7 +76,14 @@ def generate_run(
     start = time.perf_counter()
     out: dict[str, list[int]] = {}
     helper = models.draft.assistant() if assisted else contextlib.nullcontext()
-    with lm.reference() as model, plain_defaults(model), helper as assistant, _quiet():
+    quiet = _quiet() if assisted else contextlib.nullcontext()
+    with (
+        lm.reference() as model,
+        plain_defaults(model),
+        helper as assistant,
+        quiet,
+        torch.inference_mode(),
+    ):
         for lo in range(0, len(requests), batch_size):
             batch = list(requests[lo : lo + batch_size])
             width = max(len(r.prompt) for r in batch)
@@ -110,15 +117,14 @@ def generate_run(
 
 @contextlib.contextmanager
 def _quiet() -> Iterator[None]:
-    """Inference mode, and transformers' warnings about its own assisted-generation defaults
-    kept off stderr for the block."""
+    """transformers' warnings about its own assisted-generation defaults kept off stderr for
+    the block."""
     from transformers.utils import logging
 
     level = logging.get_verbosity()
     logging.set_verbosity_error()  # type: ignore[no-untyped-call]
     try:
-        with torch.inference_mode():
-            yield
+        yield
     finally:
         logging.set_verbosity(level)
 

@@ -349,7 +349,10 @@ def _cells(
     baseline, ``generate``; per draft width each algorithm (and prompt lookup at batch size 1,
     and with ``assisted`` transformers' assisted generation with the draft LM when an algorithm
     drafts with one)."""
-    assisted = assisted and any(a.drafter.needs.draft_model for a in algos)
+    if assisted:
+        from specstrat.train import reads_draft_lm
+
+        assisted = any(reads_draft_lm(a) for a in algos)
     cells: list[Cell] = []
     none = get("NONE")
     for cat, reqs in by_category.items():

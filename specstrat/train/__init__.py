@@ -29,8 +29,10 @@ from specstrat.train.artifact import (
 )
 from specstrat.train.attach import (
     SHIPPED_HEADS,
+    Attachers,
     HeadAttacher,
     attach_head,
+    chained,
     head_for,
     shipped_head,
 )
@@ -56,11 +58,11 @@ from specstrat.train.checkpoint import (
 )
 from specstrat.train.draft_attach import (
     SHIPPED_DRAFTS,
-    Attachers,
     DraftAttacher,
     attach_draft,
     attach_files,
     draft_for,
+    reads_draft_lm,
     shipped_draft,
 )
 from specstrat.train.draft_lm import (
@@ -117,6 +119,8 @@ __all__ = [
     "TrainedDraftLM",
     "attach_draft",
     "attach_files",
+    "chained",
+    "reads_draft_lm",
     "check_draft_layers",
     "default_draft_layers",
     "draft_agreement",

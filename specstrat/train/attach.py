@@ -15,7 +15,7 @@ drafter declares it runs a draft head (``DrafterNeeds.draft_head``), else none.
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -26,7 +26,15 @@ from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
 from specstrat.train.artifact import head_metadata, load_head
 
-__all__ = ["SHIPPED_HEADS", "HeadAttacher", "attach_head", "head_for", "shipped_head"]
+__all__ = [
+    "SHIPPED_HEADS",
+    "Attachers",
+    "HeadAttacher",
+    "attach_head",
+    "chained",
+    "head_for",
+    "shipped_head",
+]
 
 #: The heads the package ships (in ``specstrat/train/heads/``), by the ``--model`` name of the
 #: target each was trained for; docs/real-models.md records how each was made.
@@ -60,6 +68,30 @@ def head_for(
 
 
 @dataclass(frozen=True, slots=True)
+class Attachers:
+    """Attachers replayed in order (picklable when each is): a head's and a draft LM's."""
+
+    steps: tuple[Callable[[HFModels], HFModels], ...]
+
+    def __call__(self, models: HFModels) -> HFModels:
+        """``models`` after each attacher in turn, recording all of them."""
+        for step in self.steps:
+            models = step(models)
+        return replace(models, attach=self)
+
+
+def chained(
+    earlier: Callable[[HFModels], HFModels] | None, step: Callable[[HFModels], HFModels]
+) -> Callable[[HFModels], HFModels]:
+    """What ``models.attach`` records once ``step`` ran after ``earlier`` (the models' attach
+    before it): ``step`` alone, or every attacher in order."""
+    if earlier is None:
+        return step
+    before = earlier.steps if isinstance(earlier, Attachers) else (earlier,)
+    return Attachers((*before, step))
+
+
+@dataclass(frozen=True, slots=True)
 class HeadAttacher:
     """Attaches the head saved at ``path`` (picklable: it travels to the prefill process)."""
 
@@ -80,7 +112,7 @@ class HeadAttacher:
             models,
             target=target.with_feature_layers(trained.layers),
             head=trained.draft_head(target.shape.vocab_size),
-            attach=self,
+            attach=chained(models.attach, self),
         )
 
 

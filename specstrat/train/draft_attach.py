@@ -8,13 +8,13 @@ disaggregation replays both after loading the same model.
 
 :func:`draft_for` is the CLI's rule for which draft LM a run attaches: ``--draft FILE`` when
 given, else the one the package ships for ``--model`` (:data:`SHIPPED_DRAFTS`) when an
-algorithm's drafter runs a draft LM (``DrafterNeeds.draft_model``), else none.
+algorithm's drafter drafts with it (:func:`reads_draft_lm`), else none.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -23,15 +23,16 @@ from typing import Any
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
+from specstrat.train.attach import chained
 from specstrat.train.draft_lm_file import draft_lm_metadata, load_draft_lm
 
 __all__ = [
     "SHIPPED_DRAFTS",
-    "Attachers",
     "DraftAttacher",
     "attach_draft",
     "attach_files",
     "draft_for",
+    "reads_draft_lm",
     "shipped_draft",
 ]
 
@@ -47,6 +48,22 @@ def shipped_draft(model: str) -> Path | None:
     return path if path is not None and path.is_file() else None
 
 
+def reads_draft_lm(algo: SpecAlgorithm[Any]) -> bool:
+    """Whether ``algo``'s drafter drafts with ``models.draft``: a
+    :class:`~specstrat.strategies.DraftModelDrafterFactory`, alone or as a member of a
+    composition (``members``). ``DrafterNeeds.draft_model`` says less: early exit and the block
+    drafters declare it too, for a draft KV cache of their own, and never read the draft LM."""
+    from specstrat.strategies import DraftModelDrafterFactory
+
+    def reads(drafter: Any) -> bool:
+        members = getattr(drafter, "members", None)
+        if isinstance(members, tuple):
+            return any(reads(m) for m in members)
+        return isinstance(drafter, DraftModelDrafterFactory)
+
+    return reads(algo.drafter)
+
+
 def draft_for(
     model: str, draft: str | None, algorithms: Iterable[SpecAlgorithm[Any] | str]
 ) -> str | None:
@@ -58,24 +75,11 @@ def draft_for(
     if draft is None:
         algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
         found = shipped_draft(model)
-        wanted = any(a.drafter.needs.draft_model for a in algos)
+        wanted = any(reads_draft_lm(a) for a in algos)
         draft = str(found) if found is not None and wanted else None
     if draft is not None:
         draft_lm_metadata(draft)
     return draft
-
-
-@dataclass(frozen=True, slots=True)
-class Attachers:
-    """Attachers replayed in order (picklable when each is)."""
-
-    steps: tuple[Callable[[HFModels], HFModels], ...]
-
-    def __call__(self, models: HFModels) -> HFModels:
-        """``models`` after each attacher in turn (each records itself; this records all)."""
-        for step in self.steps:
-            models = step(models)
-        return replace(models, attach=self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,14 +99,12 @@ class DraftAttacher:
         trained = load_draft_lm(self.path, target)
         weight = next(target.parameters())
         trained.draft.to(device=weight.device, dtype=weight.dtype)
-        earlier = models.attach
-        steps = (*(earlier.steps if isinstance(earlier, Attachers) else (earlier,)), self)
         return replace(
             models,
             draft=trained.draft.causal_lm(
                 f"{target.name} draft LM ({Path(self.path).name})", target.shape.vocab_size
             ),
-            attach=self if earlier is None else Attachers(steps),
+            attach=chained(models.attach, self),
         )
 
 

@@ -34,6 +34,7 @@ __all__ = [
     "DraftLM",
     "DraftVocabLM",
     "FullVocabHead",
+    "check_d2t",
     "check_draft_layers",
     "default_draft_layers",
     "soft_cross_entropy",
@@ -64,6 +65,31 @@ def check_draft_layers(layers: Sequence[int], num_layers: int) -> None:
         )
 
 
+def check_d2t(d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """``d2t`` as int64 once it is a non-empty 1-D map of distinct target ids below
+    ``vocab_size`` (:class:`~specstrat.errors.InvalidConfig` naming the bad id otherwise)."""
+    ids = d2t.to(torch.int64)
+    if ids.dim() != 1 or not ids.numel():
+        raise InvalidConfig(
+            f"d2t has shape {tuple(ids.shape)}; pass a non-empty 1-D map of target ids "
+            "(capture.draft_vocab)"
+        )
+    low, high = int(ids.min()), int(ids.max())
+    if low < 0 or high >= vocab_size:
+        bad = low if low < 0 else high
+        raise InvalidConfig(
+            f"d2t holds id {bad}, outside the target's vocabulary 0..{vocab_size - 1}; use the "
+            "draft vocabulary of this target (capture.draft_vocab)"
+        )
+    distinct = len(set(ids.tolist()))
+    if distinct != ids.numel():
+        raise InvalidConfig(
+            f"d2t repeats target ids ({ids.numel() - distinct} repeats); each draft "
+            "id must map to its own target id (capture.draft_vocab)"
+        )
+    return ids
+
+
 def _decoder(model: Any) -> Any:
     """The decoder of a transformers causal LM, with its ``layers`` and final ``norm``."""
     get = getattr(model, "get_decoder", None)
@@ -90,6 +116,9 @@ class DraftLM(nn.Module):
         self.register_buffer("d2t", d2t.to(torch.int64).clone())
         self.layers = tuple(int(x) for x in layers)
         self.vocab_size = int(vocab_size)
+        #: The engine's wrapper once :meth:`causal_lm` made one (it switches the model's
+        #: attention to the engine's; :meth:`draft_logits` then runs under its reference()).
+        self.wrapped: HFCausalLM | None = None
 
     @classmethod
     def from_target(
@@ -103,12 +132,7 @@ class DraftLM(nn.Module):
         check_draft_layers(picked, len(decoder.layers))
         head = target.get_output_embeddings()
         vocab = int(head.weight.shape[0]) if vocab_size is None else int(vocab_size)
-        ids = d2t.to(torch.int64)
-        if ids.dim() != 1 or not ids.numel() or int(ids.min()) < 0 or int(ids.max()) >= vocab:
-            raise InvalidConfig(
-                f"d2t has shape {tuple(ids.shape)}; pass a non-empty 1-D map of target ids in "
-                f"[0, {vocab - 1}] (capture.draft_vocab)"
-            )
+        ids = check_d2t(d2t, vocab)
         config = copy.deepcopy(target.config)
         config.num_hidden_layers = len(picked)
         config.tie_word_embeddings = False
@@ -136,16 +160,22 @@ class DraftLM(nn.Module):
         lm_head.requires_grad_(False)
         model.set_output_embeddings(lm_head)
         model.eval()
-        return cls(model, ids, picked, vocab)
+        return cls(model, ids.to(weight.device), picked, vocab)
 
     def trainable(self) -> dict[str, torch.Tensor]:
-        """What trains and what a draft-LM file stores: the decoder layers and the final norm,
-        by ``state_dict`` name."""
-        skip = ("embed_tokens.", "lm_head.")
+        """What trains and what a draft-LM file stores: the decoder layers and the final norm
+        (every tensor but the embedding's, the LM head's and non-persistent buffers), by
+        ``state_dict`` name."""
+        model = self.model
+        derived = {
+            id(t)
+            for module in (model.get_input_embeddings(), model.get_output_embeddings())
+            for t in module.state_dict(keep_vars=True).values()
+        }
         return {
             name: value
-            for name, value in self.model.state_dict().items()
-            if not any(part in name for part in skip) and "rotary_emb" not in name
+            for name, value in model.state_dict(keep_vars=True).items()
+            if id(value) not in derived
         }
 
     def train_parameters(self) -> list[nn.Parameter]:
@@ -158,7 +188,9 @@ class DraftLM(nn.Module):
     ) -> torch.Tensor:
         """Logits over the draft vocabulary, ``[B, T, N]``, for ``tokens [B, T]`` (right-padded
         where ``attention_mask`` is 0)."""
-        out = self.model(input_ids=tokens, attention_mask=attention_mask, use_cache=False)
+        wrapped = self.wrapped
+        with wrapped.reference() if wrapped is not None else contextlib.nullcontext():
+            out = self.model(input_ids=tokens, attention_mask=attention_mask, use_cache=False)
         logits: torch.Tensor = out.logits
         return logits
 
@@ -168,7 +200,9 @@ class DraftLM(nn.Module):
         ``shape.vocab_size``, which a tokenizer may cap below them)."""
         self.eval()
         vocab = self.vocab_size if vocab_size is None else vocab_size
-        return DraftVocabLM(HFCausalLM(self.model, name=name), self.get_buffer("d2t"), vocab)
+        if self.wrapped is None:
+            self.wrapped = HFCausalLM(self.model, name=name)
+        return DraftVocabLM(self.wrapped, self.get_buffer("d2t"), vocab)
 
 
 class DraftVocabLM:
@@ -182,11 +216,7 @@ class DraftVocabLM:
                 f"{inner.name}: the LM head has {inner.shape.vocab_size} rows but d2t maps "
                 f"{d2t.numel()} draft ids; pass the d2t the head was built with"
             )
-        if int(d2t.max()) >= vocab_size:
-            raise InvalidConfig(
-                f"{inner.name}: d2t holds id {int(d2t.max())}, past the target's vocabulary of "
-                f"{vocab_size}; load the draft for the target it was distilled from"
-            )
+        check_d2t(d2t, vocab_size)
         self.inner, self.name = inner, inner.name
         device = next(inner.parameters()).device
         self.d2t = d2t.to(device=device, dtype=torch.int64)

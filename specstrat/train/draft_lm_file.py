@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from specstrat.errors import ModelLoadError
+from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.train.agreement import chained_conditional
 from specstrat.train.artifact import HeadMismatch, target_name, target_sha256
 from specstrat.train.capture import raw_model
@@ -127,6 +127,20 @@ def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor],
     return found, metadata
 
 
+def _layers(text: str | None, file: Path) -> tuple[int, ...]:
+    """The metadata's ``layers``: a JSON list of ints (``ModelLoadError`` naming it otherwise)."""
+    try:
+        raw = json.loads(text or "")
+    except ValueError:
+        raw = None
+    if not isinstance(raw, list) or not all(type(x) is int for x in raw):
+        raise ModelLoadError(
+            f"draft={str(file)!r} has metadata layers={text!r}, not a JSON list of layer indices; "
+            f"save it again, or {_HINT}"
+        )
+    return tuple(raw)
+
+
 def load_draft_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDraftLM:
     """The draft LM saved at ``path``, rebuilt on ``target_model`` (its embedding and LM-head
     rows are the target's; weights in the target's dtype and device). Refuses a file made for
@@ -141,10 +155,15 @@ def load_draft_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDra
             f"sha256 {meta.get('target_sha256')}), but target {target_name(target_model)!r} "
             f"has weights sha256 {ours}; {_HINT}"
         )
+    layers = _layers(meta.get("layers"), file)
+    if "d2t" not in tensors:
+        raise ModelLoadError(f"draft={str(file)!r} has no d2t tensor; save it again, or {_HINT}")
     try:
-        d2t = tensors.pop("d2t")
         with raw_model(target_model) as lm:
-            draft = DraftLM.from_target(lm, json.loads(meta["layers"]), d2t)
+            draft = DraftLM.from_target(lm, layers, tensors.pop("d2t"))
+    except InvalidConfig as exc:  # layers or d2t that do not fit this target
+        raise ModelLoadError(f"draft={str(file)!r} does not fit this target: {exc}") from exc
+    try:
         expected = set(draft.trainable())
         if set(tensors) != expected:
             raise ModelLoadError(

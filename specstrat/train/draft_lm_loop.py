@@ -174,12 +174,24 @@ def _fit(
     config, data = run.config, run.data
     order = torch.Generator().manual_seed(config.seed)
     params = draft.train_parameters()
+    device = next(draft.model.parameters()).device
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
     seqs = [s for s in data.sequences if s.tokens.numel() > s.context]
+    if not seqs:
+        raise InvalidConfig(
+            f"the captured data has no response rows ({len(data.sequences)} sequences, "
+            f"{data.positions} positions): nothing to distil; raise max_new_tokens or the budget"
+        )
     per_epoch = math.ceil(len(seqs) / config.batch_size)
     total = None if config.epochs is None else config.epochs * per_epoch
     epoch, step, recent = 0, 0, list[float]()
     if resume is not None:
+        if set(resume.head) != set(draft.trainable()):
+            raise InvalidConfig(
+                f"resume={resume.file!r} holds tensors {sorted(set(resume.head))[:3]}... that "
+                "are not this draft LM's; resume a checkpoint written by --kind draft-lm with "
+                "the same --layers"
+            )
         draft.model.load_state_dict(resume.head, strict=False)
         opt.load_state_dict(resume.optimizer)
         order.set_state(resume.order)
@@ -202,7 +214,8 @@ def _fit(
                 for group in opt.param_groups:
                     group["lr"] = config.lr * _lr_scale(frac, config.warmup)
                 picked = perm[b * config.batch_size :][: config.batch_size]
-                tokens, mask, want, rows = _batch(data, [seqs[i] for i in picked])
+                batch = _batch(data, [seqs[i] for i in picked])
+                tokens, mask, want, rows = (t.to(device) for t in batch)
                 loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
                 opt.zero_grad()
                 loss.backward()  # type: ignore[no-untyped-call]
@@ -226,7 +239,9 @@ def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
     """The draft LM's chained greedy agreement with the target on ``data`` (see the module
     docstring): anchors as :func:`~specstrat.train.evaluate` counts them, every response row
     ``j`` with ``depth`` rows after it; draft ``i`` from anchor ``j`` agrees when the draft's
-    top-1 at rows ``j + 1 .. j + 1 + i`` all equal the target's greedy tokens there."""
+    top-1 at rows ``j + 1 .. j + 1 + i`` all equal the target's greedy tokens there (and the
+    sequence's tokens are those greedy tokens: in sampled data a chain ends where the sample
+    left the greedy path)."""
     if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
         raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
     d2t = draft.get_buffer("d2t")
@@ -239,6 +254,7 @@ def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
                 continue
             logits = draft.draft_logits(seq.tokens[None].to(d2t.device))[0]
             match = d2t[logits.argmax(-1)].cpu() == seq.greedy
+            match[:-1] &= seq.tokens[1:] == seq.greedy[:-1]  # a sampled token ends a chain
             alive = torch.ones(count - seq.context, dtype=torch.bool)
             for i in range(depth):
                 alive &= match[seq.context + 1 + i : count + 1 + i]

@@ -89,6 +89,11 @@ def train_head(
     target or a config that differs where it matters, before any work."""
     from tqdm.auto import tqdm
 
+    if config.kind != "eagle3":
+        raise InvalidConfig(
+            f"HeadConfig.kind={config.kind!r}; train_head trains kind='eagle3' (a draft LM: "
+            "train_draft_lm)"
+        )
     if isinstance(prompts, str) or not prompts:
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
     if resume is not None:

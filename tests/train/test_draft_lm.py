@@ -25,10 +25,12 @@ from specstrat.train import (
     DraftAttacher,
     DraftLM,
     DraftVocabLM,
+    Eagle3Head,
     HeadAttacher,
     HeadConfig,
     HeadMismatch,
     TrainedDraftLM,
+    TrainedHead,
     attach_draft,
     attach_files,
     capture_sequences,
@@ -41,8 +43,12 @@ from specstrat.train import (
     generate,
     load_draft_lm,
     raw_model,
+    reads_draft_lm,
     save_draft_lm,
+    save_head,
     shipped_draft,
+    target_name,
+    target_sha256,
     train_draft_lm,
 )
 from specstrat.train.capture import draft_data
@@ -141,10 +147,26 @@ def test_a_draft_shares_the_embedding_and_copies_layers_and_head_rows() -> None:
     }
 
 
-def test_a_bad_d2t_is_refused() -> None:
-    """A draft vocabulary with an id past the target's is refused naming the range."""
-    with pytest.raises(InvalidConfig, match=r"d2t has shape \(2,\); pass .* ids in \[0, 399\]"):
-        DraftLM.from_target(_llama(), (0,), torch.tensor([1, 400]))
+@pytest.mark.parametrize(
+    ("d2t", "match"),
+    [
+        ([1, 400], r"d2t holds id 400, outside the target's vocabulary 0\.\.399"),
+        ([-1, 3], r"d2t holds id -1, outside"),
+        ([3, 5, 3], r"d2t repeats target ids \(1 repeats\)"),
+        ([], r"d2t has shape \(0,\); pass a non-empty 1-D map"),
+    ],
+)
+def test_a_bad_d2t_is_refused(d2t: list[int], match: str) -> None:
+    """A draft vocabulary with an id outside the target's, a repeated id, or no id is refused
+    naming it."""
+    with pytest.raises(InvalidConfig, match=match):
+        DraftLM.from_target(_llama(), (0,), torch.tensor(d2t, dtype=torch.int64))
+
+
+def test_d2t_sits_with_the_weights() -> None:
+    """The draft's d2t is on its weights' device (so agreement and the engine index with it)."""
+    draft = DraftLM.from_target(_llama(), (0,), torch.arange(10))
+    assert draft.get_buffer("d2t").device == next(draft.model.parameters()).device
 
 
 def test_distillation_beats_the_untrained_draft_by_a_wide_margin(
@@ -218,6 +240,24 @@ def test_a_head_file_is_not_a_draft(tmp_path: Path) -> None:
     save_file({"x": torch.zeros(1)}, str(path), metadata={"format": "specstrat-eagle3-head/1"})
     with pytest.raises(ModelLoadError, match=r"not a specstrat draft LM \(format='specstrat-ea"):
         draft_lm_metadata(path)
+
+
+@pytest.mark.parametrize("layers", ["5", "[1e400]", '["1"]', "[true]", "[9]"])
+def test_a_draft_with_bad_layers_metadata_is_refused(
+    layers: str, draft_file: Path, target: HFCausalLM, tmp_path: Path
+) -> None:
+    """Metadata layers that are not a list of the target's layer indices are refused naming
+    the file."""
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+
+    with safe_open(str(draft_file), framework="pt") as f:
+        meta, names = f.metadata(), f.keys()
+        tensors = {k: f.get_tensor(k) for k in names}
+    path = tmp_path / "bad.safetensors"
+    save_file(tensors, str(path), metadata={**meta, "layers": layers})
+    with pytest.raises(ModelLoadError, match=r"bad\.safetensors'? (has metadata layers=|does not)"):
+        load_draft_lm(path, target)
 
 
 def test_a_draft_missing_a_tensor_is_refused(
@@ -311,12 +351,48 @@ def test_a_second_draft_is_refused(models: HFModels, draft_file: Path) -> None:
         attach_draft(models, draft_file)
 
 
-def test_the_prefill_loader_replays_head_and_draft(draft_file: Path) -> None:
-    """A head then a draft attached record both, in order, in one picklable attacher that the
-    disaggregation prefill process's loader carries."""
-    steps = Attachers((HeadAttacher("head.safetensors"), DraftAttacher(str(draft_file))))
-    loader = HFLoader("some/model", "float32", steps)
+@pytest.fixture(scope="module")
+def head_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained (seeded) head for the 4-layer tiny llama, saved."""
+    llama = _llama()
+    torch.manual_seed(0)
+    head = Eagle3Head.from_target(llama, layers=(0, 1), d2t=torch.arange(200))
+    trained = TrainedHead(
+        head=head,
+        target=target_name(llama),
+        target_sha256=target_sha256(llama),
+        data_size=0,
+        data_source="none",
+        steps=0,
+        final_loss=float("nan"),
+        tau=float("nan"),
+    )
+    return save_head(tmp_path_factory.mktemp("head") / "head.safetensors", trained)
+
+
+@pytest.mark.parametrize("head_first", [True, False], ids=["head-then-draft", "draft-then-head"])
+def test_a_head_and_a_draft_are_both_replayed(
+    head_first: bool, head_file: Path, draft_file: Path, tokenizer: Any
+) -> None:
+    """A head and a draft attached in either order are both recorded, in that order, in one
+    picklable attacher; replayed on freshly loaded models (as the disaggregation prefill
+    process does) it attaches both again."""
+
+    def fresh() -> HFModels:
+        return HFModels(target=HFCausalLM(_llama(), vocab_size=tiny.VOCAB), tokenizer=tokenizer)
+
+    steps: list[Any] = [HeadAttacher(str(head_file)), DraftAttacher(str(draft_file))]
+    steps = steps if head_first else steps[::-1]
+    models = fresh()
+    for step in steps:
+        models = step(models)
+    assert models.attach == Attachers(tuple(steps))
+    loader = HFLoader("some/model", "float32", models.attach)
     assert pickle.loads(pickle.dumps(loader)) == loader
+    replayed = models.attach(fresh())
+    assert replayed.head is not None
+    assert isinstance(replayed.draft, DraftVocabLM)
+    assert replayed.attach == models.attach
 
 
 def test_attach_files_records_the_draft_attacher(models: HFModels, draft_file: Path) -> None:
@@ -335,7 +411,34 @@ def test_draft_for_picks_the_flag_then_the_shipped_draft_for_a_draft_lm_drafter(
     assert draft_for("smollm2", None, ["NGRAM", "EAGLE"]) is None
     assert draft_for("/some/model", None, ["STANDALONE"]) is None
     shipped = shipped_draft("smollm2")
-    assert draft_for("smollm2", None, ["STANDALONE"]) == (shipped and str(shipped))
+    assert shipped is not None, "the package ships no draft LM for smollm2"
+    assert draft_for("smollm2", None, ["STANDALONE"]) == str(shipped)
+
+
+def test_only_a_drafter_that_reads_the_draft_lm_gets_it() -> None:
+    """Early exit and the block drafters declare a draft model of their own and get no shipped
+    draft; a FirstMatch with a draft-LM member does."""
+    from specstrat.hf.algorithms import EARLY_EXIT
+    from specstrat.strategies import DraftModelDrafterFactory, FirstMatch, NgramDrafterFactory
+
+    assert draft_for("smollm2", None, [EARLY_EXIT, "DFLASH", "DSPARK"]) is None
+    composed = replace(
+        specstrat.STANDALONE,
+        name="LOOKUP_THEN_DRAFT",
+        drafter=FirstMatch((NgramDrafterFactory(), DraftModelDrafterFactory())),
+    )
+    assert reads_draft_lm(composed)
+    assert not reads_draft_lm(specstrat.DFLASH)
+
+
+def test_each_trainer_refuses_the_other_kind(target: HFCausalLM, tokenizer: Any) -> None:
+    """train_head refuses kind='draft-lm' and train_draft_lm kind='eagle3', before any work."""
+    from specstrat.train import train_head
+
+    with pytest.raises(InvalidConfig, match=r"train_head trains kind='eagle3'"):
+        train_head(CONFIG, target, tokenizer, TRAIN)
+    with pytest.raises(InvalidConfig, match=r"train_draft_lm trains kind='draft-lm'"):
+        train_draft_lm(HeadConfig(), target, tokenizer, TRAIN)
 
 
 def test_demo_and_bench_refuse_a_draft_on_the_embedded_models(
