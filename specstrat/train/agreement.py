@@ -16,7 +16,7 @@ from specstrat.train.capture import CapturedData, CapturedSequence
 from specstrat.train.eagle3 import Eagle3DraftHead, Eagle3Head
 from specstrat.train.unroll import unroll_context
 
-__all__ = ["Agreement", "chained_conditional", "evaluate"]
+__all__ = ["Agreement", "agreement_of", "chained_conditional", "evaluate"]
 
 
 class Agreement(TypedDict):
@@ -66,7 +66,7 @@ def evaluate(head: Eagle3Head | DraftHead, data: CapturedData, *, depth: int = 5
                 alive &= token == seq.greedy[1 + i : count + 1 + i]
                 hits[i] += alive.sum()
             anchors += count
-    return _agreement(hits, anchors)
+    return agreement_of(hits, anchors)
 
 
 def _response(seq: CapturedSequence) -> CapturedSequence:
@@ -110,10 +110,12 @@ def _evaluate_context(head: Eagle3Head, data: CapturedData, depth: int) -> Agree
                 alive &= token == seq.greedy[first + 1 + i : count + 1 + i]
                 hits[i] += alive.sum()
             anchors += count - first
-    return _agreement(hits, anchors)
+    return agreement_of(hits, anchors)
 
 
-def _agreement(hits: torch.Tensor, anchors: int) -> Agreement:
+def agreement_of(hits: torch.Tensor, anchors: int) -> Agreement:
+    """The agreement of ``anchors`` anchors whose chains reached each draft position
+    ``hits[i]`` times."""
     acceptance = (hits / max(anchors, 1)).tolist()
     return Agreement(
         acceptance=acceptance,

@@ -35,6 +35,7 @@ __all__ = [
     "TrainedHead",
     "head_metadata",
     "load_head",
+    "read_trained",
     "save_head",
     "target_name",
     "target_sha256",
@@ -154,11 +155,16 @@ def head_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     return _read(Path(path), tensors=False)[1]
 
 
-def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def read_trained(
+    file: Path, *, format: str, flag: str, kind: str, hint: str, tensors: bool = True
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors (none unless ``tensors``) and metadata of a trained file of ``format`` at
+    ``file``; a missing, unreadable or foreign file is a ``ModelLoadError`` that names it as
+    ``flag=...``, says it is not a specstrat ``kind`` and ends with ``hint``."""
     from safetensors import safe_open
 
     if not file.is_file():
-        raise ModelLoadError(f"head={str(file)!r}: no such file; pass a head saved by save_head")
+        raise ModelLoadError(f"{flag}={str(file)!r}: no such file; {hint}")
     try:
         with safe_open(str(file), framework="pt") as f:
             metadata = f.metadata() or {}
@@ -166,15 +172,23 @@ def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor],
             found = {k: f.get_tensor(k) for k in names}
     except Exception as exc:  # safetensors raises its own error types (and OSError)
         raise ModelLoadError(
-            f"head={str(file)!r} is not a readable safetensors file ({type(exc).__name__}: "
-            f"{exc}); it may be truncated: save it again, or {_TRAIN_HINT}"
+            f"{flag}={str(file)!r} is not a readable safetensors file ({type(exc).__name__}: "
+            f"{exc}); it may be truncated: save it again, or {hint}"
         ) from exc
-    if metadata.get("format") != FORMAT:
+    if metadata.get("format") != format:
         raise ModelLoadError(
-            f"head={str(file)!r} is a safetensors file but not a specstrat head "
-            f"(format={metadata.get('format')!r}, expected {FORMAT!r}); {_TRAIN_HINT}"
+            f"{flag}={str(file)!r} is a safetensors file but not a specstrat {kind} "
+            f"(format={metadata.get('format')!r}, expected {format!r}); {hint}"
         )
     return found, metadata
+
+
+def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    if not file.is_file():  # the head's own fix: a file save_head wrote
+        raise ModelLoadError(f"head={str(file)!r}: no such file; pass a head saved by save_head")
+    return read_trained(
+        file, format=FORMAT, flag="head", kind="head", hint=_TRAIN_HINT, tensors=tensors
+    )
 
 
 def load_head(path: str | os.PathLike[str], target_model: Any) -> TrainedHead:

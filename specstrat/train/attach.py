@@ -32,7 +32,9 @@ __all__ = [
     "HeadAttacher",
     "attach_head",
     "chained",
+    "file_for",
     "head_for",
+    "shipped_file",
     "shipped_head",
 ]
 
@@ -41,12 +43,40 @@ __all__ = [
 SHIPPED_HEADS: Mapping[str, str] = MappingProxyType({"smollm2": "smollm2-eagle3.safetensors"})
 
 
-def shipped_head(model: str) -> Path | None:
-    """The head file the package ships for ``--model model`` (None for a model without one,
-    or an installation that left the file out)."""
-    name = SHIPPED_HEADS.get(model)
+def shipped_file(table: Mapping[str, str], model: str) -> Path | None:
+    """The file ``table`` names for ``--model model`` in ``specstrat/train/heads/`` (None for
+    a model without one, or an installation that left the file out)."""
+    name = table.get(model)
     path = None if name is None else Path(__file__).with_name("heads") / name
     return path if path is not None and path.is_file() else None
+
+
+def file_for(
+    model: str,
+    given: str | None,
+    algorithms: Iterable[SpecAlgorithm[Any] | str],
+    *,
+    table: Mapping[str, str],
+    wanted: Callable[[SpecAlgorithm[Any]], bool],
+    check: Callable[[str], object],
+) -> str | None:
+    """The CLI's one rule for a trained file: ``given`` when set, else the one ``table`` ships
+    for ``model`` when ``wanted`` holds for an algorithm (names looked up in the default
+    registry), else none; the file is ``check``-ed before any model loads."""
+    from specstrat.registry import default_registry
+
+    if given is None:
+        algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
+        found = shipped_file(table, model)
+        given = str(found) if found is not None and any(wanted(a) for a in algos) else None
+    if given is not None:
+        check(given)
+    return given
+
+
+def shipped_head(model: str) -> Path | None:
+    """The head file the package ships for ``--model model`` (None without one)."""
+    return shipped_file(SHIPPED_HEADS, model)
 
 
 def head_for(
@@ -55,16 +85,14 @@ def head_for(
     """The head file a CLI run on ``--model model`` attaches (see the module docstring),
     checked to be a readable head file before any model loads (``ModelLoadError`` naming it);
     algorithm names are looked up in the default registry."""
-    from specstrat.registry import default_registry
-
-    if head is None:
-        algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
-        found = shipped_head(model)
-        wanted = any(a.drafter.needs.draft_head for a in algos)
-        head = str(found) if found is not None and wanted else None
-    if head is not None:
-        head_metadata(head)
-    return head
+    return file_for(
+        model,
+        head,
+        algorithms,
+        table=SHIPPED_HEADS,
+        wanted=lambda a: a.drafter.needs.draft_head,
+        check=head_metadata,
+    )
 
 
 @dataclass(frozen=True, slots=True)

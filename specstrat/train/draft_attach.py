@@ -23,7 +23,7 @@ from typing import Any
 from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
-from specstrat.train.attach import chained
+from specstrat.train.attach import chained, file_for, shipped_file
 from specstrat.train.draft_lm_file import draft_lm_metadata, load_draft_lm
 
 __all__ = [
@@ -43,9 +43,7 @@ SHIPPED_DRAFTS: Mapping[str, str] = MappingProxyType({"smollm2": "smollm2-draft-
 
 def shipped_draft(model: str) -> Path | None:
     """The draft-LM file the package ships for ``--model model`` (None without one)."""
-    name = SHIPPED_DRAFTS.get(model)
-    path = None if name is None else Path(__file__).with_name("heads") / name
-    return path if path is not None and path.is_file() else None
+    return shipped_file(SHIPPED_DRAFTS, model)
 
 
 def reads_draft_lm(algo: SpecAlgorithm[Any]) -> bool:
@@ -70,16 +68,14 @@ def draft_for(
     """The draft-LM file a CLI run on ``--model model`` attaches (see the module docstring),
     checked to be a readable draft-LM file before any model loads (``ModelLoadError`` naming
     it); algorithm names are looked up in the default registry."""
-    from specstrat.registry import default_registry
-
-    if draft is None:
-        algos = [default_registry().get(a) if isinstance(a, str) else a for a in algorithms]
-        found = shipped_draft(model)
-        wanted = any(reads_draft_lm(a) for a in algos)
-        draft = str(found) if found is not None and wanted else None
-    if draft is not None:
-        draft_lm_metadata(draft)
-    return draft
+    return file_for(
+        model,
+        draft,
+        algorithms,
+        table=SHIPPED_DRAFTS,
+        wanted=reads_draft_lm,
+        check=draft_lm_metadata,
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,7 @@ import torch
 
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.train.agreement import chained_conditional
-from specstrat.train.artifact import HeadMismatch, target_name, target_sha256
+from specstrat.train.artifact import HeadMismatch, read_trained, target_name, target_sha256
 from specstrat.train.capture import raw_model
 from specstrat.train.draft_lm import DraftLM
 
@@ -106,25 +106,9 @@ def draft_lm_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
 
 
 def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
-    from safetensors import safe_open
-
-    if not file.is_file():
-        raise ModelLoadError(f"draft={str(file)!r}: no such file; {_HINT}")
-    try:
-        with safe_open(str(file), framework="pt") as f:
-            metadata = f.metadata() or {}
-            found = {k: f.get_tensor(k) for k in (list(f.keys()) if tensors else [])}
-    except Exception as exc:  # safetensors raises its own error types (and OSError)
-        raise ModelLoadError(
-            f"draft={str(file)!r} is not a readable safetensors file ({type(exc).__name__}: "
-            f"{exc}); it may be truncated: save it again, or {_HINT}"
-        ) from exc
-    if metadata.get("format") != DRAFT_LM_FORMAT:
-        raise ModelLoadError(
-            f"draft={str(file)!r} is a safetensors file but not a specstrat draft LM "
-            f"(format={metadata.get('format')!r}, expected {DRAFT_LM_FORMAT!r}); {_HINT}"
-        )
-    return found, metadata
+    return read_trained(
+        file, format=DRAFT_LM_FORMAT, flag="draft", kind="draft LM", hint=_HINT, tensors=tensors
+    )
 
 
 def _layers(text: str | None, file: Path) -> tuple[int, ...]:

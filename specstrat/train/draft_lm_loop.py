@@ -18,7 +18,6 @@ anchor's chain.
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import os
 import time
@@ -28,10 +27,10 @@ from typing import Any
 import torch
 
 from specstrat.errors import InvalidConfig
-from specstrat.train.agreement import Agreement, _agreement
+from specstrat.train.agreement import Agreement, agreement_of
 from specstrat.train.artifact import target_name, target_sha256
 from specstrat.train.capture import CapturedData, CapturedSequence, raw_model
-from specstrat.train.checkpoint import Checkpoint, save_checkpoint
+from specstrat.train.checkpoint import Checkpoint
 from specstrat.train.draft_lm import (
     DraftLM,
     check_draft_layers,
@@ -39,8 +38,9 @@ from specstrat.train.draft_lm import (
     soft_cross_entropy,
 )
 from specstrat.train.draft_lm_file import TrainedDraftLM
+from specstrat.train.fit import FitState, fit
 from specstrat.train.head_config import HeadConfig
-from specstrat.train.loop import _collect, _lr_scale, _mean
+from specstrat.train.loop import TrainingRun, collect
 
 __all__ = ["draft_agreement", "train_draft_lm"]
 
@@ -83,13 +83,13 @@ def train_draft_lm(
         resume.check_target(name, digest)
         data, held = resume.data, resume.held
     else:  # the prompt's rows are the draft's context; the fused layers are the default's
-        collect = dataclasses.replace(config, context=True, layers=None)
+        captured = dataclasses.replace(config, context=True, layers=None)
         bar = progress and tqdm
-        data, held = _collect(collect, model, tokenizer, prompts, source, start, bar)
+        data, held = collect(captured, model, tokenizer, prompts, source, start, bar)
     with raw_model(model) as lm:
         draft = DraftLM.from_target(lm, layers, data.d2t)
-    run = _Run(config, name, digest, data, held, checkpoint)
-    steps, loss = _fit(draft, run, resume, deadline, progress and tqdm)
+    run = TrainingRun(config, name, digest, data, held, checkpoint, resume)
+    steps, loss = _fit(draft, run, deadline, progress and tqdm)
     agreement = draft_agreement(draft, held, depth=config.eval_depth) if held.sequences else None
     return TrainedDraftLM(
         draft=draft,
@@ -103,46 +103,6 @@ def train_draft_lm(
         acceptance=tuple(agreement["acceptance"]) if agreement else (),
         command=command,
     )
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Run:
-    """The run's facts a checkpoint records."""
-
-    config: HeadConfig
-    target: str
-    digest: str
-    data: CapturedData
-    held: CapturedData
-    path: str | os.PathLike[str] | None
-
-    def save(
-        self,
-        draft: DraftLM,
-        opt: Any,
-        order: torch.Generator,
-        at: tuple[int, int],
-        recent: list[float],
-    ) -> None:
-        """The run after ``at = (epoch, step)`` at the checkpoint path (nothing without one)."""
-        if self.path is None:
-            return
-        save_checkpoint(
-            self.path,
-            Checkpoint(
-                config=json.loads(json.dumps(dataclasses.asdict(self.config))),
-                target=self.target,
-                target_sha256=self.digest,
-                data=self.data,
-                held=self.held,
-                head={k: v.detach().clone() for k, v in draft.trainable().items()},
-                optimizer=opt.state_dict(),
-                order=order.get_state(),
-                epoch=at[0],
-                step=at[1],
-                recent=tuple(recent),
-            ),
-        )
 
 
 def _batch(
@@ -164,14 +124,12 @@ def _batch(
 
 def _fit(
     draft: DraftLM,
-    run: _Run,
-    resume: Checkpoint | None,
+    run: TrainingRun,
     deadline: float | None,
     bar: Any,
 ) -> tuple[int, float]:
-    """AdamW over shuffled batches until the epochs or the deadline end (one step at least), a
-    checkpoint after each epoch; (steps, the mean of the last steps' losses)."""
-    config, data = run.config, run.data
+    """:func:`~specstrat.train.fit.fit` of the draft, teacher-forced; (steps, final loss)."""
+    config, data, resume = run.config, run.data, run.resume
     order = torch.Generator().manual_seed(config.seed)
     params = draft.train_parameters()
     device = next(draft.model.parameters()).device
@@ -182,9 +140,7 @@ def _fit(
             f"the captured data has no response rows ({len(data.sequences)} sequences, "
             f"{data.positions} positions): nothing to distil; raise max_new_tokens or the budget"
         )
-    per_epoch = math.ceil(len(seqs) / config.batch_size)
-    total = None if config.epochs is None else config.epochs * per_epoch
-    epoch, step, recent = 0, 0, list[float]()
+    at = FitState()
     if resume is not None:
         if set(resume.head) != set(draft.trainable()):
             raise InvalidConfig(
@@ -195,44 +151,29 @@ def _fit(
         draft.model.load_state_dict(resume.head, strict=False)
         opt.load_state_dict(resume.optimizer)
         order.set_state(resume.order)
-        epoch, step, recent = resume.epoch, resume.step, list(resume.recent)
-    began = time.monotonic()
-    pbar = bar(total=total, initial=step, desc="train draft LM", unit="step") if bar else None
-    draft.train()
-    try:
-        while total is None or step < total:
-            perm = torch.randperm(len(seqs), generator=order).tolist()
-            for b in range(per_epoch):
-                now = time.monotonic()
-                if (deadline is not None and now > deadline and step > 0) or (
-                    total and step >= total
-                ):
-                    return step, _mean(recent)
-                frac = step / total if total else 0.0
-                if deadline is not None:
-                    frac = max(frac, (now - began) / max(deadline - began, 1e-9))
-                for group in opt.param_groups:
-                    group["lr"] = config.lr * _lr_scale(frac, config.warmup)
-                picked = perm[b * config.batch_size :][: config.batch_size]
-                batch = _batch(data, [seqs[i] for i in picked])
-                tokens, mask, want, rows = (t.to(device) for t in batch)
-                loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
-                opt.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                torch.nn.utils.clip_grad_norm_(params, config.clip)
-                opt.step()
-                step += 1
-                recent = [*recent[-9:], loss.item()]
-                if pbar is not None:
-                    pbar.set_postfix_str(f"loss {recent[-1]:.3f} top-1 {agree.item():.2f}")
-                    pbar.update(1)
-            epoch += 1
-            run.save(draft, opt, order, (epoch, step), recent)
-        return step, _mean(recent)
-    finally:
-        draft.eval()
-        if pbar is not None:
-            pbar.close()
+        at = FitState(resume.epoch, resume.step, list(resume.recent))
+
+    def loss_of(picked: list[int]) -> tuple[torch.Tensor, str]:
+        batch = _batch(data, [seqs[i] for i in picked])
+        tokens, mask, want, rows = (t.to(device) for t in batch)
+        loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
+        return loss, f"top-1 {agree.item():.2f}"
+
+    fit(
+        draft,
+        opt,
+        params,
+        loss_of,
+        count=len(seqs),
+        config=config,
+        state=at,
+        order=order,
+        deadline=deadline,
+        save=lambda done: run.save(draft, opt, order, done),
+        bar=bar,
+        desc="train draft LM",
+    )
+    return at.step, at.loss
 
 
 def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Agreement:
@@ -260,4 +201,4 @@ def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
                 alive &= match[seq.context + 1 + i : count + 1 + i]
                 hits[i] += alive.sum()
             anchors += count - seq.context
-    return _agreement(hits, anchors)
+    return agreement_of(hits, anchors)

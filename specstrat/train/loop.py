@@ -45,19 +45,14 @@ from specstrat.train.capture import (
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
+from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer
 from specstrat.train.head_config import HeadConfig
 
-__all__ = ["train_head"]
+__all__ = ["TrainingRun", "collect", "train_head"]
 
 #: Prompts generated (as one engine batch) and captured between two checks of the budget.
 _GENERATE_BATCH = 64
-
-
-def _lr_scale(progress: float, warmup: float) -> float:
-    if progress < warmup:
-        return (progress + 1e-3) / (warmup + 1e-3)
-    return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (progress - warmup) / (1.0 - warmup + 1e-9))))
 
 
 def _split(prompts: Sequence[str], share: float) -> tuple[list[str], list[str]]:
@@ -107,12 +102,12 @@ def train_head(
         resume.check_target(name, digest)
         data, held = resume.data, resume.held
     else:  # outside raw_model: an HFCausalLM generates through the engine's own attention
-        data, held = _collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
+        data, held = collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
         head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t, context=config.context)
         order_gen = torch.Generator().manual_seed(config.seed)
-    state = _State(config, name, digest, data, held, checkpoint, resume)
+    state = TrainingRun(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
     agreement = evaluate(head, held, depth=config.eval_depth) if held.sequences else None
     return TrainedHead(
@@ -129,7 +124,7 @@ def train_head(
     )
 
 
-def _collect(
+def collect(
     config: HeadConfig,
     model: Any,
     tokenizer: Any,
@@ -138,10 +133,11 @@ def _collect(
     start: float,
     bar: Any,
 ) -> tuple[CapturedData, CapturedData]:
-    """The training and held-out data: the target's responses, captured a batch of prompts at
-    a time, in the passes :func:`_passes` gives (generation and capture stop at half the
-    budget; when that cuts the first pass short, the held-out prompts keep their share of what
-    was generated); ``bar``: a tqdm to show it in, or falsy."""
+    """The training and held-out data for ``config`` from ``model``'s responses to
+    ``prompts`` (``start``: the run's ``time.monotonic()`` start, which the budget counts from):
+    captured a batch of prompts at a time, in the passes :func:`_passes` gives (generation and
+    capture stop at half the budget; when that cuts the first pass short, the held-out prompts
+    keep their share of what was generated); ``bar``: a tqdm to show it in, or falsy."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
@@ -209,9 +205,9 @@ def _passes(config: HeadConfig, prompts: int) -> Iterator[tuple[float, int, int]
 
 
 @dataclass(frozen=True, slots=True)
-class _State:
-    """What :func:`_fit` needs beside the head: the run's facts for its checkpoints, and the
-    checkpoint it resumes from."""
+class TrainingRun:
+    """What a training run's fit needs beside the model it trains (a head's or a draft LM's):
+    the run's facts for its checkpoints, and the checkpoint it resumes from."""
 
     config: HeadConfig
     target: str
@@ -221,18 +217,13 @@ class _State:
     path: str | os.PathLike[str] | None
     resume: Checkpoint | None
 
-    def save(
-        self,
-        head: Eagle3Head,
-        opt: Any,
-        order: torch.Generator,
-        epoch: int,
-        step: int,
-        recent: list[float],
-    ) -> None:
-        """The run after ``epoch`` epochs, at the checkpoint path (nothing without one)."""
+    def save(self, head: torch.nn.Module, opt: Any, order: torch.Generator, at: FitState) -> None:
+        """The run after ``at``'s epochs, at the checkpoint path (nothing without one);
+        ``head``'s trainable tensors (a draft LM's: its layers and norm) are what it keeps."""
         if self.path is None:
             return
+        trainable = getattr(head, "trainable", None)
+        weights = trainable() if callable(trainable) else head.state_dict()
         save_checkpoint(
             self.path,
             Checkpoint(
@@ -241,75 +232,54 @@ class _State:
                 target_sha256=self.digest,
                 data=self.data,
                 held=self.held,
-                head={k: v.detach().clone() for k, v in head.state_dict().items()},
+                head={k: v.detach().clone() for k, v in weights.items()},
                 optimizer=opt.state_dict(),
                 order=order.get_state(),
-                epoch=epoch,
-                step=step,
-                recent=tuple(recent),
+                epoch=at.epoch,
+                step=at.step,
+                recent=tuple(at.recent),
             ),
         )
 
 
 def _fit(
     head: Eagle3Head,
-    state: _State,
+    state: TrainingRun,
     deadline: float | None,
     order: torch.Generator,
     bar: Any,
 ) -> tuple[int, float]:
-    """AdamW over shuffled batches until the epochs or the deadline end (one step at least: a
-    budget that data generation used up still trains), a checkpoint after each epoch; (steps,
-    final loss), the loss an average of the last steps'."""
+    """:func:`~specstrat.train.fit.fit` of the head with training-time test; (steps, final
+    loss), the loss an average of the last steps'."""
     config, data = state.config, state.data
     params = [p for p in head.parameters() if p.requires_grad]
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
     seqs = [s for s in data.sequences if s.tokens.numel() >= s.context + 2]
-    per_epoch = math.ceil(len(seqs) / config.batch_size)
-    total = None if config.epochs is None else config.epochs * per_epoch
-    epoch, step, recent = 0, 0, list[float]()
+    at = FitState()
     if state.resume is not None:
         head.load_state_dict(state.resume.head)
         opt.load_state_dict(state.resume.optimizer)
         order.set_state(state.resume.order)
-        epoch, step, recent = state.resume.epoch, state.resume.step, list(state.resume.recent)
-    train_start = time.monotonic()
-    pbar = bar(total=total, initial=step, desc="train head", unit="step") if bar else None
-    head.train()
-    try:
-        while total is None or step < total:
-            perm = torch.randperm(len(seqs), generator=order).tolist()
-            for b in range(per_epoch):
-                now = time.monotonic()
-                late = deadline is not None and now > deadline and step > 0  # one step at least
-                if late or (total and step >= total):
-                    return step, _mean(recent)
-                frac = step / total if total else 0.0
-                if deadline is not None:
-                    frac = max(frac, (now - train_start) / max(deadline - train_start, 1e-9))
-                for group in opt.param_groups:
-                    group["lr"] = config.lr * _lr_scale(frac, config.warmup)
-                picked = perm[b * config.batch_size :][: config.batch_size]
-                batch = batch_of(data, [seqs[i] for i in picked])
-                loss, accuracy = ttt_loss(head, batch, config.ttt_steps, config.context)
-                opt.zero_grad()
-                loss.backward()  # type: ignore[no-untyped-call]
-                torch.nn.utils.clip_grad_norm_(params, config.clip)
-                opt.step()
-                step += 1
-                recent = [*recent[-9:], loss.item()]
-                if pbar is not None:
-                    acc = " ".join(f"{a:.2f}" for a in accuracy)
-                    pbar.set_postfix_str(f"loss {recent[-1]:.3f} acc {acc}")
-                    pbar.update(1)
-            epoch += 1
-            state.save(head, opt, order, epoch, step, recent)
-        return step, _mean(recent)
-    finally:
-        head.eval()
-        if pbar is not None:
-            pbar.close()
+        resume = state.resume
+        at = FitState(resume.epoch, resume.step, list(resume.recent))
 
+    def loss_of(picked: list[int]) -> tuple[torch.Tensor, str]:
+        batch = batch_of(data, [seqs[i] for i in picked])
+        loss, accuracy = ttt_loss(head, batch, config.ttt_steps, config.context)
+        return loss, "acc " + " ".join(f"{a:.2f}" for a in accuracy)
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values) if values else math.nan
+    fit(
+        head,
+        opt,
+        params,
+        loss_of,
+        count=len(seqs),
+        config=config,
+        state=at,
+        order=order,
+        deadline=deadline,
+        save=lambda done: state.save(head, opt, order, done),
+        bar=bar,
+        desc="train head",
+    )
+    return at.step, at.loss

@@ -314,3 +314,21 @@ def test_resuming_a_head_as_a_draft_lm_is_refused(
     resume = ["--resume", str(out.with_suffix(".ckpt")), "--kind", "draft-lm"]
     err = _refused([*argv, *resume], capsys)
     assert "kind='eagle3' (this run: 'draft-lm')" in err
+
+
+def test_a_draft_lm_resume_continues_without_generating(
+    model_dir: Path, prompts_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`--resume` of a finished draft-LM run's checkpoint loads the draft's layers, trains no
+    further step, generates nothing and writes the same draft."""
+    whole, again = tmp_path / "whole.safetensors", tmp_path / "again.safetensors"
+    kind = ["--kind", "draft-lm", "--layers=1"]
+    assert main(_argv(model_dir, whole, prompts_file, *kind)) == 0
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
+    resume = ["--resume", str(whole.with_suffix(".ckpt"))]
+    assert main([*_argv(model_dir, again, prompts_file, *kind), *resume]) == 0
+    target = load(model_dir).target
+    one, two = load_draft_lm(whole, target), load_draft_lm(again, target)
+    assert (two.steps, two.tau, two.final_loss) == (one.steps, one.tau, one.final_loss)
+    for name, value in one.draft.trainable().items():
+        assert torch.equal(two.draft.trainable()[name], value), name
