@@ -20,7 +20,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["bench_command", "render"]
+__all__ = ["bench_command", "main", "render"]
 
 #: What each kind of drafter drafts with, by the needs it declares.
 _SOURCES = (

@@ -28,7 +28,7 @@ def lr_scale(progress: float, warmup: float) -> float:
     return 0.5 * (1.0 + math.cos(math.pi * min(1.0, (progress - warmup) / (1.0 - warmup + 1e-9))))
 
 
-@dataclass(slots=True)
+@dataclass(frozen=False, slots=True)
 class FitState:
     """Where a run stands: ``epoch`` and ``step`` done, the ``recent`` losses (the last ten);
     a resumed run starts from its checkpoint's."""
