@@ -30,9 +30,9 @@ _SOURCES = (
 )
 
 
-def bench_command(setup: Mapping[str, Any]) -> str:
+def bench_command(setup: Mapping[str, Any], threads: int | None = None) -> str:
     """The ``specstrat bench`` command line that runs what ``setup`` (a bench document's)
-    records."""
+    records, on ``threads`` torch threads when given (the document's environment says)."""
     model = str(setup["model"]).split(" (")[0]  # the path, without the attached files
     words = ["specstrat", "bench", "--model", "smollm2" if "smollm2" in model.lower() else model]
     for name in setup["algorithms"]:
@@ -46,6 +46,8 @@ def bench_command(setup: Mapping[str, Any]) -> str:
     words += ["--warmup", str(setup["warmup"]), "--repeats", str(setup["repeats"])]
     if setup.get("baseline"):
         words += ["--baseline", str(setup["baseline"])]
+    if threads is not None:
+        words += ["--threads", str(threads)]
     return shlex.join(words)
 
 
@@ -100,7 +102,7 @@ def render(document: Mapping[str, Any]) -> str:
         lines.append(f"| {algo.name} | `{drafter}` | {source} | {cells} | {lossless} |")
     theirs = [r for r in overall if str(r["algorithm"]).startswith("hf-")]
     if theirs:
-        lines += ["", "transformers' own contenders in the same run (batch size 1):", ""]
+        lines += ["", "transformers' own contenders in the same run:", ""]
         for r in sorted(theirs, key=lambda r: (r["algorithm"], r["draft_tokens"])):
             width = f" D={r['draft_tokens']}" if r["draft_tokens"] else ""
             lines.append(
@@ -112,7 +114,7 @@ def render(document: Mapping[str, Any]) -> str:
         "Command (the model and the workload as recorded):",
         "",
         "```",
-        bench_command(setup),
+        bench_command(setup, env.get("torch_threads")),
         "```",
         "",
         f"Ran {env.get('date', '?')} on {env.get('device', '?')} ({env.get('cpu_count', '?')} "
