@@ -17,6 +17,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,7 +26,7 @@ from typing import Any
 import torch
 
 from specstrat.errors import ModelLoadError
-from specstrat.train.agreement import chained_conditional
+from specstrat.train.agreement import Agreement, chained_conditional
 from specstrat.train.capture import raw_model
 from specstrat.train.eagle3 import Eagle3Config, Eagle3DraftHead, Eagle3Head
 
@@ -36,9 +37,12 @@ __all__ = [
     "head_metadata",
     "load_head",
     "read_trained",
+    "run_facts",
+    "run_metadata",
     "save_head",
     "target_name",
     "target_sha256",
+    "trained_fields",
 ]
 
 #: The ``format`` metadata value of a specstrat head file.
@@ -114,11 +118,69 @@ def target_sha256(model: Any) -> str:
     return digest.hexdigest()
 
 
+def run_metadata(trained: Any) -> dict[str, str]:
+    """The metadata every trained file carries, from a :class:`TrainedHead` or a
+    :class:`~specstrat.train.TrainedDraftLM`: the target, the data, the training, the held-out
+    agreement, the command and specstrat's version."""
+    import specstrat
+
+    return {
+        "target": trained.target,
+        "target_sha256": trained.target_sha256,
+        "data_size": str(trained.data_size),
+        "data_source": trained.data_source,
+        "steps": str(trained.steps),
+        "final_loss": repr(trained.final_loss),
+        "tau": repr(trained.tau),
+        "acceptance": json.dumps(list(trained.acceptance)),
+        "command": trained.command,
+        "specstrat_version": specstrat.__version__,
+    }
+
+
+def run_facts(meta: dict[str, str], target_sha256: str) -> dict[str, Any]:
+    """The fields :func:`run_metadata` wrote, read back for the trained file's dataclass
+    (``KeyError`` or ``ValueError`` where metadata is missing or broken)."""
+    return {
+        "target": meta["target"],
+        "target_sha256": target_sha256,
+        "data_size": int(meta["data_size"]),
+        "data_source": meta["data_source"],
+        "steps": int(meta["steps"]),
+        "final_loss": float(meta["final_loss"]),
+        "tau": float(meta["tau"]),
+        "acceptance": tuple(float(a) for a in json.loads(meta.get("acceptance", "[]"))),
+        "command": meta.get("command", ""),
+    }
+
+
+def trained_fields(
+    target: tuple[str, str],
+    data: tuple[int, str],
+    fitted: tuple[int, float],
+    agreement: Agreement | None,
+    command: str,
+) -> dict[str, Any]:
+    """A finished run's fields for its trained file's dataclass: ``target`` (name, sha256),
+    ``data`` (positions, source), ``fitted`` (steps, final loss), the held-out ``agreement``
+    (None: not measured) and the ``command``."""
+    return {
+        "target": target[0],
+        "target_sha256": target[1],
+        "data_size": data[0],
+        "data_source": data[1],
+        "steps": fitted[0],
+        "final_loss": fitted[1],
+        "tau": agreement["tau"] if agreement else math.nan,
+        "acceptance": tuple(agreement["acceptance"]) if agreement else (),
+        "command": command,
+    }
+
+
 def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
     """``trained`` as one safetensors file at ``path`` (see the module docstring); returns it."""
     from safetensors.torch import save_file
 
-    import specstrat
 
     tensors = {
         k: v.detach().to("cpu", torch.float16).contiguous()
@@ -130,18 +192,9 @@ def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
     metadata = {
         "format": FORMAT,
         "config": json.dumps(dataclasses.asdict(config)),
-        "target": trained.target,
-        "target_sha256": trained.target_sha256,
         "layers": json.dumps(list(config.layers)),
         "draft_vocab_size": str(config.draft_vocab_size),
-        "data_size": str(trained.data_size),
-        "data_source": trained.data_source,
-        "steps": str(trained.steps),
-        "final_loss": repr(trained.final_loss),
-        "tau": repr(trained.tau),
-        "acceptance": json.dumps(list(trained.acceptance)),
-        "command": trained.command,
-        "specstrat_version": specstrat.__version__,
+        **run_metadata(trained),
     }
     file = Path(path)
     save_file(tensors, str(file), metadata=metadata)
@@ -218,18 +271,7 @@ def load_head(path: str | os.PathLike[str], target_model: Any) -> TrainedHead:
                 f"head={str(file)!r} lacks tensors {sorted(missing)} or has unknown ones "
                 f"{sorted(unexpected)}; it is incomplete: save it again, or {_TRAIN_HINT}"
             )
-        return TrainedHead(
-            head=head,
-            target=meta["target"],
-            target_sha256=ours,
-            data_size=int(meta["data_size"]),
-            data_source=meta["data_source"],
-            steps=int(meta["steps"]),
-            final_loss=float(meta["final_loss"]),
-            tau=float(meta["tau"]),
-            acceptance=tuple(float(a) for a in json.loads(meta.get("acceptance", "[]"))),
-            command=meta.get("command", ""),
-        )
+        return TrainedHead(head=head, **run_facts(meta, ours))
     except (KeyError, ValueError, TypeError, RuntimeError) as exc:
         if isinstance(exc, ModelLoadError):
             raise

@@ -37,6 +37,7 @@ __all__ = [
     "check_d2t",
     "check_draft_layers",
     "default_draft_layers",
+    "scattered",
     "soft_cross_entropy",
 ]
 
@@ -251,9 +252,7 @@ class DraftVocabLM:
         """Logits ``[n, vocab_size]`` (the draft vocabulary's scattered into place) and the
         final hidden state."""
         small, hidden = self.inner(tokens, positions, attention)
-        low = torch.finfo(small.dtype).min
-        logits = small.new_full((small.shape[0], self._shape.vocab_size), low)
-        return logits.index_copy_(1, self.d2t, small), hidden
+        return scattered(small, self.d2t, self._shape.vocab_size), hidden
 
 
 class FullVocabHead(nn.Module):
@@ -267,10 +266,15 @@ class FullVocabHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         """Logits ``[.., vocab_size]`` for ``hidden [.., H]``."""
-        small: torch.Tensor = self.head(hidden)
-        low = torch.finfo(small.dtype).min
-        out = small.new_full((*small.shape[:-1], self.vocab_size), low)
-        return out.index_copy_(-1, self.get_buffer("d2t"), small)
+        return scattered(self.head(hidden), self.get_buffer("d2t"), self.vocab_size)
+
+
+def scattered(small: torch.Tensor, d2t: torch.Tensor, vocab_size: int) -> torch.Tensor:
+    """Logits over draft ids ``small [.., N]`` placed at their target ids ``d2t`` in a
+    ``[.., vocab_size]`` tensor, every other id at the dtype's lowest value."""
+    low = torch.finfo(small.dtype).min
+    out = small.new_full((*small.shape[:-1], vocab_size), low)
+    return out.index_copy_(-1, d2t, small)
 
 
 def soft_cross_entropy(

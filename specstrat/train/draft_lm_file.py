@@ -23,7 +23,14 @@ import torch
 
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.train.agreement import chained_conditional
-from specstrat.train.artifact import HeadMismatch, read_trained, target_name, target_sha256
+from specstrat.train.artifact import (
+    HeadMismatch,
+    read_trained,
+    run_facts,
+    run_metadata,
+    target_name,
+    target_sha256,
+)
 from specstrat.train.capture import raw_model
 from specstrat.train.draft_lm import DraftLM
 
@@ -71,8 +78,6 @@ def save_draft_lm(path: str | os.PathLike[str], trained: TrainedDraftLM) -> Path
     """``trained`` as one safetensors file at ``path`` (see the module docstring)."""
     from safetensors.torch import save_file
 
-    import specstrat
-
     tensors = {
         k: v.detach().to("cpu", torch.float16).contiguous()
         for k, v in trained.draft.trainable().items()
@@ -81,18 +86,9 @@ def save_draft_lm(path: str | os.PathLike[str], trained: TrainedDraftLM) -> Path
     tensors["d2t"] = d2t.detach().cpu().contiguous()
     metadata = {
         "format": DRAFT_LM_FORMAT,
-        "target": trained.target,
-        "target_sha256": trained.target_sha256,
         "layers": json.dumps(list(trained.layers)),
         "draft_vocab_size": str(d2t.numel()),
-        "data_size": str(trained.data_size),
-        "data_source": trained.data_source,
-        "steps": str(trained.steps),
-        "final_loss": repr(trained.final_loss),
-        "tau": repr(trained.tau),
-        "acceptance": json.dumps(list(trained.acceptance)),
-        "command": trained.command,
-        "specstrat_version": specstrat.__version__,
+        **run_metadata(trained),
     }
     file = Path(path)
     save_file(tensors, str(file), metadata=metadata)
@@ -157,18 +153,7 @@ def load_draft_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDra
         weight = next(draft.model.parameters())
         stored = {k: v.to(weight.device, weight.dtype) for k, v in tensors.items()}
         draft.model.load_state_dict(stored, strict=False)
-        return TrainedDraftLM(
-            draft=draft,
-            target=meta["target"],
-            target_sha256=ours,
-            data_size=int(meta["data_size"]),
-            data_source=meta["data_source"],
-            steps=int(meta["steps"]),
-            final_loss=float(meta["final_loss"]),
-            tau=float(meta["tau"]),
-            acceptance=tuple(float(a) for a in json.loads(meta.get("acceptance", "[]"))),
-            command=meta.get("command", ""),
-        )
+        return TrainedDraftLM(draft=draft, **run_facts(meta, ours))
     except (KeyError, ValueError, TypeError, RuntimeError) as exc:
         if isinstance(exc, ModelLoadError):
             raise

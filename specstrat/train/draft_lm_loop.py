@@ -18,7 +18,6 @@ anchor's chain.
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
 from collections.abc import Sequence
@@ -28,7 +27,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.train.agreement import Agreement, agreement_of
-from specstrat.train.artifact import target_name, target_sha256
+from specstrat.train.artifact import target_name, target_sha256, trained_fields
 from specstrat.train.capture import CapturedData, CapturedSequence, raw_model
 from specstrat.train.checkpoint import Checkpoint
 from specstrat.train.draft_lm import (
@@ -91,18 +90,10 @@ def train_draft_lm(
     run = TrainingRun(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(draft, run, deadline, progress and tqdm)
     agreement = draft_agreement(draft, held, depth=config.eval_depth) if held.sequences else None
-    return TrainedDraftLM(
-        draft=draft,
-        target=name,
-        target_sha256=digest,
-        data_size=data.positions,
-        data_source=source,
-        steps=steps,
-        final_loss=loss,
-        tau=agreement["tau"] if agreement else math.nan,
-        acceptance=tuple(agreement["acceptance"]) if agreement else (),
-        command=command,
+    facts = trained_fields(
+        (name, digest), (data.positions, source), (steps, loss), agreement, command
     )
+    return TrainedDraftLM(draft=draft, **facts)
 
 
 def _batch(

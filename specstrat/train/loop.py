@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import json
-import math
 import os
 import time
 from collections.abc import Iterator, Sequence
@@ -30,7 +29,7 @@ import torch
 from specstrat.errors import InvalidConfig
 from specstrat.train._ttt import batch_of, ttt_loss
 from specstrat.train.agreement import evaluate
-from specstrat.train.artifact import TrainedHead, target_name, target_sha256
+from specstrat.train.artifact import TrainedHead, target_name, target_sha256, trained_fields
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
@@ -110,18 +109,10 @@ def train_head(
     state = TrainingRun(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
     agreement = evaluate(head, held, depth=config.eval_depth) if held.sequences else None
-    return TrainedHead(
-        head=head,
-        target=name,
-        target_sha256=digest,
-        data_size=data.positions,
-        data_source=source,
-        steps=steps,
-        final_loss=loss,
-        tau=agreement["tau"] if agreement else math.nan,
-        acceptance=tuple(agreement["acceptance"]) if agreement else (),
-        command=command,
+    facts = trained_fields(
+        (name, digest), (data.positions, source), (steps, loss), agreement, command
     )
+    return TrainedHead(head=head, **facts)
 
 
 def collect(

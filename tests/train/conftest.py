@@ -1,7 +1,8 @@
 """Shared fixtures for the head trainer's tests: the tiny tokenizer and a tiny random llama whose
 greedy generations are learnable, on one CPU thread."""
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -48,3 +49,23 @@ def engine_llama() -> Any:
 
     built = tiny.model("llama", initializer_range=LEARNABLE_INIT)
     return HFCausalLM(built, vocab_size=tiny.VOCAB, name="tiny-llama")
+
+
+def save_untrained_head(llama: Any, layers: Sequence[int], directory: Path) -> Path:
+    """An untrained (seeded) head for ``llama`` fusing ``layers``, saved in ``directory``:
+    losslessness needs no training."""
+    from specstrat.train import Eagle3Head, TrainedHead, save_head, target_name, target_sha256
+
+    torch.manual_seed(0)
+    head = Eagle3Head.from_target(llama, layers=tuple(layers), d2t=torch.arange(200))
+    trained = TrainedHead(
+        head=head,
+        target=target_name(llama),
+        target_sha256=target_sha256(llama),
+        data_size=0,
+        data_source="none",
+        steps=0,
+        final_loss=float("nan"),
+        tau=float("nan"),
+    )
+    return save_head(directory / "head.safetensors", trained)

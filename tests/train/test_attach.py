@@ -19,17 +19,12 @@ from specstrat.hf.process_loader import HFLoader
 from specstrat.runtime import Engine, EngineConfig, Request
 from specstrat.strategies import TopkTree
 from specstrat.train import (
-    Eagle3Head,
     HeadAttacher,
     HeadMismatch,
-    TrainedHead,
     attach_head,
-    save_head,
-    target_name,
-    target_sha256,
 )
 from tests.hf import tiny
-from tests.train.conftest import LEARNABLE_INIT
+from tests.train.conftest import LEARNABLE_INIT, save_untrained_head
 from tests.train.faults import assert_fault_leaks_nothing
 
 LAYERS = (0, 1)
@@ -50,19 +45,7 @@ def own_llama() -> Any:
 @pytest.fixture(scope="module")
 def head_file(own_llama: Any, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained (seeded) head for the tiny llama, saved: losslessness needs no training."""
-    torch.manual_seed(0)
-    head = Eagle3Head.from_target(own_llama, layers=LAYERS, d2t=torch.arange(200))
-    trained = TrainedHead(
-        head=head,
-        target=target_name(own_llama),
-        target_sha256=target_sha256(own_llama),
-        data_size=0,
-        data_source="none",
-        steps=0,
-        final_loss=float("nan"),
-        tau=float("nan"),
-    )
-    return save_head(tmp_path_factory.mktemp("head") / "head.safetensors", trained)
+    return save_untrained_head(own_llama, LAYERS, tmp_path_factory.mktemp("head"))
 
 
 @pytest.fixture(scope="module")

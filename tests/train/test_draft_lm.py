@@ -25,12 +25,10 @@ from specstrat.train import (
     DraftAttacher,
     DraftLM,
     DraftVocabLM,
-    Eagle3Head,
     HeadAttacher,
     HeadConfig,
     HeadMismatch,
     TrainedDraftLM,
-    TrainedHead,
     attach_draft,
     attach_files,
     capture_sequences,
@@ -45,15 +43,12 @@ from specstrat.train import (
     raw_model,
     reads_draft_lm,
     save_draft_lm,
-    save_head,
     shipped_draft,
-    target_name,
-    target_sha256,
     train_draft_lm,
 )
 from specstrat.train.capture import draft_data
 from tests.hf import tiny
-from tests.train.conftest import LEARNABLE_INIT
+from tests.train.conftest import LEARNABLE_INIT, save_untrained_head
 from tests.train.faults import assert_fault_leaks_nothing
 
 SHORT = [p for p in default_prompts() if len(p) < 400]
@@ -354,20 +349,7 @@ def test_a_second_draft_is_refused(models: HFModels, draft_file: Path) -> None:
 @pytest.fixture(scope="module")
 def head_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained (seeded) head for the 4-layer tiny llama, saved."""
-    llama = _llama()
-    torch.manual_seed(0)
-    head = Eagle3Head.from_target(llama, layers=(0, 1), d2t=torch.arange(200))
-    trained = TrainedHead(
-        head=head,
-        target=target_name(llama),
-        target_sha256=target_sha256(llama),
-        data_size=0,
-        data_source="none",
-        steps=0,
-        final_loss=float("nan"),
-        tau=float("nan"),
-    )
-    return save_head(tmp_path_factory.mktemp("head") / "head.safetensors", trained)
+    return save_untrained_head(_llama(), (0, 1), tmp_path_factory.mktemp("head"))
 
 
 @pytest.mark.parametrize("head_first", [True, False], ids=["head-then-draft", "draft-then-head"])
