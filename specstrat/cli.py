@@ -92,7 +92,7 @@ def _demo(args: argparse.Namespace) -> int:
         raise SystemExit("specstrat demo: --trace records a single-process run; drop --disagg")
     if args.trace is not None:
         check_file("--trace", args.trace)  # before any model loads
-    for flag, file in (("--head", args.head), ("--draft", args.draft)):
+    for flag, file in (("--head", args.head), ("--draft", args.draft), ("--block", args.block)):
         if file is not None and args.model == "embedded":
             raise SystemExit(
                 f"specstrat demo: {flag} {file} was trained for a Hugging Face model; pass "
@@ -167,18 +167,17 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
     from specstrat.hf import load
     from specstrat.hf.hf_demo import run_hf_demo
     from specstrat.hf.smollm2 import model_path
-    from specstrat.train import attach_files, draft_for, head_for
+    from specstrat.train import attach_files, trained_files
 
     torch.set_num_threads(args.threads or 1)  # both sides of the comparison run on these
-    # both checked before the model loads
-    head, draft = head_for(args.model, args.head, [algo]), draft_for(args.model, args.draft, [algo])
+    files = trained_files(args.model, args.head, args.draft, args.block, [algo])  # checked first
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
-    for kind, file in (("draft head", head), ("draft LM", draft)):
+    for kind, file in zip(("draft head", "draft LM", "block drafter"), files, strict=True):
         if file is not None:
             print(f"{kind} {file}", file=sys.stderr)
-    models = attach_files(models, head, draft)
+    models = attach_files(models, *files)
     trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(
@@ -293,8 +292,9 @@ def build_parser() -> argparse.ArgumentParser:
         "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
         "ships for --model, smollm2's)",
     )
-    draft = "a draft LM distilled from --model (specstrat train --kind draft-lm): STANDALONE "
-    demo.add_argument("--draft", metavar="FILE", help=f"{draft}runs it (default: the shipped one)")
+    for flag, kind, runs in (("--draft", "draft-lm", "STANDALONE"), ("--block", "block", "DFLASH")):
+        made = f"made for --model by specstrat train --kind {kind}; {runs} runs it"
+        demo.add_argument(flag, metavar="FILE", help=f"a file {made} (default: the shipped one)")
     demo.add_argument(
         "--requests",
         metavar="N",

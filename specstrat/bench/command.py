@@ -57,16 +57,15 @@ def _with_policies(
 
 def _bench_models(
     model: str,
-    head: str | None,
-    draft: str | None,
+    given: tuple[str | None, str | None, str | None],
     algos: Sequence[SpecAlgorithm[Any] | str],
 ) -> tuple[Any, str]:
-    """The models ``--model`` names with the head :func:`~specstrat.train.head_for` picks and
-    the draft LM :func:`~specstrat.train.draft_for` picks attached (``--head`` and ``--draft``,
-    or the shipped ones when an algorithm runs a draft head or a draft LM), and how the output
-    names them."""
+    """The models ``--model`` names with the head, draft LM and block drafter
+    :func:`~specstrat.train.trained_files` picks attached (``given``: ``--head``, ``--draft``
+    and ``--block``, else the shipped ones an algorithm drafts with), and how the output names
+    them."""
     if model == "embedded":
-        for flag, file in (("--head", head), ("--draft", draft)):
+        for flag, file in zip(("--head", "--draft", "--block"), given, strict=True):
             if file is not None:
                 raise InvalidConfig(
                     f"{flag} {file} was trained for a Hugging Face model; pass --model "
@@ -77,13 +76,14 @@ def _bench_models(
         return EmbeddedModels.load(), "embedded"
     from specstrat.hf import load
     from specstrat.hf.smollm2 import model_path
-    from specstrat.train import attach_files, draft_for, head_for
+    from specstrat.train import attach_files, trained_files
 
-    head, draft = head_for(model, head, algos), draft_for(model, draft, algos)
+    files = trained_files(model, *given, algos)
     path = model_path(model)
     print(f"loading {path} ...", file=sys.stderr)
-    models = attach_files(load(path), head, draft)
-    extra = [f"{kind} {file}" for kind, file in (("head", head), ("draft LM", draft)) if file]
+    models = attach_files(load(path), *files)
+    kinds = ("head", "draft LM", "block drafter")
+    extra = [f"{kind} {file}" for kind, file in zip(kinds, files, strict=True) if file]
     return models, f"{path} ({', '.join(extra)})" if extra else str(path)
 
 
@@ -124,7 +124,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
         from specstrat.bench.plots import _pyplot
 
         _pyplot()  # a missing matplotlib is refused before any run
-    models, name = _bench_models(args.model, args.head, args.draft, config.algorithms)
+    models, name = _bench_models(args.model, (args.head, args.draft, args.block), config.algorithms)
     if args.profile:
         return _profile(args, config, models, name, json_path)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
@@ -260,6 +260,12 @@ def add_bench_parser(
         metavar="FILE",
         help="a draft LM distilled from --model (specstrat train --kind draft-lm --out "
         "FILE.safetensors) for STANDALONE (default: the one the package ships for --model)",
+    )
+    bench.add_argument(
+        "--block",
+        metavar="FILE",
+        help="a block drafter trained for --model (specstrat train --kind block --out "
+        "FILE.safetensors) for DFLASH and DSPARK (default: the one the package ships)",
     )
     bench.add_argument(
         "--workload",

@@ -24,7 +24,7 @@ __all__ = ["bench_command", "main", "render"]
 
 #: What each kind of drafter drafts with, by the needs it declares.
 _SOURCES = (
-    ("draft_worker_verify", "a block drafter (none is trained for Hugging Face models yet)"),
+    ("draft_worker_verify", "the shipped block drafter"),
     ("draft_head", "the shipped draft head"),
     ("draft_model", "the shipped distilled draft LM"),
 )

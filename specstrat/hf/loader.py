@@ -37,7 +37,7 @@ from specstrat.hf.file_checks import (
     tokenizer_hint,
 )
 from specstrat.hf.text_io import chat_request, decode, text_request
-from specstrat.models import CausalLM, DraftHead
+from specstrat.models import BlockDraftModel, CausalLM, DraftHead
 from specstrat.runtime import Request
 
 __all__ = ["CONVERSION_FORMAT", "HFModels", "cache_dir", "eos_token_ids", "load"]
@@ -60,8 +60,9 @@ def cache_dir() -> Path:
 class HFModels:
     """A loaded Hugging Face model for the engine (a :class:`~specstrat.models.LoadedModels`):
     ``target`` (an :class:`~specstrat.hf.HFCausalLM`), an optional ``draft`` LM, an optional
-    EAGLE-style ``head``, the ``tokenizer``, and the ids that end a request by default
-    (``eos_token_ids``: the tokenizer's and the generation config's EOS). ``attach``: how these
+    EAGLE-style ``head``, an optional ``block`` drafter (DFLASH's and DSPARK's), the
+    ``tokenizer``, and the ids that end a request by default (``eos_token_ids``: the
+    tokenizer's and the generation config's EOS). ``attach``: how these
     models were made from what :func:`load` returned (e.g. a trained head attached by
     ``specstrat.train.attach_head``), a picklable callable the prefill process of
     disaggregation replays after its own :func:`load`; ``None``: nothing was attached."""
@@ -71,6 +72,7 @@ class HFModels:
     eos_token_ids: frozenset[int] = field(default_factory=frozenset)
     draft: CausalLM | None = None
     head: DraftHead | None = None
+    block: BlockDraftModel | None = None
     source: str = ""
     attach: Callable[[HFModels], HFModels] | None = None
 

@@ -13,6 +13,9 @@ on a reduced draft vocabulary are recomputed from it) while it generates
 :func:`train_draft_lm` distils a :class:`DraftLM` (a few of the target's own layers over a draft
 vocabulary) on the same data path, for STANDALONE; :func:`save_draft_lm`, :func:`load_draft_lm`
 and :func:`attach_draft` keep and attach it as a head is kept and attached.
+:func:`train_block_lm` trains a :class:`BlockLM` (a draft LM that reads placeholders, so one
+forward proposes a block) for DFLASH and DSPARK; :func:`load_block_lm` and :func:`attach_block`
+keep and attach it.
 """
 
 from specstrat.train._ttt import TTT_DECAY
@@ -36,6 +39,15 @@ from specstrat.train.attach import (
     head_for,
     shipped_head,
 )
+from specstrat.train.block_lm import (
+    BLOCK_LM_FORMAT,
+    BlockLM,
+    BlockVocabLM,
+    PlaceholderEmbedding,
+    block_batch,
+    default_block_layers,
+)
+from specstrat.train.block_lm_loop import block_agreement, train_block_lm
 from specstrat.train.capture import (
     CapturedData,
     CapturedSequence,
@@ -57,13 +69,19 @@ from specstrat.train.checkpoint import (
     save_checkpoint,
 )
 from specstrat.train.draft_attach import (
+    SHIPPED_BLOCKS,
     SHIPPED_DRAFTS,
+    BlockAttacher,
     DraftAttacher,
+    attach_block,
     attach_draft,
     attach_files,
+    block_for,
     draft_for,
+    reads_block,
     reads_draft_lm,
     shipped_draft,
+    trained_files,
 )
 from specstrat.train.draft_lm import (
     DraftLM,
@@ -74,7 +92,9 @@ from specstrat.train.draft_lm import (
 from specstrat.train.draft_lm_file import (
     DRAFT_LM_FORMAT,
     TrainedDraftLM,
+    block_lm_metadata,
     draft_lm_metadata,
+    load_block_lm,
     load_draft_lm,
     save_draft_lm,
 )
@@ -109,10 +129,26 @@ from specstrat.train.prompts import (
 )
 
 __all__ = [
+    "BLOCK_LM_FORMAT",
     "DRAFT_LM_FORMAT",
     "KINDS",
+    "SHIPPED_BLOCKS",
     "SHIPPED_DRAFTS",
     "Attachers",
+    "BlockAttacher",
+    "BlockLM",
+    "BlockVocabLM",
+    "PlaceholderEmbedding",
+    "attach_block",
+    "block_agreement",
+    "block_batch",
+    "block_for",
+    "block_lm_metadata",
+    "default_block_layers",
+    "load_block_lm",
+    "reads_block",
+    "train_block_lm",
+    "trained_files",
     "DraftAttacher",
     "DraftLM",
     "DraftVocabLM",

@@ -181,7 +181,6 @@ def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
     """``trained`` as one safetensors file at ``path`` (see the module docstring); returns it."""
     from safetensors.torch import save_file
 
-
     tensors = {
         k: v.detach().to("cpu", torch.float16).contiguous()
         for k, v in trained.head.state_dict().items()

@@ -109,6 +109,9 @@ class DraftLM(nn.Module):
     ``d2t [N]`` its draft vocabulary, ``layers`` the target layers it started from and
     ``vocab_size`` the target's vocabulary."""
 
+    #: The ``format`` metadata value of its file.
+    format = "specstrat-draft-lm/1"
+
     def __init__(
         self, model: Any, d2t: torch.Tensor, layers: Sequence[int], vocab_size: int
     ) -> None:
@@ -169,15 +172,24 @@ class DraftLM(nn.Module):
         ``state_dict`` name."""
         model = self.model
         derived = {
-            id(t)
-            for module in (model.get_input_embeddings(), model.get_output_embeddings())
-            for t in module.state_dict(keep_vars=True).values()
+            id(t) for module in self.derived() for t in module.state_dict(keep_vars=True).values()
         }
         return {
             name: value
             for name, value in model.state_dict(keep_vars=True).items()
             if id(value) not in derived
         }
+
+    def derived(self) -> tuple[nn.Module, ...]:
+        """The modules whose tensors come from the target (frozen, never stored): the input
+        embedding and the LM head."""
+        model = self.model
+        return (model.get_input_embeddings(), model.get_output_embeddings())
+
+    def file_metadata(self) -> dict[str, str]:
+        """What a file records beside the run's facts, the layers and the draft vocabulary
+        (nothing for a draft LM)."""
+        return {}
 
     def train_parameters(self) -> list[nn.Parameter]:
         """The parameters the optimiser updates (those of :meth:`trainable`)."""

@@ -31,20 +31,24 @@ from specstrat.train.artifact import (
     target_name,
     target_sha256,
 )
+from specstrat.train.block_lm import BLOCK_LM_FORMAT, BlockLM
 from specstrat.train.capture import raw_model
 from specstrat.train.draft_lm import DraftLM
 
 __all__ = [
     "DRAFT_LM_FORMAT",
     "TrainedDraftLM",
+    "block_lm_metadata",
     "draft_lm_metadata",
+    "load_block_lm",
     "load_draft_lm",
     "save_draft_lm",
 ]
 
 #: The ``format`` metadata value of a specstrat draft-LM file.
-DRAFT_LM_FORMAT = "specstrat-draft-lm/1"
+DRAFT_LM_FORMAT = DraftLM.format
 _HINT = "distil one for this model with `specstrat train --kind draft-lm`"
+_BLOCK_HINT = "train one for this model with `specstrat train --kind block`"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -75,7 +79,8 @@ class TrainedDraftLM:
 
 
 def save_draft_lm(path: str | os.PathLike[str], trained: TrainedDraftLM) -> Path:
-    """``trained`` as one safetensors file at ``path`` (see the module docstring)."""
+    """``trained`` as one safetensors file at ``path`` (see the module docstring; a
+    :class:`~specstrat.train.BlockLM` writes the block-drafter format and its placeholders)."""
     from safetensors.torch import save_file
 
     tensors = {
@@ -85,9 +90,10 @@ def save_draft_lm(path: str | os.PathLike[str], trained: TrainedDraftLM) -> Path
     d2t = trained.draft.get_buffer("d2t")
     tensors["d2t"] = d2t.detach().cpu().contiguous()
     metadata = {
-        "format": DRAFT_LM_FORMAT,
+        "format": trained.draft.format,
         "layers": json.dumps(list(trained.layers)),
         "draft_vocab_size": str(d2t.numel()),
+        **trained.draft.file_metadata(),
         **run_metadata(trained),
     }
     file = Path(path)
@@ -101,13 +107,30 @@ def draft_lm_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
     return _read(Path(path), tensors=False)[1]
 
 
-def _read(file: Path, *, tensors: bool = True) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+def block_lm_metadata(path: str | os.PathLike[str]) -> dict[str, str]:
+    """The metadata of the block-drafter file at ``path``, read without its tensors (a
+    missing, unreadable or foreign file is a ``ModelLoadError`` naming it)."""
+    return _read(Path(path), tensors=False, block=True)[1]
+
+
+def _read(
+    file: Path, *, tensors: bool = True, block: bool = False
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    if block:
+        return read_trained(
+            file,
+            format=BLOCK_LM_FORMAT,
+            flag="block",
+            kind="block drafter",
+            hint=_BLOCK_HINT,
+            tensors=tensors,
+        )
     return read_trained(
         file, format=DRAFT_LM_FORMAT, flag="draft", kind="draft LM", hint=_HINT, tensors=tensors
     )
 
 
-def _layers(text: str | None, file: Path) -> tuple[int, ...]:
+def _layers(text: str | None, file: Path, flag: str, hint: str) -> tuple[int, ...]:
     """The metadata's ``layers``: a JSON list of ints (``ModelLoadError`` naming it otherwise)."""
     try:
         raw = json.loads(text or "")
@@ -115,8 +138,8 @@ def _layers(text: str | None, file: Path) -> tuple[int, ...]:
         raw = None
     if not isinstance(raw, list) or not all(type(x) is int for x in raw):
         raise ModelLoadError(
-            f"draft={str(file)!r} has metadata layers={text!r}, not a JSON list of layer indices; "
-            f"save it again, or {_HINT}"
+            f"{flag}={str(file)!r} has metadata layers={text!r}, not a JSON list of layer "
+            f"indices; save it again, or {hint}"
         )
     return tuple(raw)
 
@@ -126,29 +149,46 @@ def load_draft_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDra
     rows are the target's; weights in the target's dtype and device). Refuses a file made for
     another model (:class:`~specstrat.train.HeadMismatch`) and one that is not whole
     (``ModelLoadError``)."""
-    file = Path(path)
-    tensors, meta = _read(file)
+    return _load(Path(path), target_model, block=False)
+
+
+def load_block_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDraftLM:
+    """The block drafter saved at ``path`` (``specstrat train --kind block``), rebuilt on
+    ``target_model`` as :func:`load_draft_lm` rebuilds a draft LM; its ``draft`` is a
+    :class:`~specstrat.train.BlockLM`."""
+    return _load(Path(path), target_model, block=True)
+
+
+def _load(file: Path, target_model: Any, *, block: bool) -> TrainedDraftLM:
+    flag, hint = ("block", _BLOCK_HINT) if block else ("draft", _HINT)
+    what = "trained for" if block else "distilled from"
+    tensors, meta = _read(file, block=block)
     ours = target_sha256(target_model)
     if meta.get("target_sha256") != ours:
         raise HeadMismatch(
-            f"draft={str(file)!r} was distilled from target {meta.get('target')!r} (weights "
+            f"{flag}={str(file)!r} was {what} target {meta.get('target')!r} (weights "
             f"sha256 {meta.get('target_sha256')}), but target {target_name(target_model)!r} "
-            f"has weights sha256 {ours}; {_HINT}"
+            f"has weights sha256 {ours}; {hint}"
         )
-    layers = _layers(meta.get("layers"), file)
+    layers = _layers(meta.get("layers"), file, flag, hint)
     if "d2t" not in tensors:
-        raise ModelLoadError(f"draft={str(file)!r} has no d2t tensor; save it again, or {_HINT}")
+        raise ModelLoadError(f"{flag}={str(file)!r} has no d2t tensor; save it again, or {hint}")
     try:
         with raw_model(target_model) as lm:
-            draft = DraftLM.from_target(lm, layers, tensors.pop("d2t"))
-    except InvalidConfig as exc:  # layers or d2t that do not fit this target
-        raise ModelLoadError(f"draft={str(file)!r} does not fit this target: {exc}") from exc
+            d2t = tensors.pop("d2t")
+            draft = (
+                BlockLM.from_target(lm, layers, d2t, block=int(meta.get("block", "")))
+                if block
+                else DraftLM.from_target(lm, layers, d2t)
+            )
+    except (InvalidConfig, ValueError) as exc:  # layers, d2t or block that do not fit
+        raise ModelLoadError(f"{flag}={str(file)!r} does not fit this target: {exc}") from exc
     try:
         expected = set(draft.trainable())
         if set(tensors) != expected:
             raise ModelLoadError(
-                f"draft={str(file)!r} lacks tensors {sorted(expected - set(tensors))} or has "
-                f"unknown ones {sorted(set(tensors) - expected)}; save it again, or {_HINT}"
+                f"{flag}={str(file)!r} lacks tensors {sorted(expected - set(tensors))} or has "
+                f"unknown ones {sorted(set(tensors) - expected)}; save it again, or {hint}"
             )
         weight = next(draft.model.parameters())
         stored = {k: v.to(weight.device, weight.dtype) for k, v in tensors.items()}
@@ -158,6 +198,6 @@ def load_draft_lm(path: str | os.PathLike[str], target_model: Any) -> TrainedDra
         if isinstance(exc, ModelLoadError):
             raise
         raise ModelLoadError(
-            f"draft={str(file)!r} has broken metadata or tensors ({type(exc).__name__}: {exc}); "
-            f"save it again, or {_HINT}"
+            f"{flag}={str(file)!r} has broken metadata or tensors ({type(exc).__name__}: {exc}); "
+            f"save it again, or {hint}"
         ) from exc

@@ -20,7 +20,8 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import torch
@@ -41,7 +42,7 @@ from specstrat.train.fit import FitState, fit
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import TrainingRun, collect
 
-__all__ = ["draft_agreement", "train_draft_lm"]
+__all__ = ["Student", "distil", "draft_agreement", "train_draft_lm"]
 
 
 def train_draft_lm(
@@ -55,17 +56,62 @@ def train_draft_lm(
     command: str = "",
     checkpoint: str | os.PathLike[str] | None = None,
     resume: Checkpoint | None = None,
+    captured: Checkpoint | None = None,
 ) -> TrainedDraftLM:
     """A draft LM distilled from ``model`` (a transformers causal LM, or an
     :class:`~specstrat.hf.HFCausalLM`) on its own responses to ``prompts`` (see the module
     docstring; the arguments are :func:`~specstrat.train.train_head`'s, ``config.kind`` must be
-    ``"draft-lm"``)."""
+    ``"draft-lm"``; ``captured``: a checkpoint whose data to train on instead of generating,
+    as ``specstrat train --data`` passes it)."""
+    student = Student(
+        kind="draft-lm",
+        name="train_draft_lm",
+        build=lambda lm, layers, d2t: DraftLM.from_target(lm, layers, d2t),
+        default_layers=default_draft_layers,
+        loss=_draft_loss,
+        agreement=draft_agreement,
+    )
+    run = (config, model, tokenizer, prompts)
+    return distil(student, *run, progress, source, command, checkpoint, resume, captured)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Student:
+    """What :func:`distil` trains: the ``kind`` it takes (``name``: the function that trains
+    it, for messages), how it is ``build``-t on the raw
+    target from its layers and ``d2t``, the ``default_layers`` rule, the ``loss`` of a batch of
+    sequences (and its progress text) and the held-out ``agreement``."""
+
+    kind: str
+    name: str
+    build: Callable[[Any, tuple[int, ...], torch.Tensor], DraftLM]
+    default_layers: Callable[[int], tuple[int, ...]]
+    loss: Callable[[DraftLM, CapturedData, Sequence[CapturedSequence]], tuple[torch.Tensor, str]]
+    agreement: Callable[..., Agreement]
+
+
+def distil(
+    student: Student,
+    config: HeadConfig,
+    model: Any,
+    tokenizer: Any,
+    prompts: Sequence[str],
+    progress: bool,
+    source: str,
+    command: str,
+    checkpoint: str | os.PathLike[str] | None,
+    resume: Checkpoint | None,
+    captured: Checkpoint | None = None,
+) -> TrainedDraftLM:
+    """``student`` trained on ``model``'s responses to ``prompts``: the target's own data
+    with the prompt's rows (or ``captured``'s data, bound to the same target), the fit, the
+    held-out agreement (see the module docstring)."""
     from tqdm.auto import tqdm
 
-    if config.kind != "draft-lm":
+    if config.kind != student.kind:
         raise InvalidConfig(
-            f"HeadConfig.kind={config.kind!r}; train_draft_lm trains kind='draft-lm' (a head: "
-            "train_head)"
+            f"HeadConfig.kind={config.kind!r}; {student.name} trains kind={student.kind!r} (a "
+            "head: train_head, a draft LM: train_draft_lm, a block drafter: train_block_lm)"
         )
     if isinstance(prompts, str) or not prompts:
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
@@ -76,24 +122,40 @@ def train_draft_lm(
     with raw_model(model) as lm:
         name, digest = target_name(model), target_sha256(lm)
         num_layers = int(lm.config.num_hidden_layers)
-    layers = config.layers if config.layers is not None else default_draft_layers(num_layers)
+    layers = config.layers if config.layers is not None else student.default_layers(num_layers)
     check_draft_layers(layers, num_layers)  # before any generation
-    if resume is not None:
-        resume.check_target(name, digest)
-        data, held = resume.data, resume.held
+    given = resume if resume is not None else captured
+    if given is not None:
+        given.check_target(name, digest)
+        data, held = given.data, given.held
+        if data.sequences and data.sequences[0].context == 0:
+            raise InvalidConfig(
+                f"{given.file!r} holds data without the prompt's rows (a head's run); capture "
+                f"with --kind draft-lm or block, or drop --data"
+            )
     else:  # the prompt's rows are the draft's context; the fused layers are the default's
-        captured = dataclasses.replace(config, context=True, layers=None)
+        rows = dataclasses.replace(config, context=True, layers=None)
         bar = progress and tqdm
-        data, held = collect(captured, model, tokenizer, prompts, source, start, bar)
+        data, held = collect(rows, model, tokenizer, prompts, source, start, bar)
     with raw_model(model) as lm:
-        draft = DraftLM.from_target(lm, layers, data.d2t)
+        draft = student.build(lm, tuple(layers), data.d2t)
     run = TrainingRun(config, name, digest, data, held, checkpoint, resume)
-    steps, loss = _fit(draft, run, deadline, progress and tqdm)
-    agreement = draft_agreement(draft, held, depth=config.eval_depth) if held.sequences else None
+    steps, loss = _fit(draft, run, deadline, progress and tqdm, student)
+    agreement = student.agreement(draft, held, depth=config.eval_depth) if held.sequences else None
     facts = trained_fields(
         (name, digest), (data.positions, source), (steps, loss), agreement, command
     )
     return TrainedDraftLM(draft=draft, **facts)
+
+
+def _draft_loss(
+    draft: DraftLM, data: CapturedData, seqs: Sequence[CapturedSequence]
+) -> tuple[torch.Tensor, str]:
+    """Teacher-forced soft cross-entropy at every response row, and the top-1 agreement."""
+    device = next(draft.model.parameters()).device
+    tokens, mask, want, rows = (t.to(device) for t in _batch(data, seqs))
+    loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
+    return loss, f"top-1 {agree.item():.2f}"
 
 
 def _batch(
@@ -114,16 +176,12 @@ def _batch(
 
 
 def _fit(
-    draft: DraftLM,
-    run: TrainingRun,
-    deadline: float | None,
-    bar: Any,
+    draft: DraftLM, run: TrainingRun, deadline: float | None, bar: Any, student: Student
 ) -> tuple[int, float]:
     """:func:`~specstrat.train.fit.fit` of the draft, teacher-forced; (steps, final loss)."""
     config, data, resume = run.config, run.data, run.resume
     order = torch.Generator().manual_seed(config.seed)
     params = draft.train_parameters()
-    device = next(draft.model.parameters()).device
     opt = torch.optim.AdamW(params, lr=config.lr, weight_decay=0.01)
     seqs = [s for s in data.sequences if s.tokens.numel() > s.context]
     if not seqs:
@@ -136,8 +194,8 @@ def _fit(
         if set(resume.head) != set(draft.trainable()):
             raise InvalidConfig(
                 f"resume={resume.file!r} holds tensors {sorted(set(resume.head))[:3]}... that "
-                "are not this draft LM's; resume a checkpoint written by --kind draft-lm with "
-                "the same --layers"
+                f"are not this model's; resume a checkpoint written by --kind {student.kind} "
+                "with the same --layers"
             )
         draft.model.load_state_dict(resume.head, strict=False)
         opt.load_state_dict(resume.optimizer)
@@ -145,10 +203,7 @@ def _fit(
         at = FitState(resume.epoch, resume.step, list(resume.recent))
 
     def loss_of(picked: list[int]) -> tuple[torch.Tensor, str]:
-        batch = _batch(data, [seqs[i] for i in picked])
-        tokens, mask, want, rows = (t.to(device) for t in batch)
-        loss, agree = soft_cross_entropy(draft.draft_logits(tokens, mask), want, rows)
-        return loss, f"top-1 {agree.item():.2f}"
+        return student.loss(draft, data, [seqs[i] for i in picked])
 
     fit(
         draft,
@@ -162,7 +217,7 @@ def _fit(
         deadline=deadline,
         save=lambda done: run.save(draft, opt, order, done),
         bar=bar,
-        desc="train draft LM",
+        desc=f"train {student.kind}",
     )
     return at.step, at.loss
 

@@ -10,8 +10,8 @@ from specstrat.errors import InvalidConfig
 
 __all__ = ["KINDS", "HeadConfig"]
 
-#: What ``specstrat train --kind`` trains: an EAGLE-3-style head, or a draft LM.
-KINDS = ("eagle3", "draft-lm")
+#: What ``specstrat train --kind`` trains: an EAGLE-3-style head, a draft LM, or a block drafter.
+KINDS = ("eagle3", "draft-lm", "block")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -36,7 +36,11 @@ class HeadConfig:
     ``"draft-lm"`` (a draft LM for STANDALONE, :func:`~specstrat.train.train_draft_lm`: then
     ``layers`` names the target layers it starts from, ``None``:
     :func:`~specstrat.train.default_draft_layers`, and ``ttt_steps`` and ``context`` are not
-    used)."""
+    used); ``"block"`` (a block drafter for DFLASH and DSPARK,
+    :func:`~specstrat.train.train_block_lm`: ``layers`` as for a draft LM, ``None``:
+    :func:`~specstrat.train.default_block_layers`; ``block``: its placeholders, the drafts of one
+    block, D - 1 for the widest D it serves; ``anchors``: the blocks trained per sequence and
+    step)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -55,9 +59,12 @@ class HeadConfig:
     clip: float = 1.0
     context: bool = False
     kind: str = "eagle3"
+    block: int = 4
+    anchors: int = 16
 
     def __post_init__(self) -> None:
-        for name in ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth"):
+        counts = ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth")
+        for name in (*counts, "block", "anchors"):
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
@@ -67,7 +74,7 @@ class HeadConfig:
             raise InvalidConfig(
                 f"HeadConfig.kind={self.kind!r} must be one of {', '.join(map(repr, KINDS))}"
             )
-        least = 1 if self.kind == "draft-lm" else 2  # a head fuses two layers or more
+        least = 2 if self.kind == "eagle3" else 1  # a head fuses two layers or more
         if self.layers is not None and (
             len(self.layers) < least or not all(is_int(x) and x >= 0 for x in self.layers)
         ):

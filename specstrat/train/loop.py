@@ -86,7 +86,7 @@ def train_head(
     if config.kind != "eagle3":
         raise InvalidConfig(
             f"HeadConfig.kind={config.kind!r}; train_head trains kind='eagle3' (a draft LM: "
-            "train_draft_lm)"
+            "train_draft_lm, a block drafter: train_block_lm)"
         )
     if isinstance(prompts, str) or not prompts:
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")

@@ -22,6 +22,8 @@ import torch
 from specstrat._outputs import check_file
 from specstrat.errors import InvalidConfig
 from specstrat.train.artifact import TrainedHead, save_head
+from specstrat.train.block_lm import BlockLM
+from specstrat.train.block_lm_loop import train_block_lm
 from specstrat.train.checkpoint import Checkpoint, read_checkpoint
 from specstrat.train.draft_lm_file import TrainedDraftLM, save_draft_lm
 from specstrat.train.draft_lm_loop import train_draft_lm
@@ -107,6 +109,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         max_new_tokens=args.max_new_tokens,
         context=args.context,
         kind=args.kind,
+        block=args.block_size,
     )
 
 
@@ -122,7 +125,9 @@ def train_command(args: argparse.Namespace) -> int:
         prompts, source = default_prompts(), DEFAULT_SOURCE
     else:
         prompts, source = read_prompts(args.prompts), str(Path(args.prompts).resolve())
-    resume: Checkpoint | None = None
+    resume = captured = None
+    if args.data is not None:  # refused beside --resume before either file is read
+        captured, source = _captured(args, config)
     if args.resume is not None:
         resume = read_checkpoint(args.resume)
         resume.check_resumes(config, source)
@@ -141,29 +146,48 @@ def train_command(args: argparse.Namespace) -> int:
                 file=sys.stderr,
             )
         prompts = fitting
-    if resume is None:
+    if captured is not None:
+        print(f"training on the generations captured in {captured.file} ...", file=sys.stderr)
+    elif resume is None:
         print(f"generating the target's responses to {len(prompts)} prompts ...", file=sys.stderr)
     else:
         print(f"resuming {resume.file} after epoch {resume.epoch} ...", file=sys.stderr)
     ckpt = checkpoint_path(out)
-    trainer = train_draft_lm if config.kind == "draft-lm" else train_head
-    trained = trainer(
-        config,
-        models.target,
-        models.tokenizer,
-        prompts,
-        progress=not args.no_progress,
-        source=source,
-        command=getattr(args, "command_line", "specstrat train"),
-        checkpoint=ckpt,
-        resume=resume,
-    )
+    run: dict[str, Any] = {
+        "progress": not args.no_progress,
+        "source": source,
+        "command": getattr(args, "command_line", "specstrat train"),
+        "checkpoint": ckpt,
+        "resume": resume,
+    }
+    if config.kind == "eagle3":
+        trained: TrainedHead | TrainedDraftLM = train_head(
+            config, models.target, models.tokenizer, prompts, **run
+        )
+    else:
+        trainer = train_draft_lm if config.kind == "draft-lm" else train_block_lm
+        trained = trainer(
+            config, models.target, models.tokenizer, prompts, captured=captured, **run
+        )
     if isinstance(trained, TrainedDraftLM):
         save_draft_lm(out, trained)
     else:
         save_head(out, trained)
     print(_summary(trained, out, ckpt))
     return 0
+
+
+def _captured(args: argparse.Namespace, config: HeadConfig) -> tuple[Checkpoint, str]:
+    """The checkpoint ``--data`` names and its prompts' source, refused with ``--resume``
+    (which brings its own data) or for a head (whose features depend on its layers)."""
+    if args.resume is not None or config.kind == "eagle3":
+        why = "--resume brings its own data" if args.resume else "a head reads its own layers"
+        raise InvalidConfig(
+            f"--data {args.data} cannot be used here ({why}); drop --data, or "
+            "use it with --kind draft-lm or block and no --resume"
+        )
+    captured = read_checkpoint(args.data)
+    return captured, captured.data.source
 
 
 def _summary(trained: TrainedHead | TrainedDraftLM, out: Path, ckpt: Path) -> str:
@@ -177,11 +201,18 @@ def _summary(trained: TrainedHead | TrainedDraftLM, out: Path, ckpt: Path) -> st
         ("held-out acceptance (unconditional)", _rates(trained.acceptance)),
         ("held-out acceptance (conditional)", _rates(trained.conditional)),
         ("layers", ",".join(str(x) for x in trained.layers)),
-        ("draft LM" if isinstance(trained, TrainedDraftLM) else "head", str(out)),
+        (_what(trained), str(out)),
         ("checkpoint", f"{ckpt} (--resume it to continue; delete it once done)"),
     ]
     width = max(len(name) for name, _ in rows) + 2  # two spaces at least: labels hold one
     return "\n".join(f"{name:<{width}}{value}" for name, value in rows)
+
+
+def _what(trained: TrainedHead | TrainedDraftLM) -> str:
+    """What ``trained`` is, for the summary."""
+    if not isinstance(trained, TrainedDraftLM):
+        return "head"
+    return "block drafter" if isinstance(trained.draft, BlockLM) else "draft LM"
 
 
 def _rates(rates: tuple[float | None, ...]) -> str:
@@ -213,7 +244,16 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         default=_DEFAULTS.kind,
         help="eagle3 (default): an EAGLE-3-style head for EAGLE, EAGLE3 and trees; draft-lm: a "
         "draft LM distilled from a few of the target's layers, for STANDALONE (--layers names "
-        "them; default: the first, middle and last)",
+        "them; default: the first, middle and last); block: a block drafter for DFLASH and "
+        "DSPARK (default layers: the first and last)",
+    )
+    train.add_argument(
+        "--block-size",
+        type=positive,
+        default=_DEFAULTS.block,
+        metavar="N",
+        help="with --kind block: the drafts one block proposes, D - 1 for the widest "
+        "--draft-tokens D it serves (default %(default)s)",
     )
     train.add_argument(
         "--out",
@@ -252,9 +292,9 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         "--layers",
         type=_layers,
         metavar="L,M,H",
-        help="the fused target layers, at least two, or with --kind draft-lm the layers the "
-        "draft LM starts from; write --layers=0,4,6 (default: 1, L // 2, L - 2 for L decoder "
-        "layers; draft-lm: 0, L // 2, L - 1)",
+        help="the fused target layers, at least two, or with --kind draft-lm or block the "
+        "layers the model starts from; write --layers=0,4,6 (default: 1, L // 2, L - 2 for L "
+        "decoder layers; draft-lm: 0, L // 2, L - 1; block: 0, L - 1)",
     )
     train.add_argument(
         "--epochs",
@@ -321,5 +361,11 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         "--resume",
         metavar="CKPT",
         help="continue from the checkpoint a run wrote beside its --out (same flags, same model)",
+    )
+    train.add_argument(
+        "--data",
+        metavar="CKPT",
+        help="with --kind draft-lm or block: train on the generations a run captured in its "
+        "checkpoint (another kind's too) instead of generating them again",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -55,7 +55,7 @@ def test_a_synthetic_document_renders_every_builtin() -> None:
     assert "τ 1.60, 1.20x (D=4) | τ 1.30, 0.90x (D=3) | yes |" in lines["NGRAM"]
     assert lines["STANDALONE"].endswith("| **no** |")
     assert "| not run | not run | - |" in lines["DFLASH"]
-    assert "a block drafter" in lines["DSPARK"]
+    assert "the shipped block drafter" in lines["DSPARK"]
     assert "- `hf-assisted` D=3, batch size 1: τ 1.50, 0.70x target-only" in page
 
 

@@ -17,7 +17,14 @@ import specstrat.hf
 import specstrat.train.loop
 from specstrat.cli import main
 from specstrat.hf import load
-from specstrat.train import draft_lm_metadata, load_draft_lm, load_head, read_checkpoint
+from specstrat.train import (
+    block_lm_metadata,
+    draft_lm_metadata,
+    load_block_lm,
+    load_draft_lm,
+    load_head,
+    read_checkpoint,
+)
 from tests.hf import tiny
 from tests.train.conftest import LEARNABLE_INIT
 
@@ -332,3 +339,53 @@ def test_a_draft_lm_resume_continues_without_generating(
     assert (two.steps, two.tau, two.final_loss) == (one.steps, one.tau, one.final_loss)
     for name, value in one.draft.trainable().items():
         assert torch.equal(two.draft.trainable()[name], value), name
+
+
+def test_kind_block_trains_on_another_runs_data_without_generating(
+    model_dir: Path,
+    prompts_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """--kind block --data CKPT trains a block drafter on the generations a draft-LM run
+    captured, generating nothing, and writes a block file that loads for its target."""
+    draft = tmp_path / "draft.safetensors"
+    assert main(_argv(model_dir, draft, prompts_file, "--kind", "draft-lm", "--layers=1")) == 0
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
+    out = tmp_path / "block.safetensors"
+    extra = ["--kind", "block", "--layers=1", "--block-size", "2"]
+    capsys.readouterr()
+    argv = [*_argv(model_dir, out, prompts_file, *extra), "--data", str(draft.with_suffix(".ckpt"))]
+    assert main(argv) == 0
+    block = load_block_lm(out, load(model_dir).target)
+    assert (block.layers, block.steps, block_lm_metadata(out)["block"]) == ((1,), 4, "2")
+    assert block.data_size == read_checkpoint(draft.with_suffix(".ckpt")).data.positions
+    rows = dict(
+        re.split(r" {2,}", line, maxsplit=1) for line in capsys.readouterr().out.splitlines()
+    )
+    assert rows["block drafter"] == str(out)
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--kind", "eagle3"], r"a head reads its own layers"),
+        (["--kind", "block", "--resume", "RESUME"], r"--resume brings its own data"),
+    ],
+)
+def test_data_is_refused_with_a_head_or_a_resume(
+    trained: tuple[list[str], Path, str],
+    extra: list[str],
+    message: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--data trains a draft LM or a block drafter, and not beside --resume; refused before
+    any file is read or model loaded."""
+    argv, out, _ = trained
+    ckpt = str(out.with_suffix(".ckpt"))
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    extra = [ckpt if a == "RESUME" else a for a in extra]
+    err = _refused([*argv, *extra, "--data", ckpt], capsys)
+    assert re.search(rf"InvalidConfig: --data .* cannot be used here \({message}", err), err
