@@ -135,19 +135,9 @@ def _rounds(args: argparse.Namespace) -> int:
 
 
 def _cache(args: argparse.Namespace) -> int:
-    """``specstrat cache``: each converted model and its size; ``--clear`` removes them."""
-    from specstrat.hf import cache_dir
-    from specstrat.hf.conversion_cache import cached_models, clear_cache
+    from specstrat.hf.conversion_cache import cache_command
 
-    if args.clear:
-        print(f"removed {clear_cache() / 1e6:.0f} MB of converted models from {cache_dir()}")
-        return 0
-    models = cached_models()
-    total = sum(m.size for m in models) / 1e6
-    print(f"{cache_dir()}: {len(models)} converted model(s), {total:.0f} MB")
-    for model in models:
-        print(f"  {model.size / 1e6:8.0f} MB  {model.path.name}")
-    return 0
+    return cache_command(clear=args.clear)
 
 
 def _bench(args: argparse.Namespace) -> int:
@@ -292,8 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
         "EAGLE drafters (EAGLE, EAGLE3, --topk trees) run it (default: the head the package "
         "ships for --model, smollm2's)",
     )
-    for flag, kind, runs in (("--draft", "draft-lm", "STANDALONE"), ("--block", "block", "DFLASH")):
-        made = f"made for --model by specstrat train --kind {kind}; {runs} runs it"
+    for flag, kind, runs in (
+        ("--draft", "draft-lm", "STANDALONE runs it"),
+        ("--block", "block", "DFLASH and DSPARK run it"),
+    ):
+        made = f"made for --model by specstrat train --kind {kind}: {runs}"
         demo.add_argument(flag, metavar="FILE", help=f"a file {made} (default: the shipped one)")
     demo.add_argument(
         "--requests",

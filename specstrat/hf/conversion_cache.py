@@ -13,7 +13,7 @@ from pathlib import Path
 
 from specstrat.hf.loader import cache_dir
 
-__all__ = ["CachedModel", "cached_models", "clear_cache"]
+__all__ = ["CachedModel", "cache_command", "cached_models", "clear_cache"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,3 +43,16 @@ def clear_cache() -> int:
     for part in ("models", "index"):
         shutil.rmtree(cache_dir() / part, ignore_errors=True)
     return freed
+
+
+def cache_command(*, clear: bool) -> int:
+    """``specstrat cache``: each converted model and its size; ``--clear`` removes them."""
+    if clear:
+        print(f"removed {clear_cache() / 1e6:.0f} MB of converted models from {cache_dir()}")
+        return 0
+    models = cached_models()
+    total = sum(m.size for m in models) / 1e6
+    print(f"{cache_dir()}: {len(models)} converted model(s), {total:.0f} MB")
+    for model in models:
+        print(f"  {model.size / 1e6:8.0f} MB  {model.path.name}")
+    return 0

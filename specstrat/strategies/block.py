@@ -210,8 +210,9 @@ class BlockDrafterFactory:
         if block is None:
             raise InvalidConfig(
                 "BlockDrafterFactory needs a block draft model but models.block is None or "
-                "missing; load one (EmbeddedModels.load() ships it, or ModelSet(target=..., "
-                "block=...))"
+                "missing; load one (EmbeddedModels.load() ships it; a Hugging Face model: "
+                "specstrat.train.attach_block or --block FILE, trained by specstrat train --kind "
+                "block; or ModelSet(target=..., block=...))"
             )
         if not isinstance(block, BlockDraftModel):
             raise InvalidConfig(

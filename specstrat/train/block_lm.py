@@ -21,7 +21,7 @@ gives it), so one forward trains every anchor of a sequence.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -121,13 +121,19 @@ class BlockLM(DraftLM):
         return int(self.embedding.placeholders.shape[0])
 
     def placeholder(self, offset: int) -> int:
-        """The input id of the placeholder for ``offset >= 1`` (offsets past :attr:`block`
-        reuse the last one)."""
+        """The input id of the placeholder for ``offset`` in ``1..block`` (a wider block would
+        draft from a placeholder never trained at that offset, so it is refused)."""
         if not is_int(offset) or offset < 1:
             raise InvalidConfig(
                 f"offset={offset!r} must be an int >= 1 (1: the token after the anchor)"
             )
-        return self.embedding.rows + min(offset, self.block) - 1
+        if offset > self.block:
+            raise InvalidConfig(
+                f"offset={offset} is past this block drafter's {self.block} placeholders (it "
+                f"drafts blocks of up to {self.block} tokens); run it with --draft-tokens at "
+                f"most {self.block + 1}, or train one with --block-size {offset}"
+            )
+        return self.embedding.rows + offset - 1
 
     def block_logits(self, batch: BlockBatch) -> torch.Tensor:
         """Logits over the draft vocabulary ``[B, S, N]`` of a :func:`block_batch`."""
@@ -162,14 +168,19 @@ class BlockVocabLM(DraftVocabLM):
     """A :class:`~specstrat.train.DraftVocabLM` that reads placeholders: a
     :class:`~specstrat.models.BlockDraftModel`."""
 
-    def __init__(self, inner: Any, d2t: torch.Tensor, vocab_size: int, placeholder: Any) -> None:
+    def __init__(
+        self,
+        inner: Any,
+        d2t: torch.Tensor,
+        vocab_size: int,
+        placeholder: Callable[[int], int],
+    ) -> None:
         super().__init__(inner, d2t, vocab_size)
         self._placeholder = placeholder
 
     def placeholder(self, offset: int) -> int:
         """The input id standing for the token ``offset >= 1`` positions after the anchor."""
-        value: int = self._placeholder(offset)
-        return value
+        return self._placeholder(offset)
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,12 +205,23 @@ def block_batch(
     ``block`` placeholders (ids ``first ..``) each: see the module docstring. Placeholder ``k``
     of anchor ``a`` sits at position ``a + k`` and learns captured row ``a + k - 1`` (the
     target's distribution for the token at ``a + k``), valid while that row exists."""
-    count = {len(a) for a in anchors}
-    if len(count) != 1 or len(anchors) != len(seqs):
+    count = sorted({len(a) for a in anchors})
+    if len(count) != 1 or len(anchors) != len(seqs) or not count[0]:
         raise InvalidConfig(
-            f"block_batch needs one anchor list per sequence, each as long; got lengths {count}"
+            f"block_batch got {len(anchors)} anchor lists of lengths {count} for {len(seqs)} "
+            "sequences; pass one non-empty list per sequence, all as long"
         )
-    (per,) = count
+    if not is_int(block) or block < 1:
+        raise InvalidConfig(f"block={block!r} must be an int >= 1 (placeholders per anchor)")
+    for seq, picked in zip(seqs, anchors, strict=True):
+        n = int(seq.tokens.numel())
+        bad = [a for a in picked if not is_int(a) or not 0 <= a < n]
+        if bad:
+            raise InvalidConfig(
+                f"anchors {bad[:3]} lie outside a sequence of {n} tokens; an anchor is a "
+                f"position in 0..{n - 1}"
+            )
+    per = count[0]
     width = max(int(s.tokens.numel()) for s in seqs)
     size = width + per * block
     offsets = torch.arange(1, block + 1)

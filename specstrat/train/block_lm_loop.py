@@ -21,7 +21,6 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.nn.functional as F
 
 from specstrat.errors import InvalidConfig
 from specstrat.train._ttt import TTT_DECAY
@@ -29,9 +28,9 @@ from specstrat.train.agreement import Agreement, agreement_of
 from specstrat.train.block_lm import BlockLM, block_batch, block_targets, default_block_layers
 from specstrat.train.capture import CapturedData, CapturedSequence
 from specstrat.train.checkpoint import Checkpoint
-from specstrat.train.draft_lm import DraftLM
+from specstrat.train.draft_lm import DraftLM, soft_cross_entropy
 from specstrat.train.draft_lm_file import TrainedDraftLM
-from specstrat.train.draft_lm_loop import Student, distil
+from specstrat.train.draft_lm_loop import Student, check_depth, distil
 from specstrat.train.head_config import HeadConfig
 
 __all__ = ["block_agreement", "train_block_lm"]
@@ -57,14 +56,16 @@ def train_block_lm(
     module docstring; the arguments are :func:`~specstrat.train.train_head`'s, ``config.kind``
     must be ``"block"``; ``captured`` as for :func:`~specstrat.train.train_draft_lm`); the
     result's ``draft`` is a :class:`~specstrat.train.BlockLM`."""
-    order = torch.Generator().manual_seed(config.seed + 1)
 
     def loss(
-        draft: DraftLM, data: CapturedData, seqs: Sequence[CapturedSequence]
+        draft: DraftLM,
+        data: CapturedData,
+        seqs: Sequence[CapturedSequence],
+        order: torch.Generator,
     ) -> tuple[torch.Tensor, str]:
         assert isinstance(draft, BlockLM)
         picked = [_anchors(s, config.anchors, order) for s in seqs]
-        return block_loss(draft, data, seqs, picked)
+        return _block_loss(draft, data, seqs, picked)
 
     student = Student(
         kind="block",
@@ -79,15 +80,18 @@ def train_block_lm(
 
 
 def _anchors(seq: CapturedSequence, count: int, order: torch.Generator) -> list[int]:
-    """``count`` anchors among ``seq``'s response rows (distinct while there are enough)."""
-    first, n = seq.context, int(seq.tokens.numel())
-    rows = n - first
+    """``count`` anchors among ``seq``'s response tokens (distinct while there are enough):
+    an anchor is the last token a step knows, at the earliest the first response token (the
+    engine drafts first after prefill has given it)."""
+    first, n = seq.context + 1, int(seq.tokens.numel())
+    rows = max(n - first, 1)
+    first = min(first, n - 1)
     if rows >= count:
         return (first + torch.randperm(rows, generator=order)[:count]).tolist()
     return (first + torch.randint(rows, (count,), generator=order)).tolist()
 
 
-def block_loss(
+def _block_loss(
     draft: BlockLM,
     data: CapturedData,
     seqs: Sequence[CapturedSequence],
@@ -101,30 +105,29 @@ def block_loss(
     logits = logits.reshape(*batch.valid.shape, -1)
     want = block_targets(data, seqs, batch).to(device)
     valid = batch.valid.to(device)
-    total = logits.new_zeros(())
-    weights = 0.0
+    total, weights, first = logits.new_zeros(()), 0.0, 0.0
     for k in range(draft.block):
         rows = valid[:, :, k]
         if not rows.any():
             continue
-        picked, wanted = logits[:, :, k][rows], want[:, :, k][rows]
-        lost = -(wanted.softmax(-1) * F.log_softmax(picked, -1)).sum(-1).mean()
-        total = total + TTT_DECAY**k * lost
-        weights += TTT_DECAY**k
-    first = valid[:, :, 0]
-    agree = (logits[:, :, 0][first].argmax(-1) == want[:, :, 0][first].argmax(-1)).float()
-    return total / max(weights, 1e-9), f"top-1 {agree.mean().item():.2f}"
+        lost, agree = soft_cross_entropy(logits[:, :, k], want[:, :, k], rows)
+        total, weights = total + TTT_DECAY**k * lost, weights + TTT_DECAY**k
+        first = agree.item() if k == 0 else first
+    return total / max(weights, 1e-9), f"top-1 {first:.2f}"
 
 
 def block_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Agreement:
     """The block drafter's greedy agreement with the target on ``data`` (see the module
     docstring) for the first ``min(depth, draft.block)`` drafts of each block: every response
-    row with that many rows after it is an anchor (as :func:`~specstrat.train.evaluate` counts
-    them; in sampled data a chain ends where the sample left the greedy path)."""
+    token with that many rows after it is an anchor, as
+    :func:`~specstrat.train.draft_agreement` counts them (in sampled data a chain ends where the
+    sample left the greedy path)."""
     if not isinstance(draft, BlockLM):
-        raise InvalidConfig(f"draft={type(draft).__name__} is not a BlockLM")
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-        raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
+        raise InvalidConfig(
+            f"draft={type(draft).__name__} is not a BlockLM; measure a draft LM with "
+            "draft_agreement"
+        )
+    check_depth(depth)
     depth = min(depth, draft.block)
     d2t = draft.get_buffer("d2t")
     hits = torch.zeros(depth, dtype=torch.float64)
@@ -132,7 +135,7 @@ def block_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
     with torch.inference_mode():
         for seq in data.sequences:
             n = int(seq.tokens.numel())
-            every = list(range(seq.context, n - depth + 1))
+            every = list(range(seq.context + 1, n - depth + 1))
             greedy_path = torch.ones(n, dtype=torch.bool)
             greedy_path[1:] = seq.tokens[1:] == seq.greedy[:-1]  # token r is the greedy one
             for at in range(0, len(every), _EVAL_CHUNK):

@@ -79,14 +79,16 @@ class Checkpoint:
                 f"prompts are {source!r}; pass the same prompts, or {_FIX}"
             )
 
-    def check_target(self, name: str, digest: str) -> None:
+    def check_target(self, name: str, digest: str, flag: str = "resume") -> None:
         """Refuses (:class:`~specstrat.train.HeadMismatch`) a target whose weights' sha256
-        ``digest`` is not the one this checkpoint was trained for."""
+        ``digest`` is not the one this checkpoint was trained for (``flag``: the option that
+        named the checkpoint, ``resume`` or ``data``)."""
         if digest != self.target_sha256:
+            fix = _FIX if flag == "resume" else f"drop --{flag} to generate this model's own"
             raise HeadMismatch(
-                f"resume={self.file!r} was written for target {self.target!r} (weights sha256 "
+                f"{flag}={self.file!r} was written for target {self.target!r} (weights sha256 "
                 f"{self.target_sha256}), but target {name!r} has weights sha256 {digest}; "
-                f"resume with the model it was written for, or {_FIX}"
+                f"pass the model it was written for, or {fix}"
             )
 
 

@@ -25,6 +25,7 @@ from specstrat.algorithm import SpecAlgorithm
 from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
 from specstrat.train.attach import chained, file_for, shipped_file
+from specstrat.train.block_lm import BlockLM
 from specstrat.train.draft_lm_file import (
     block_lm_metadata,
     draft_lm_metadata,
@@ -153,13 +154,14 @@ class BlockAttacher:
                 "a freshly loaded model"
             )
         target = models.target
-        trained = load_block_lm(self.path, target)
+        block = load_block_lm(self.path, target).draft
+        assert isinstance(block, BlockLM)  # load_block_lm builds one
         weight = next(target.parameters())
-        trained.draft.to(device=weight.device, dtype=weight.dtype)
+        block.to(device=weight.device, dtype=weight.dtype)
         name = f"{target.name} block drafter ({Path(self.path).name})"
         return replace(
             models,
-            block=trained.draft.causal_lm(name, target.shape.vocab_size),  # type: ignore[arg-type]
+            block=block.causal_lm(name, target.shape.vocab_size),
             attach=chained(models.attach, self),
         )
 

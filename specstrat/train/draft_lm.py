@@ -61,8 +61,7 @@ def check_draft_layers(layers: Sequence[int], num_layers: int) -> None:
     ):
         raise InvalidConfig(
             f"layers={picked} must be distinct ascending indices in [0, {num_layers - 1}] (the "
-            f"target's {num_layers} decoder layers); default_draft_layers({num_layers}) = "
-            f"{default_draft_layers(num_layers)}"
+            f"target's {num_layers} decoder layers), e.g. --layers=0,{num_layers - 1}"
         )
 
 
@@ -98,8 +97,8 @@ def _decoder(model: Any) -> Any:
     if decoder is None or not hasattr(decoder, "layers") or not hasattr(decoder, "norm"):
         raise ModelLoadError(
             f"{type(model).__name__} has no decoder with .layers and .norm (as Llama, Qwen2 and "
-            "Mistral have); a draft LM copies its layers from there, so this target is not "
-            "supported by specstrat train --kind draft-lm"
+            "Mistral have); a draft LM or a block drafter copies its layers from there, so "
+            "this target is not supported by specstrat train --kind draft-lm or block"
         )
     return decoder
 

@@ -1,4 +1,4 @@
-"""A distilled draft LM as one safetensors file, bound to the target it was distilled from.
+"""A distilled draft LM (or a block drafter) as one safetensors file, bound to its target.
 
 The file stores only what cannot be derived from the target: the draft's decoder layers and
 final norm (float16 storage) and its ``d2t`` map (int64). The embedding and the LM-head rows are
@@ -8,7 +8,9 @@ the draft vocabulary's size, the data's size and source, the steps, the final lo
 held-out τ and acceptance by position, the command line and specstrat's version.
 :func:`load_draft_lm` refuses a file made for another target
 (:class:`~specstrat.train.HeadMismatch`) and one that is not a whole draft LM
-(``ModelLoadError`` naming the file).
+(``ModelLoadError`` naming the file). A block drafter's file
+(:class:`~specstrat.train.BlockLM`, format ``specstrat-block-lm/1``) adds its placeholders'
+tensor and their count (metadata ``block``); :func:`load_block_lm` reads it.
 """
 
 from __future__ import annotations
@@ -130,6 +132,16 @@ def _read(
     )
 
 
+def _block(text: str | None, file: Path, hint: str) -> int:
+    """The metadata's ``block``: an int >= 1 (``ModelLoadError`` naming it otherwise)."""
+    if text is None or not text.isdigit() or int(text) < 1:
+        raise ModelLoadError(
+            f"block={str(file)!r} has metadata block={text!r}, not a count of placeholders >= "
+            f"1; save it again, or {hint}"
+        )
+    return int(text)
+
+
 def _layers(text: str | None, file: Path, flag: str, hint: str) -> tuple[int, ...]:
     """The metadata's ``layers``: a JSON list of ints (``ModelLoadError`` naming it otherwise)."""
     try:
@@ -171,17 +183,18 @@ def _load(file: Path, target_model: Any, *, block: bool) -> TrainedDraftLM:
             f"has weights sha256 {ours}; {hint}"
         )
     layers = _layers(meta.get("layers"), file, flag, hint)
+    width = _block(meta.get("block"), file, hint) if block else 0
     if "d2t" not in tensors:
         raise ModelLoadError(f"{flag}={str(file)!r} has no d2t tensor; save it again, or {hint}")
     try:
         with raw_model(target_model) as lm:
             d2t = tensors.pop("d2t")
             draft = (
-                BlockLM.from_target(lm, layers, d2t, block=int(meta.get("block", "")))
+                BlockLM.from_target(lm, layers, d2t, block=width)
                 if block
                 else DraftLM.from_target(lm, layers, d2t)
             )
-    except (InvalidConfig, ValueError) as exc:  # layers, d2t or block that do not fit
+    except InvalidConfig as exc:  # layers or d2t that do not fit
         raise ModelLoadError(f"{flag}={str(file)!r} does not fit this target: {exc}") from exc
     try:
         expected = set(draft.trainable())

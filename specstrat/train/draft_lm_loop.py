@@ -42,7 +42,14 @@ from specstrat.train.fit import FitState, fit
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import TrainingRun, collect
 
-__all__ = ["Student", "distil", "draft_agreement", "train_draft_lm"]
+__all__ = [
+    "Student",
+    "check_captured",
+    "check_depth",
+    "distil",
+    "draft_agreement",
+    "train_draft_lm",
+]
 
 
 def train_draft_lm(
@@ -78,15 +85,19 @@ def train_draft_lm(
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Student:
     """What :func:`distil` trains: the ``kind`` it takes (``name``: the function that trains
-    it, for messages), how it is ``build``-t on the raw
-    target from its layers and ``d2t``, the ``default_layers`` rule, the ``loss`` of a batch of
-    sequences (and its progress text) and the held-out ``agreement``."""
+    it, for messages), how it is ``build``-t on the raw target from its layers and ``d2t``, the
+    ``default_layers`` rule, the ``loss`` of a batch of sequences and its progress text (given
+    the fit's shuffling generator, which a checkpoint keeps, for any draw it makes) and the
+    held-out ``agreement``."""
 
     kind: str
     name: str
     build: Callable[[Any, tuple[int, ...], torch.Tensor], DraftLM]
     default_layers: Callable[[int], tuple[int, ...]]
-    loss: Callable[[DraftLM, CapturedData, Sequence[CapturedSequence]], tuple[torch.Tensor, str]]
+    loss: Callable[
+        [DraftLM, CapturedData, Sequence[CapturedSequence], torch.Generator],
+        tuple[torch.Tensor, str],
+    ]
     agreement: Callable[..., Agreement]
 
 
@@ -124,15 +135,13 @@ def distil(
         num_layers = int(lm.config.num_hidden_layers)
     layers = config.layers if config.layers is not None else student.default_layers(num_layers)
     check_draft_layers(layers, num_layers)  # before any generation
-    given = resume if resume is not None else captured
-    if given is not None:
-        given.check_target(name, digest)
-        data, held = given.data, given.held
-        if data.sequences and data.sequences[0].context == 0:
-            raise InvalidConfig(
-                f"{given.file!r} holds data without the prompt's rows (a head's run); capture "
-                f"with --kind draft-lm or block, or drop --data"
-            )
+    if resume is not None:
+        resume.check_target(name, digest)
+        data, held = resume.data, resume.held
+    elif captured is not None:
+        check_captured(captured)
+        captured.check_target(name, digest, "data")
+        data, held = captured.data, captured.held
     else:  # the prompt's rows are the draft's context; the fused layers are the default's
         rows = dataclasses.replace(config, context=True, layers=None)
         bar = progress and tqdm
@@ -148,8 +157,21 @@ def distil(
     return TrainedDraftLM(draft=draft, **facts)
 
 
+def check_captured(captured: Checkpoint) -> None:
+    """Refuses (:class:`~specstrat.errors.InvalidConfig`) a checkpoint whose data lacks the
+    prompt's rows (a head's run captures from the last prompt row on), which a draft LM and a
+    block drafter read as their context."""
+    seqs = captured.data.sequences
+    if seqs and all(s.context == 0 for s in seqs):
+        raise InvalidConfig(
+            f"data={captured.file!r} holds generations captured without the prompt's rows (a "
+            "head's run, --kind eagle3); pass the checkpoint of a --kind draft-lm or block run, "
+            "or drop --data to generate them"
+        )
+
+
 def _draft_loss(
-    draft: DraftLM, data: CapturedData, seqs: Sequence[CapturedSequence]
+    draft: DraftLM, data: CapturedData, seqs: Sequence[CapturedSequence], order: torch.Generator
 ) -> tuple[torch.Tensor, str]:
     """Teacher-forced soft cross-entropy at every response row, and the top-1 agreement."""
     device = next(draft.model.parameters()).device
@@ -203,7 +225,7 @@ def _fit(
         at = FitState(resume.epoch, resume.step, list(resume.recent))
 
     def loss_of(picked: list[int]) -> tuple[torch.Tensor, str]:
-        return student.loss(draft, data, [seqs[i] for i in picked])
+        return student.loss(draft, data, [seqs[i] for i in picked], order)
 
     fit(
         draft,
@@ -229,8 +251,7 @@ def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
     top-1 at rows ``j + 1 .. j + 1 + i`` all equal the target's greedy tokens there (and the
     sequence's tokens are those greedy tokens: in sampled data a chain ends where the sample
     left the greedy path)."""
-    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
-        raise InvalidConfig(f"depth={depth!r} must be an int >= 1")
+    check_depth(depth)
     d2t = draft.get_buffer("d2t")
     hits = torch.zeros(depth, dtype=torch.float64)
     anchors = 0
@@ -248,3 +269,10 @@ def draft_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
                 hits[i] += alive.sum()
             anchors += count - seq.context
     return agreement_of(hits, anchors)
+
+
+def check_depth(depth: object) -> None:
+    """Refuses (:class:`~specstrat.errors.InvalidConfig`) a measuring depth that is not an int
+    >= 1."""
+    if not isinstance(depth, int) or isinstance(depth, bool) or depth < 1:
+        raise InvalidConfig(f"depth={depth!r} must be an int >= 1 (draft tokens measured)")

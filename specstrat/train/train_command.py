@@ -26,7 +26,7 @@ from specstrat.train.block_lm import BlockLM
 from specstrat.train.block_lm_loop import train_block_lm
 from specstrat.train.checkpoint import Checkpoint, read_checkpoint
 from specstrat.train.draft_lm_file import TrainedDraftLM, save_draft_lm
-from specstrat.train.draft_lm_loop import train_draft_lm
+from specstrat.train.draft_lm_loop import check_captured, train_draft_lm
 from specstrat.train.generation import fitting_prompts
 from specstrat.train.head_config import KINDS, HeadConfig
 from specstrat.train.loop import train_head
@@ -147,7 +147,13 @@ def train_command(args: argparse.Namespace) -> int:
             )
         prompts = fitting
     if captured is not None:
-        print(f"training on the generations captured in {captured.file} ...", file=sys.stderr)
+        data = captured.data
+        print(
+            f"training on the generations captured in {captured.file} ({data.positions} "
+            f"positions, its draft vocabulary of {data.d2t.numel()} tokens and held-out "
+            "prompts) ...",
+            file=sys.stderr,
+        )
     elif resume is None:
         print(f"generating the target's responses to {len(prompts)} prompts ...", file=sys.stderr)
     else:
@@ -180,13 +186,22 @@ def train_command(args: argparse.Namespace) -> int:
 def _captured(args: argparse.Namespace, config: HeadConfig) -> tuple[Checkpoint, str]:
     """The checkpoint ``--data`` names and its prompts' source, refused with ``--resume``
     (which brings its own data) or for a head (whose features depend on its layers)."""
-    if args.resume is not None or config.kind == "eagle3":
-        why = "--resume brings its own data" if args.resume else "a head reads its own layers"
+    why = (
+        "--resume brings its own data"
+        if args.resume is not None
+        else "a head reads its own layers"
+        if config.kind == "eagle3"
+        else "the checkpoint's prompts are the data's"
+        if args.prompts is not None
+        else None
+    )
+    if why is not None:
         raise InvalidConfig(
-            f"--data {args.data} cannot be used here ({why}); drop --data, or "
-            "use it with --kind draft-lm or block and no --resume"
+            f"--data {args.data} cannot be used here ({why}); drop --data, or use it with "
+            "--kind draft-lm or block and neither --resume nor --prompts"
         )
     captured = read_checkpoint(args.data)
+    check_captured(captured)
     return captured, captured.data.source
 
 

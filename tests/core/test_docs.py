@@ -50,9 +50,13 @@ def test_the_acceptance_guide_example_passes_the_kit() -> None:
 
 
 def test_included_files_exist() -> None:
-    """Every file a page includes (``--8<-- "PATH"``) exists, so no page shows a stale copy."""
+    """Every file a page includes (``--8<-- "PATH"``) exists, so no page shows a stale copy,
+    and every line that starts like an include is one (a mangled marker renders as text)."""
     for page in DOCS.rglob("*.md"):
-        for path in re.findall(r'^--8<-- "([^"]+)"$', page.read_text(), flags=re.MULTILINE):
+        text = page.read_text()
+        for line in re.findall(r"^--8.*$", text, flags=re.MULTILINE):
+            assert re.fullmatch(r'--8<-- "[^"]+"', line), f"{page}: malformed include {line!r}"
+        for path in re.findall(r'^--8<-- "([^"]+)"$', text, flags=re.MULTILINE):
             assert (ROOT / path).is_file(), f"{page}: {path}"
 
 

@@ -341,26 +341,40 @@ def test_a_draft_lm_resume_continues_without_generating(
         assert torch.equal(two.draft.trainable()[name], value), name
 
 
+def _without_prompts(argv: list[str]) -> list[str]:
+    """``argv`` with its ``--prompts FILE`` dropped (--data brings the prompts' data)."""
+    at = argv.index("--prompts")
+    return argv[:at] + argv[at + 2 :]
+
+
+@pytest.fixture(scope="module")
+def draft_ckpt(
+    model_dir: Path, prompts_file: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """The checkpoint of a --kind draft-lm run (its data has the prompts' rows)."""
+    draft = tmp_path_factory.mktemp("draft") / "draft.safetensors"
+    assert main(_argv(model_dir, draft, prompts_file, "--kind", "draft-lm", "--layers=1")) == 0
+    return draft.with_suffix(".ckpt")
+
+
 def test_kind_block_trains_on_another_runs_data_without_generating(
     model_dir: Path,
     prompts_file: Path,
+    draft_ckpt: Path,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     """--kind block --data CKPT trains a block drafter on the generations a draft-LM run
     captured, generating nothing, and writes a block file that loads for its target."""
-    draft = tmp_path / "draft.safetensors"
-    assert main(_argv(model_dir, draft, prompts_file, "--kind", "draft-lm", "--layers=1")) == 0
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     out = tmp_path / "block.safetensors"
-    extra = ["--kind", "block", "--layers=1", "--block-size", "2"]
+    extra = ["--kind", "block", "--layers=1", "--block-size", "2", "--data", str(draft_ckpt)]
     capsys.readouterr()
-    argv = [*_argv(model_dir, out, prompts_file, *extra), "--data", str(draft.with_suffix(".ckpt"))]
-    assert main(argv) == 0
+    assert main(_without_prompts(_argv(model_dir, out, prompts_file, *extra))) == 0
     block = load_block_lm(out, load(model_dir).target)
     assert (block.layers, block.steps, block_lm_metadata(out)["block"]) == ((1,), 4, "2")
-    assert block.data_size == read_checkpoint(draft.with_suffix(".ckpt")).data.positions
+    assert block.data_size == read_checkpoint(draft_ckpt).data.positions
     rows = dict(
         re.split(r" {2,}", line, maxsplit=1) for line in capsys.readouterr().out.splitlines()
     )
@@ -372,20 +386,48 @@ def test_kind_block_trains_on_another_runs_data_without_generating(
     [
         (["--kind", "eagle3"], r"a head reads its own layers"),
         (["--kind", "block", "--resume", "RESUME"], r"--resume brings its own data"),
+        (["--kind", "block"], r"the checkpoint's prompts are the data's"),
     ],
 )
-def test_data_is_refused_with_a_head_or_a_resume(
+def test_data_is_refused_with_a_head_a_resume_or_prompts(
     trained: tuple[list[str], Path, str],
     extra: list[str],
     message: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--data trains a draft LM or a block drafter, and not beside --resume; refused before
-    any file is read or model loaded."""
+    """--data trains a draft LM or a block drafter, beside neither --resume nor --prompts;
+    refused before any file is read or model loaded."""
     argv, out, _ = trained
     ckpt = str(out.with_suffix(".ckpt"))
     monkeypatch.setattr(specstrat.hf, "load", _unreachable)
     extra = [ckpt if a == "RESUME" else a for a in extra]
     err = _refused([*argv, *extra, "--data", ckpt], capsys)
     assert re.search(rf"InvalidConfig: --data .* cannot be used here \({message}", err), err
+
+
+def test_data_without_the_prompts_rows_is_refused(
+    trained: tuple[list[str], Path, str],
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A head's checkpoint (captured from the last prompt row on) is no data for a block
+    drafter: refused naming it, before the model loads."""
+    argv, out, _ = trained
+    ckpt = str(out.with_suffix(".ckpt"))
+    monkeypatch.setattr(specstrat.hf, "load", _unreachable)
+    err = _refused([*_without_prompts(argv), "--kind", "block", "--data", ckpt], capsys)
+    assert "captured without the prompt's rows" in err, err
+
+
+def test_data_for_another_target_is_refused(
+    draft_ckpt: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A --data checkpoint captured from another model is refused naming the flag, both
+    targets and the fix."""
+    other = _saved(tmp_path / "other", seed=5)
+    argv = ["train", "--model", str(other), "--out", str(tmp_path / "b.safetensors")]
+    err = _refused([*argv, "--kind", "block", "--data", str(draft_ckpt)], capsys)
+    assert re.search(r"data='.*draft\.ckpt' was written for target .* drop --data", err), err

@@ -1,12 +1,10 @@
 """Block drafters for Hugging Face targets on a tiny 4-layer llama (no download): the placeholder
 layout and its mask, a seconds-long training that beats the untrained drafter by a wide margin,
-the file bound to its target, DFLASH and DSPARK on the attached drafter greedy-lossless in sync
-and overlap, a fault that leaks nothing, the CLI's file rules, and every refusal by name."""
+DFLASH and DSPARK on the attached drafter greedy-lossless in sync and overlap, a fault that
+leaks nothing, and every refusal by name (the file and the CLI: test_block_file.py)."""
 
 import dataclasses
-import pickle
 from dataclasses import replace
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,58 +12,28 @@ import torch
 
 import specstrat
 from specstrat import InvalidConfig, SpecAlgorithm
-from specstrat.cli import main
-from specstrat.errors import ModelLoadError
 from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
-from specstrat.hf.process_loader import HFLoader
 from specstrat.models import AttentionBackend, BlockDraftModel
 from specstrat.runtime import Engine, EngineConfig, Request
 from specstrat.strategies import BlockDrafterFactory
 from specstrat.train import (
-    Attachers,
-    BlockAttacher,
     BlockLM,
     BlockVocabLM,
-    DraftAttacher,
+    DraftLM,
     HeadConfig,
-    HeadMismatch,
     TrainedDraftLM,
-    attach_block,
-    attach_files,
     block_agreement,
     block_batch,
-    block_for,
-    block_lm_metadata,
     capture_sequences,
     default_block_layers,
-    default_prompts,
-    draft_lm_metadata,
     generate,
-    load_block_lm,
     raw_model,
-    reads_block,
-    save_draft_lm,
-    train_block_lm,
-    trained_files,
 )
 from specstrat.train.capture import CapturedSequence, draft_data
 from tests.hf import tiny
-from tests.train.conftest import LEARNABLE_INIT
+from tests.train.block.conftest import CONFIG, HELD, llama4
 from tests.train.faults import assert_fault_leaks_nothing
 
-SHORT = [p for p in default_prompts() if len(p) < 400]
-TRAIN, HELD = SHORT[:48], SHORT[48:68]
-CONFIG = HeadConfig(
-    kind="block",
-    layers=(0,),
-    draft_vocab=128,
-    max_new_tokens=32,
-    epochs=10,
-    batch_size=8,
-    lr=3e-3,
-    held_out=0.15,
-    block=3,
-)
 #: DSPARK cuts a block at its first draft below 0.3; the tiny target's own distributions are
 #: flat (measured: the trained drafter's peak probability is 0.018), so DSPARK proposes nothing
 #: there. A zero threshold keeps every block whole, so its drafts reach the verify.
@@ -75,34 +43,6 @@ ALGOS: dict[str, SpecAlgorithm[Any]] = {
     "DSPARK": specstrat.DSPARK,
     "DSPARK-0": DSPARK_ZERO,
 }
-
-
-def _llama(seed: int = 0) -> Any:
-    return tiny.model("llama", seed, initializer_range=LEARNABLE_INIT, num_hidden_layers=4)
-
-
-@pytest.fixture(scope="module")
-def target(tokenizer: Any) -> HFCausalLM:
-    """The tiny 4-layer learnable llama, wrapped for the engine."""
-    return HFCausalLM(_llama(), vocab_size=tiny.VOCAB, name="tiny-llama-4")
-
-
-@pytest.fixture(scope="module")
-def trained(target: HFCausalLM, tokenizer: Any) -> TrainedDraftLM:
-    """A one-layer block drafter of 3 placeholders trained with CONFIG."""
-    return train_block_lm(CONFIG, target, tokenizer, TRAIN, progress=False, source="pool")
-
-
-@pytest.fixture(scope="module")
-def block_file(trained: TrainedDraftLM, tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The trained block drafter, saved."""
-    return save_draft_lm(tmp_path_factory.mktemp("block") / "block.safetensors", trained)
-
-
-@pytest.fixture(scope="module")
-def models(target: HFCausalLM, tokenizer: Any, block_file: Path) -> HFModels:
-    """The target with the saved block drafter attached."""
-    return attach_block(HFModels(target=target, tokenizer=tokenizer), block_file)
 
 
 def _seq(n: int, context: int) -> CapturedSequence:
@@ -137,14 +77,13 @@ def test_head_config_refuses_a_bad_block_setting() -> None:
 
 def test_the_drafter_shares_the_embedding_and_stores_only_what_trains() -> None:
     """The block drafter reads the target's embedding storage; its placeholders follow the
-    target's ids (the last reused past the block); it trains and stores its layers, norm and
-    placeholders only."""
-    llama = _llama()
+    target's ids; it trains and stores its layers, norm and placeholders only."""
+    llama = llama4()
     block = BlockLM.from_target(llama, (1,), torch.tensor([7, 3, 99]), block=3)
     theirs = llama.get_input_embeddings().weight
     assert block.embedding.tokens.weight.data_ptr() == theirs.data_ptr()
     rows = theirs.shape[0]
-    assert [block.placeholder(k) for k in (1, 2, 3, 9)] == [rows, rows + 1, rows + 2, rows + 2]
+    assert [block.placeholder(k) for k in (1, 2, 3)] == [rows, rows + 1, rows + 2]
     stored = set(block.trainable())
     assert "model.embed_tokens.placeholders" in stored
     assert all(n.startswith(("model.layers.", "model.norm.", "model.embed_")) for n in stored)
@@ -155,15 +94,22 @@ def test_the_drafter_shares_the_embedding_and_stores_only_what_trains() -> None:
 @pytest.mark.parametrize("offset", [0, -1, 1.5, True])
 def test_a_bad_placeholder_offset_is_refused(offset: Any) -> None:
     """Offsets start at 1 (the token after the anchor)."""
-    block = BlockLM.from_target(_llama(), (0,), torch.arange(5), block=2)
+    block = BlockLM.from_target(llama4(), (0,), torch.arange(5), block=2)
     with pytest.raises(InvalidConfig, match=r"offset=.* must be an int >= 1"):
         block.placeholder(offset)
+
+
+def test_an_offset_past_the_trained_block_is_refused() -> None:
+    """A block drafter of 2 placeholders drafts no third token (it never learned one)."""
+    block = BlockLM.from_target(llama4(), (0,), torch.arange(5), block=2)
+    with pytest.raises(InvalidConfig, match=r"offset=3 is past .* 2 placeholders .* at most 3"):
+        block.placeholder(3)
 
 
 def test_a_bad_block_size_is_refused() -> None:
     """A block drafter needs at least one placeholder."""
     with pytest.raises(InvalidConfig, match=r"block=0 must be an int >= 1"):
-        BlockLM.from_target(_llama(), (0,), torch.arange(5), block=0)
+        BlockLM.from_target(llama4(), (0,), torch.arange(5), block=0)
 
 
 def test_a_block_batch_lays_out_anchors_labels_and_the_mask() -> None:
@@ -184,10 +130,22 @@ def test_a_block_batch_lays_out_anchors_labels_and_the_mask() -> None:
     assert mask[width + 2].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 1, 0]  # anchor 5, offset 1
 
 
-def test_block_batch_refuses_ragged_anchor_lists() -> None:
-    """Every sequence of a batch needs as many anchors."""
-    with pytest.raises(InvalidConfig, match=r"one anchor list per sequence, each as long"):
-        block_batch([_seq(6, 2), _seq(5, 2)], [[2], [2, 3]], 2, first=100)
+@pytest.mark.parametrize(
+    ("anchors", "block", "match"),
+    [
+        ([[2], [2, 3]], 2, r"got 2 anchor lists of lengths \[1, 2\] for 2 sequences"),
+        ([[2]], 2, r"got 1 anchor lists of lengths \[1\] for 2 sequences"),
+        ([[], []], 2, r"lengths \[0\] .* one non-empty list per sequence"),
+        ([[2], [5]], 2, r"anchors \[5\] lie outside a sequence of 5 tokens"),
+        ([[-1], [2]], 2, r"anchors \[-1\] lie outside a sequence of 6 tokens"),
+        ([[2], [2]], 0, r"block=0 must be an int >= 1"),
+    ],
+)
+def test_block_batch_refuses_a_bad_layout(anchors: list[list[int]], block: int, match: str) -> None:
+    """One non-empty anchor list per sequence, all as long, every anchor inside its
+    sequence, and at least one placeholder."""
+    with pytest.raises(InvalidConfig, match=match):
+        block_batch([_seq(6, 2), _seq(5, 2)], anchors, block, first=100)
 
 
 def test_a_placeholder_sees_nothing_past_its_anchor(trained: TrainedDraftLM) -> None:
@@ -222,55 +180,11 @@ def test_training_beats_the_untrained_drafter_by_a_wide_margin(
     assert ours["acceptance"][0] > theirs["acceptance"][0] + 0.4
     assert ours["tau"] > theirs["tau"] + 1.0
     assert len(trained.acceptance) == CONFIG.block  # eval_depth 5 capped at the block
-
-
-def test_the_file_round_trips_and_stores_only_what_the_target_lacks(
-    trained: TrainedDraftLM, block_file: Path, target: HFCausalLM
-) -> None:
-    """The loaded drafter has the trained tensors (float16-rounded), its placeholders and the
-    same facts; the file holds the trained tensors and d2t only, and says its format."""
-    loaded = load_block_lm(block_file, target)
-    assert isinstance(loaded.draft, BlockLM)
-    assert loaded.draft.block == 3
-    for name, value in trained.draft.trainable().items():
-        assert torch.equal(loaded.draft.trainable()[name], value.half().float()), name
-    meta = block_lm_metadata(block_file)
-    assert (meta["format"], meta["block"], meta["layers"]) == ("specstrat-block-lm/1", "3", "[0]")
-    from safetensors import safe_open
-
-    with safe_open(str(block_file), framework="pt") as f:
-        assert set(f.keys()) == {*trained.draft.trainable(), "d2t"}
-
-
-def test_a_drafter_for_another_target_is_refused(block_file: Path, tokenizer: Any) -> None:
-    """A block drafter trained for the tiny llama is refused on another model, naming both."""
-    other = HFCausalLM(_llama(seed=3), vocab_size=tiny.VOCAB, name="other")
-    with pytest.raises(HeadMismatch, match=r"block=.* was trained for target .* but target 'oth"):
-        attach_block(HFModels(target=other, tokenizer=tokenizer), block_file)
-
-
-def test_a_draft_lm_file_and_a_block_file_are_told_apart(block_file: Path) -> None:
-    """A block file is not a draft LM, and a draft-LM file is not a block drafter."""
-    with pytest.raises(ModelLoadError, match=r"not a specstrat draft LM \(format='specstrat-bl"):
-        draft_lm_metadata(block_file)
-    with pytest.raises(ModelLoadError, match=r"block=.*missing.safetensors'?: no such file"):
-        block_for("smollm2", str(block_file.with_name("missing.safetensors")), ["DFLASH"])
-
-
-@pytest.mark.parametrize("block", ["", "0", "x"])
-def test_a_file_with_bad_block_metadata_is_refused(
-    block: str, block_file: Path, target: HFCausalLM, tmp_path: Path
-) -> None:
-    """Metadata ``block`` that is not a positive int is refused naming the file."""
-    from safetensors import safe_open
-    from safetensors.torch import save_file
-
-    with safe_open(str(block_file), framework="pt") as f:
-        meta, tensors = f.metadata(), {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
-    path = tmp_path / "bad.safetensors"
-    save_file(tensors, str(path), metadata={**meta, "block": block})
-    with pytest.raises(ModelLoadError, match=r"bad\.safetensors'? (does not fit|has broken)"):
-        load_block_lm(path, target)
+    plain = DraftLM.from_target(llama4(), (0,), d2t)
+    with pytest.raises(InvalidConfig, match=r"draft=DraftLM is not a BlockLM; .* draft_agreement"):
+        block_agreement(plain, held)
+    with pytest.raises(InvalidConfig, match=r"depth=0 must be an int >= 1"):
+        block_agreement(trained.draft, held, depth=0)
 
 
 def test_the_attached_drafter_is_a_block_draft_model(models: HFModels) -> None:
@@ -302,6 +216,13 @@ def test_block_drafting_is_greedy_lossless(name: str, overlap: bool, models: HFM
         assert sum(stats.accepted_by_position) > 0.2 * sum(stats.proposed_by_position) > 0
 
 
+def test_an_engine_wider_than_the_block_is_refused_at_start(models: HFModels) -> None:
+    """DFLASH at --draft-tokens 5 would draft 4 tokens from a 3-placeholder drafter: the
+    engine refuses to start, naming the widths and both fixes."""
+    with pytest.raises(InvalidConfig, match=r"offset=4 is past .* --draft-tokens at most 4"):
+        Engine(specstrat.DFLASH, models, EngineConfig(context_len=256, num_draft_tokens=5))
+
+
 @pytest.mark.parametrize("overlap", [False, True], ids=["sync", "overlap"])
 def test_a_block_drafter_failing_mid_run_leaks_nothing(overlap: bool, models: HFModels) -> None:
     """A block drafter that raises on its third forward ends the run naming the error, frees
@@ -331,68 +252,3 @@ def test_a_block_drafter_failing_mid_run_leaks_nothing(overlap: bool, models: HF
         "block fault injected",
         broken_models=replace(models, block=broken),
     )
-
-
-def test_a_second_block_drafter_is_refused(models: HFModels, block_file: Path) -> None:
-    """Models that already have a block drafter get no second one."""
-    with pytest.raises(InvalidConfig, match=r"the models already have a block drafter"):
-        attach_block(models, block_file)
-
-
-def test_a_draft_and_a_block_drafter_are_both_replayed(
-    block_file: Path, tokenizer: Any, tmp_path: Path
-) -> None:
-    """attach_files records a draft LM's and a block drafter's attachers in one picklable
-    attacher; replayed on freshly loaded models (as the disaggregation prefill process does)
-    it attaches both again."""
-    from specstrat.train import DraftLM, save_draft_lm
-
-    def fresh() -> HFModels:
-        return HFModels(target=HFCausalLM(_llama(), vocab_size=tiny.VOCAB), tokenizer=tokenizer)
-
-    models = fresh()
-    draft = DraftLM.from_target(_llama(), (0,), torch.arange(50))
-    facts = load_block_lm(block_file, models.target)
-    draft_file = save_draft_lm(tmp_path / "draft.safetensors", replace(facts, draft=draft))
-    models = attach_files(models, None, str(draft_file), str(block_file))
-    steps = (DraftAttacher(str(draft_file)), BlockAttacher(str(block_file)))
-    assert models.attach == Attachers(steps)
-    loader = HFLoader("some/model", "float32", models.attach)
-    assert pickle.loads(pickle.dumps(loader)) == loader
-    replayed = models.attach(fresh())
-    assert isinstance(replayed.block, BlockVocabLM)
-    assert replayed.draft is not None
-
-
-def test_the_cli_picks_the_flag_then_the_shipped_drafter_for_a_block_drafter(
-    block_file: Path,
-) -> None:
-    """--block wins; without it DFLASH and DSPARK on smollm2 get the shipped drafter, others
-    none; trained_files answers head, draft LM and block drafter together."""
-    assert block_for("smollm2", str(block_file), ["NGRAM"]) == str(block_file)
-    assert block_for("smollm2", None, ["NGRAM", "STANDALONE", "EAGLE"]) is None
-    assert block_for("/some/model", None, ["DFLASH"]) is None
-    assert reads_block(specstrat.DSPARK)
-    assert not reads_block(specstrat.STANDALONE)
-    head, draft, block = trained_files("smollm2", None, None, None, ["DFLASH"])
-    assert head is None
-    assert draft is None
-    assert block is not None
-    assert block.endswith("smollm2-block.safetensors")
-
-
-def test_the_block_trainer_refuses_another_kind(target: HFCausalLM, tokenizer: Any) -> None:
-    """train_block_lm refuses kind='draft-lm', before any work."""
-    with pytest.raises(InvalidConfig, match=r"train_block_lm trains kind='block'"):
-        train_block_lm(HeadConfig(kind="draft-lm"), target, tokenizer, TRAIN)
-
-
-def test_demo_and_bench_refuse_a_block_drafter_on_the_embedded_models(
-    block_file: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """--block without --model is refused naming the flag and the fix, before any run."""
-    with pytest.raises(SystemExit, match=r"--block .* pass --model smollm2 or --model PATH"):
-        main(["demo", "--block", str(block_file)])
-    argv = ["bench", "--algo", "DFLASH", "--block", str(block_file), "--requests", "1"]
-    assert main(argv) == 2
-    assert "specstrat bench: InvalidConfig: --block" in capsys.readouterr().err
