@@ -1,4 +1,5 @@
-"""A distilled draft LM against SmolLM2: its cost per token and its greedy agreement by depth.
+"""A distilled draft LM (or a block drafter) against SmolLM2: its cost per token and its greedy
+agreement by depth.
 
 Cost: one decode forward of the draft and of the target (transformers' forward with a KV cache
 of ``--context`` tokens, the same thread count), interleaved ``--reps`` times; the median ratio
@@ -9,6 +10,11 @@ and the draft's chained greedy agreement with those answers is measured exactly 
 ``specstrat.train.draft_agreement`` measures it after training: acceptance (unconditional) by
 draft position, and τ for a chain of D = 2 .. ``--depth`` + 1 tokens (1 + the first D - 1
 acceptances), which is what STANDALONE's engine τ is for greedy requests.
+
+A block drafter's file (``specstrat train --kind block``; ``shipped-block`` names the one the
+package ships) is measured the same way with ``specstrat.train.block_agreement``: draft ``k`` of
+a block is accepted when drafts ``1..k`` all equal the target's greedy tokens, up to its block
+size (wider D print ``-``); its cost line is one forward of one row, as for a draft LM.
 
 Usage: ``python bench/draft_lm.py --spec-bench PATH [--per-category 3] [--max-new-tokens 64]
 [--depth 7] [--reps 40] [--context 200] [DRAFT.safetensors ...]``; no file, or ``shipped``,
@@ -31,15 +37,21 @@ from specstrat.bench.workloads import (
     WorkloadSpec,
     load_prompts,
 )
+from specstrat.errors import ModelLoadError
 from specstrat.hf import load
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.train import (
+    SHIPPED_BLOCKS,
     GenerationCapturer,
+    block_agreement,
+    block_lm_metadata,
     draft_agreement,
+    load_block_lm,
     load_draft_lm,
     raw_model,
     shipped_draft,
 )
+from specstrat.train.attach import shipped_file
 from specstrat.train.capture import draft_data
 
 CATEGORIES = (*MT_BENCH_CATEGORIES, *SPEC_BENCH_ROWS[1:])
@@ -78,6 +90,16 @@ def _decode_ms(model: Any, context: int, reps: int, other: Any) -> tuple[float, 
     return statistics.median(times[0]), statistics.median(times[1])
 
 
+def _load(path: str, target: Any) -> tuple[Any, Any]:
+    """The trained file at ``path`` and the agreement that measures it (a block drafter's
+    file by its format, else a draft LM's)."""
+    try:
+        block_lm_metadata(path)
+    except ModelLoadError:
+        return load_draft_lm(path, target), draft_agreement
+    return load_block_lm(path, target), block_agreement
+
+
 def main() -> None:
     """Print the cost line and one agreement table row per category and draft."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -90,12 +112,17 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=200, metavar="N")
     args = parser.parse_args()
     names = args.drafts or ["shipped"]
-    shipped = shipped_draft("smollm2")
-    if "shipped" in names and shipped is None:
-        raise SystemExit("the package ships no draft LM for smollm2; pass a draft file")
-    paths = [str(shipped) if d == "shipped" else d for d in names]
+    shipped = {
+        "shipped": shipped_draft("smollm2"),
+        "shipped-block": shipped_file(SHIPPED_BLOCKS, "smollm2"),
+    }
+    missing = [n for n in names if n in shipped and shipped[n] is None]
+    if missing:
+        raise SystemExit(f"the package ships no {missing[0]} file for smollm2; pass a file")
+    paths = [str(shipped[d]) if d in shipped else d for d in names]
     models = load(smollm2_path())
-    drafts = [load_draft_lm(p, models.target) for p in paths]
+    loaded = [_load(p, models.target) for p in paths]
+    drafts = [trained for trained, _ in loaded]
     with raw_model(models.target) as target:
         for path, trained in zip(paths, drafts, strict=True):
             draft_ms, target_ms = _decode_ms(trained.draft.model, args.context, args.reps, target)
@@ -121,7 +148,7 @@ def main() -> None:
     _, sequences = capturer.capture(texts)
     print(f"generated {len(texts)} answers in {time.monotonic() - start:.0f} s")
     widths = range(2, args.depth + 2)
-    for path, trained in zip(paths, drafts, strict=True):
+    for path, (trained, agreement_of) in zip(paths, loaded, strict=True):
         d2t = trained.draft.get_buffer("d2t")
         print(f"\n{Path(path).name}: τ by chain width D")
         print("| category | " + " | ".join(f"D={d}" for d in widths) + " |")
@@ -133,11 +160,14 @@ def main() -> None:
                 if category in (p.category, "all")
             ]
             data = draft_data(models.target, picked, layers=layers, d2t=d2t)
-            acceptance = draft_agreement(trained.draft, data, depth=args.depth)["acceptance"]
-            taus = [1 + sum(acceptance[: d - 1]) for d in widths]
-            print(f"| {category} | " + " | ".join(f"{t:.2f}" for t in taus) + " |")
+            acceptance = agreement_of(trained.draft, data, depth=args.depth)["acceptance"]
+            taus = [
+                f"{1 + sum(acceptance[: d - 1]):.2f}" if d - 1 <= len(acceptance) else "-"
+                for d in widths
+            ]
+            print(f"| {category} | " + " | ".join(taus) + " |")
         data = draft_data(models.target, sequences, layers=layers, d2t=d2t)
-        agreement = draft_agreement(trained.draft, data, depth=args.depth)
+        agreement = agreement_of(trained.draft, data, depth=args.depth)
         rates = ", ".join(f"{a:.3f}" for a in agreement["acceptance"])
         print(f"all categories: acceptance (unconditional) {rates}")
 
