@@ -5,12 +5,15 @@ leaks nothing, and every refusal by name (the file and the CLI: test_block_file.
 
 import dataclasses
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
 
 import specstrat
+import specstrat.train.checkpoint
+import specstrat.train.loop
 from specstrat import InvalidConfig, SpecAlgorithm
 from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
 from specstrat.models import AttentionBackend, BlockDraftModel
@@ -28,10 +31,12 @@ from specstrat.train import (
     default_block_layers,
     generate,
     raw_model,
+    read_checkpoint,
+    train_block_lm,
 )
 from specstrat.train.capture import CapturedSequence, draft_data
 from tests.hf import tiny
-from tests.train.block.conftest import CONFIG, HELD, llama4
+from tests.train.block.conftest import CONFIG, HELD, TRAIN, llama4
 from tests.train.faults import assert_fault_leaks_nothing
 
 #: DSPARK cuts a block at its first draft below 0.3; the tiny target's own distributions are
@@ -252,3 +257,43 @@ def test_a_block_drafter_failing_mid_run_leaks_nothing(overlap: bool, models: HF
         "block fault injected",
         broken_models=replace(models, block=broken),
     )
+
+
+def test_a_resumed_block_run_ends_with_the_uninterrupted_weights(
+    target: HFCausalLM, tokenizer: Any, tmp_path: Path
+) -> None:
+    """A block run stopped after epoch 2 of 4 and resumed from its checkpoint draws the same
+    anchors (they come from the fit's generator, which the checkpoint keeps) and ends with the
+    uninterrupted run's weights, steps and loss."""
+    config = HeadConfig(
+        kind="block",
+        layers=(0,),
+        draft_vocab=64,
+        max_new_tokens=8,
+        epochs=4,
+        batch_size=4,
+        held_out=0.2,
+        block=2,
+        anchors=3,
+    )
+    prompts = TRAIN[:10]
+    whole = train_block_lm(config, target, tokenizer, prompts, progress=False)
+    real = specstrat.train.checkpoint.save_checkpoint
+
+    def save_then_stop(file: Path, checkpoint: Any) -> Path:
+        real(file, checkpoint)
+        if checkpoint.epoch == 2:
+            raise KeyboardInterrupt
+        return Path(file)
+
+    path = tmp_path / "block.ckpt"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(specstrat.train.loop, "save_checkpoint", save_then_stop)
+        with pytest.raises(KeyboardInterrupt):
+            train_block_lm(config, target, tokenizer, prompts, progress=False, checkpoint=path)
+    resume = read_checkpoint(path)
+    resumed = train_block_lm(config, target, tokenizer, prompts, progress=False, resume=resume)
+    ours, theirs = resumed.draft.trainable(), whole.draft.trainable()
+    for name, value in theirs.items():
+        assert torch.equal(ours[name], value), name
+    assert (resumed.steps, resumed.final_loss) == (whole.steps, whole.final_loss)
