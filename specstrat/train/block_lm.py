@@ -67,6 +67,13 @@ class PlaceholderEmbedding(nn.Module):
         self.placeholders = nn.Parameter(start.clone())
 
     @property
+    def weight(self) -> torch.Tensor:
+        """The target's embedding rows, as transformers reads an input embedding's weight (the
+        placeholders are :attr:`placeholders`)."""
+        weight: torch.Tensor = self.tokens.weight
+        return weight
+
+    @property
     def rows(self) -> int:
         """The target's token ids (the first placeholder's id)."""
         return int(self.tokens.num_embeddings)

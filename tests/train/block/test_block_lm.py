@@ -87,6 +87,7 @@ def test_the_drafter_shares_the_embedding_and_stores_only_what_trains() -> None:
     block = BlockLM.from_target(llama, (1,), torch.tensor([7, 3, 99]), block=3)
     theirs = llama.get_input_embeddings().weight
     assert block.embedding.tokens.weight.data_ptr() == theirs.data_ptr()
+    assert block.model.get_input_embeddings().weight is block.embedding.tokens.weight
     rows = theirs.shape[0]
     assert [block.placeholder(k) for k in (1, 2, 3)] == [rows, rows + 1, rows + 2]
     stored = set(block.trainable())
