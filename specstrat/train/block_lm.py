@@ -195,14 +195,14 @@ class BlockBatch:
     """One training or evaluation batch (:func:`block_batch`): ``tokens``, ``positions``
     ``[B, S]`` and ``mask [B, 1, S, S]`` (True: attends) for the model; ``labels [B, A, K]``, the
     captured row whose target distribution each placeholder learns (valid where ``valid``);
-    ``width``: the context rows before the blocks."""
+    ``context_rows``: the rows before the blocks (the longest sequence's tokens)."""
 
     tokens: torch.Tensor
     positions: torch.Tensor
     mask: torch.Tensor
     labels: torch.Tensor
     valid: torch.Tensor
-    width: int
+    context_rows: int
 
 
 def block_batch(

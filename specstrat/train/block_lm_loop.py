@@ -101,7 +101,7 @@ def _block_loss(
     module docstring), and the first placeholder's top-1 agreement as progress text."""
     batch = block_batch(seqs, anchors, draft.block, draft.embedding.rows)
     device = next(draft.model.parameters()).device
-    logits = draft.block_logits(batch)[:, batch.width :]
+    logits = draft.block_logits(batch)[:, batch.context_rows :]
     logits = logits.reshape(*batch.valid.shape, -1)
     want = block_targets(data, seqs, batch).to(device)
     valid = batch.valid.to(device)
@@ -141,7 +141,7 @@ def block_agreement(draft: DraftLM, data: CapturedData, *, depth: int = 5) -> Ag
             for at in range(0, len(every), _EVAL_CHUNK):
                 chunk = every[at : at + _EVAL_CHUNK]
                 batch = block_batch([seq], [chunk], draft.block, draft.embedding.rows)
-                logits = draft.block_logits(batch)[0, batch.width :]
+                logits = draft.block_logits(batch)[0, batch.context_rows :]
                 drafted = d2t[logits.argmax(-1)].cpu().view(len(chunk), draft.block)[:, :depth]
                 rows = batch.labels[0][:, :depth]  # row a + k - 1
                 match = drafted == seq.greedy[rows]

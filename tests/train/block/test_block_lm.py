@@ -123,17 +123,17 @@ def test_a_block_batch_lays_out_anchors_labels_and_the_mask() -> None:
     sequence has it), and sees the context up to its anchor and its block's earlier
     placeholders only; context rows see the context causally."""
     batch = block_batch([_seq(6, 2)], [[2, 5]], 2, first=100)
-    width = batch.width
-    assert width == 6
-    assert batch.tokens[0, width:].tolist() == [100, 101, 100, 101]
-    assert batch.positions[0, width:].tolist() == [3, 4, 6, 7]
+    rows = batch.context_rows
+    assert rows == 6
+    assert batch.tokens[0, rows:].tolist() == [100, 101, 100, 101]
+    assert batch.positions[0, rows:].tolist() == [3, 4, 6, 7]
     assert batch.labels[0].tolist() == [[2, 3], [5, 5]]
     assert batch.valid[0].tolist() == [[True, True], [True, False]]
     mask = batch.mask[0, 0]
-    assert mask[:width, :width].equal(torch.ones(width, width, dtype=torch.bool).tril())
-    assert not mask[:width, width:].any()
-    assert mask[width + 1].tolist() == [1, 1, 1, 0, 0, 0, 1, 1, 0, 0]  # anchor 2, offset 2
-    assert mask[width + 2].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 1, 0]  # anchor 5, offset 1
+    assert mask[:rows, :rows].equal(torch.ones(rows, rows, dtype=torch.bool).tril())
+    assert not mask[:rows, rows:].any()
+    assert mask[rows + 1].tolist() == [1, 1, 1, 0, 0, 0, 1, 1, 0, 0]  # anchor 2, offset 2
+    assert mask[rows + 2].tolist() == [1, 1, 1, 1, 1, 1, 0, 0, 1, 0]  # anchor 5, offset 1
 
 
 @pytest.mark.parametrize(
@@ -164,8 +164,8 @@ def test_a_placeholder_sees_nothing_past_its_anchor(trained: TrainedDraftLM) -> 
     cut = dataclasses.replace(seq, tokens=seq.tokens[:6])
     short = block_batch([cut], [[5]], 3, block.embedding.rows)
     with torch.inference_mode():
-        ours = block.block_logits(whole)[0, whole.width :]
-        theirs = block.block_logits(short)[0, short.width :]
+        ours = block.block_logits(whole)[0, whole.context_rows :]
+        theirs = block.block_logits(short)[0, short.context_rows :]
     torch.testing.assert_close(ours, theirs)
 
 
