@@ -83,9 +83,9 @@ def _anchors(seq: CapturedSequence, count: int, order: torch.Generator) -> list[
     """``count`` anchors among ``seq``'s response tokens (distinct while there are enough):
     an anchor is the last token a step knows, at the earliest the first response token (the
     engine drafts first after prefill has given it)."""
-    first, n = seq.context + 1, int(seq.tokens.numel())
-    rows = max(n - first, 1)
-    first = min(first, n - 1)
+    n = int(seq.tokens.numel())
+    first = min(seq.context + 1, n - 1)
+    rows = n - first
     if rows >= count:
         return (first + torch.randperm(rows, generator=order)[:count]).tolist()
     return (first + torch.randint(rows, (count,), generator=order)).tolist()

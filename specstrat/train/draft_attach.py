@@ -26,6 +26,7 @@ from specstrat.errors import InvalidConfig
 from specstrat.hf import HFModels
 from specstrat.train.attach import chained, file_for, shipped_file
 from specstrat.train.block_lm import BlockLM
+from specstrat.train.draft_lm import DraftLM
 from specstrat.train.draft_lm_file import (
     block_lm_metadata,
     draft_lm_metadata,
@@ -154,10 +155,8 @@ class BlockAttacher:
                 "a freshly loaded model"
             )
         target = models.target
-        block = load_block_lm(self.path, target).draft
+        block = _on_target(load_block_lm(self.path, target).draft, target)
         assert isinstance(block, BlockLM)  # load_block_lm builds one
-        weight = next(target.parameters())
-        block.to(device=weight.device, dtype=weight.dtype)
         name = f"{target.name} block drafter ({Path(self.path).name})"
         return replace(
             models,
@@ -186,16 +185,19 @@ class DraftAttacher:
                 "to a freshly loaded model"
             )
         target = models.target
-        trained = load_draft_lm(self.path, target)
-        weight = next(target.parameters())
-        trained.draft.to(device=weight.device, dtype=weight.dtype)
+        draft = _on_target(load_draft_lm(self.path, target).draft, target)
+        name = f"{target.name} draft LM ({Path(self.path).name})"
         return replace(
             models,
-            draft=trained.draft.causal_lm(
-                f"{target.name} draft LM ({Path(self.path).name})", target.shape.vocab_size
-            ),
+            draft=draft.causal_lm(name, target.shape.vocab_size),
             attach=chained(models.attach, self),
         )
+
+
+def _on_target(draft: DraftLM, target: Any) -> DraftLM:
+    """``draft`` moved to ``target``'s device and dtype (what the engine runs both in)."""
+    weight = next(target.parameters())
+    return draft.to(device=weight.device, dtype=weight.dtype)
 
 
 def attach_draft(models: HFModels, path: str | os.PathLike[str]) -> HFModels:
