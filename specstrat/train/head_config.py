@@ -40,7 +40,10 @@ class HeadConfig:
     :func:`~specstrat.train.train_block_lm`: ``layers`` as for a draft LM, ``None``:
     :func:`~specstrat.train.default_block_layers`; ``block``: its placeholders, the drafts of one
     block, D - 1 for the widest D it serves; ``anchors``: the blocks trained per sequence and
-    step)."""
+    step); ``self_written``: prompts the target writes itself
+    (:func:`~specstrat.train.self_written_prompts`, sampled at ``repeat_temperature``, or 1.0
+    when that is 0) mixed evenly into the prompts, written within the first quarter of the
+    budget (0: none, the default)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -61,6 +64,7 @@ class HeadConfig:
     kind: str = "eagle3"
     block: int = 4
     anchors: int = 16
+    self_written: int = 0
 
     def __post_init__(self) -> None:
         counts = ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth")
@@ -68,6 +72,10 @@ class HeadConfig:
             value = getattr(self, name)
             if not is_int(value) or value < 1:
                 raise InvalidConfig(f"HeadConfig.{name}={value!r} must be an int >= 1")
+        if not is_int(self.self_written) or self.self_written < 0:
+            raise InvalidConfig(
+                f"HeadConfig.self_written={self.self_written!r} must be an int >= 0 (0: none)"
+            )
         if not is_int(self.seed):
             raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
         if self.kind not in KINDS:

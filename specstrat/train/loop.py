@@ -45,8 +45,10 @@ from specstrat.train.capture import (
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
 from specstrat.train.eagle3 import Eagle3Head
 from specstrat.train.fit import FitState, fit
-from specstrat.train.generation import GenerationCapturer
+from specstrat.train.generation import GenerationCapturer, fitting_prompts
 from specstrat.train.head_config import HeadConfig
+from specstrat.train.prompts import interleave
+from specstrat.train.self_written import self_written_prompts
 
 __all__ = ["TrainingRun", "collect", "train_head"]
 
@@ -132,6 +134,13 @@ def collect(
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
+    if config.self_written:
+        own_train, own_held = _split(
+            _self_written(config, model, tokenizer, start), config.held_out
+        )
+        mixed = len(own_train)  # one for one while they last, so every one is generated first
+        train_prompts = [*interleave(own_train, train_prompts[:mixed]), *train_prompts[mixed:]]
+        held_prompts = list(interleave(held_prompts, own_held))
     with raw_model(model) as lm:
         num_layers = int(lm.config.num_hidden_layers)
         vocab = target_vocab(lm, tokenizer)
@@ -180,6 +189,23 @@ def collect(
     data = draft_data(model, sequences, layers=layers, d2t=d2t, source=source)
     held = draft_data(model, held_rows, layers=layers, d2t=d2t, source=source)
     return data, held
+
+
+def _self_written(config: HeadConfig, model: Any, tokenizer: Any, start: float) -> tuple[str, ...]:
+    """``config.self_written`` prompts the target writes itself
+    (:func:`~specstrat.train.self_written_prompts`, seeded with ``config.seed``, sampled at
+    ``repeat_temperature`` or 1.0, written by the first quarter of the budget), those too long
+    for the model's positions dropped."""
+    budget = config.budget_seconds
+    own = self_written_prompts(
+        model,
+        tokenizer,
+        config.self_written,
+        seed=config.seed,
+        temperature=max(config.temperature, config.repeat_temperature) or 1.0,
+        deadline=None if budget is None else start + budget / 4,
+    )
+    return fitting_prompts(model, tokenizer, own, config.max_new_tokens)
 
 
 def _passes(config: HeadConfig, prompts: int) -> Iterator[tuple[float, int, int]]:

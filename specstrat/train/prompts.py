@@ -26,13 +26,20 @@ import importlib
 import inspect
 import json
 import os
+from collections.abc import Sequence
 from pathlib import Path
 
 from specstrat.errors import InvalidConfig
 from specstrat.train.prompt_documents import code_prompts, document_prompts, rag_prompts
 from specstrat.train.prompt_kinds import chat_prompts, math_prompts, passage_prompts
 
-__all__ = ["STDLIB_MODULES", "default_prompts", "read_prompts", "stdlib_prompts"]
+__all__ = [
+    "STDLIB_MODULES",
+    "default_prompts",
+    "interleave",
+    "read_prompts",
+    "stdlib_prompts",
+]
 
 #: The standard-library modules whose public functions and classes the instructions are written
 #: around.
@@ -94,6 +101,13 @@ def default_prompts() -> tuple[str, ...]:
         *(stdlib_prompts(), passage_prompts(), document_prompts(), rag_prompts()),
         *(code_prompts(), math_prompts(), chat_prompts()),
     )
+    return interleave(*parts)
+
+
+def interleave(*parts: Sequence[str]) -> tuple[str, ...]:
+    """The prompts of ``parts`` spread evenly through one sequence, each part keeping its order
+    (the ``i``-th of ``n`` prompts sits at ``(i + 0.5) / n``; ties go to the earlier part), so
+    any prefix mixes every part; duplicates dropped, the first kept."""
     keyed = [
         ((i + 0.5) / len(part), k, p) for k, part in enumerate(parts) for i, p in enumerate(part)
     ]

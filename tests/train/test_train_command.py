@@ -387,6 +387,7 @@ def test_kind_block_trains_on_another_runs_data_without_generating(
         (["--kind", "eagle3"], r"a head reads its own layers"),
         (["--kind", "block", "--resume", "RESUME"], r"--resume brings its own data"),
         (["--kind", "block"], r"the checkpoint's prompts are the data's"),
+        (["--kind", "draft-lm", "--self-written", "4"], r"the checkpoint's prompts are the"),
     ],
 )
 def test_data_is_refused_with_a_head_a_resume_or_prompts(
@@ -431,3 +432,26 @@ def test_data_for_another_target_is_refused(
     argv = ["train", "--model", str(other), "--out", str(tmp_path / "b.safetensors")]
     err = _refused([*argv, "--kind", "block", "--data", str(draft_ckpt)], capsys)
     assert re.search(r"data='.*draft\.ckpt' was written for target .* drop --data", err), err
+
+
+def test_self_written_prompts_are_recorded_in_the_source(
+    model_dir: Path, prompts_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """--self-written N has the target write N prompts before the others are generated, and the
+    head's data source says so."""
+    asked: list[int] = []
+
+    def written(model: object, tokenizer: object, count: int, **kwargs: object) -> tuple[str, ...]:
+        asked.append(count)
+        return ("Why do rivers bend on their way to the sea?",)
+
+    monkeypatch.setattr(specstrat.train.loop, "self_written_prompts", written)
+    out = tmp_path / "head.safetensors"
+    with contextlib.redirect_stdout(io.StringIO()):
+        assert main(_argv(model_dir, out, prompts_file, "--self-written", "3")) == 0
+    head = load_head(out, load(model_dir).target)
+    assert asked == [3]
+    assert (
+        head.data_source
+        == f"{prompts_file.resolve()} + 3 written by the target (self_written_prompts)"
+    )
