@@ -6,6 +6,7 @@ import json
 from typing import Any
 
 import pytest
+import torch
 
 import specstrat.train.generation as generation
 import specstrat.train.loop as loop
@@ -86,7 +87,7 @@ def _fake_generate(answers: list[str], seen: list[dict[str, Any]]) -> Any:
     def fake(model: Any, tokenizer: Any, prompts: list[str], **kwargs: Any) -> tuple[Any, ...]:
         seen.append({"prompts": list(prompts), **kwargs})
         return tuple(
-            Generation(tokens=tuple(b"??" + answers[i].encode()), prompt_len=2)
+            Generation(tokens=torch.tensor(list(b"??" + answers[i].encode())), prompt_len=2)
             for i in range(len(prompts))
         )
 
@@ -97,7 +98,7 @@ class _Bytes:
     """A tokenizer decoding byte ids."""
 
     def decode(self, ids: Any, skip_special_tokens: bool = False) -> str:
-        return bytes(ids).decode()
+        return bytes(ids.tolist()).decode()
 
 
 REPORT = "The town opened its new library on Monday. " * 4
@@ -127,13 +128,13 @@ def test_a_run_mixes_self_written_prompts_one_for_one(
     given = [f"Given prompt number {i}, please answer." for i in range(20)]
     monkeypatch.setattr(loop, "self_written_prompts", lambda *a, **k: tuple(own))
     captured: list[list[str]] = []
-    real = loop.GenerationCapturer.capture
+    real = generation.GenerationCapturer.capture
 
     def spy(self: Any, prompts: Any, **kwargs: Any) -> Any:
         captured.append(list(prompts))
         return real(self, prompts, **kwargs)
 
-    monkeypatch.setattr(loop.GenerationCapturer, "capture", spy)
+    monkeypatch.setattr(generation.GenerationCapturer, "capture", spy)
     config = HeadConfig(self_written=10, held_out=0.1, max_new_tokens=4, epochs=1, draft_vocab=64)
     train_head(config, engine_llama, tokenizer, given, progress=False)
     train, held = captured[0], captured[-1]
