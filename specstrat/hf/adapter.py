@@ -37,6 +37,7 @@ from specstrat.hf.attention_probe import LayerShape, Probe, attention_class, att
 from specstrat.hf.early_exit_view import truncated_model
 from specstrat.hf.fast_llama import FastLlamaForward, proven
 from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
+from specstrat.hf.model_checks import check_model
 from specstrat.models import AttentionBackend, ModelShape
 
 __all__ = ["ATTENTION_NAME", "HFCausalLM", "paged_attention"]
@@ -170,7 +171,7 @@ class HFCausalLM:
     def __init__(
         self, model: Any, *, vocab_size: int | None = None, name: str = "model", fast: bool = True
     ) -> None:
-        _check_model(model, name)
+        check_model(model, name)
         # Every value is checked before the model is touched: a refused model keeps its
         # attention implementation and gets no hook.
         head = model.get_output_embeddings()
@@ -279,6 +280,17 @@ class HFCausalLM:
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[n, vocab_size]`` and final hidden states ``[n, hidden]`` for flat tokens."""
+        return self.forward_rows(tokens, positions, attention, None)
+
+    def forward_rows(
+        self,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        attention: AttentionBackend,
+        rows: torch.Tensor | None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """:meth:`__call__` with the logits of ``rows`` only (every row's with ``None``); the
+        fast forward leaves the LM head out for the rest, transformers' computes every row's."""
         attn = self.model.config._attn_implementation
         if attn != ATTENTION_NAME:
             raise EngineStateError(
@@ -295,7 +307,7 @@ class HFCausalLM:
         if fast is not None and not fast.current():  # moved, cast or changed since: prove anew
             fast = self.fast_forward = self._proven_fast_forward()
         if fast is not None:
-            logits, final, outputs = fast(tokens, positions, attention, self.feature_layers)
+            logits, final, outputs = fast(tokens, positions, attention, self.feature_layers, rows)
             if self.feature_layers:
                 final = fused(outputs, self.feature_layers, final[None], self.name)[0]
             return logits[:, : self.vocab_size], final
@@ -317,7 +329,8 @@ class HFCausalLM:
         final = hidden[-1][0]
         if self.feature_layers:
             final = fused(outputs, self.feature_layers, hidden[-1], self.name)[0]
-        return out.logits[0, :, : self.vocab_size], final
+        logits = out.logits[0, :, : self.vocab_size]
+        return (logits if rows is None else logits[rows]), final
 
     def with_feature_layers(self, layers: Sequence[int]) -> HFCausalLM:
         """This model (the same weights and attention) returning, in place of the final hidden
@@ -358,33 +371,3 @@ def _capture_hidden(module: torch.nn.Module, args: Any, kwargs: Any) -> None:
     box = _HIDDEN.get()
     if box is not None:
         box.append(args[0] if args else next(iter(kwargs.values())))
-
-
-def _check_model(model: Any, name: str) -> None:
-    """Refuse, by name, what is not a decoder-only causal LM on the attention interface."""
-    kind = type(model).__name__
-    if not callable(getattr(model, "get_output_embeddings", None)) or not hasattr(model, "config"):
-        raise ModelLoadError(f"{name}: {kind} is not a transformers PreTrainedModel")
-    if getattr(model.config, "is_encoder_decoder", False):
-        raise ModelLoadError(f"{name}: {kind} is an encoder-decoder model; specstrat runs decoders")
-    for field in ("attention_chunk_size", "use_alibi", "alibi"):
-        if getattr(model.config, field, None):
-            raise ModelLoadError(
-                f"{name}: config.{field}={getattr(model.config, field)!r} is not supported "
-                "(specstrat's attention has no chunked or ALiBi masks)"
-            )
-    # (not `base_model is model`: Llama 4's prefix names no child, so its base_model is itself)
-    if model.get_output_embeddings() is None:
-        raise ModelLoadError(f"{name}: {kind} has no LM head; load it as a causal LM")
-    if model.training:
-        raise InvalidConfig(
-            f"{name}: {kind} is in training mode (dropout would make every forward differ); "
-            "call model.eval() first"
-        )
-    meta = next((n for n, p in model.named_parameters() if p.device.type == "meta"), None)
-    if meta is not None:
-        raise ModelLoadError(
-            f"{name}: {kind}'s weights are on the meta device (parameter {meta}): they were "
-            "never loaded; load them (from_pretrained, load_state_dict) or move the model to a "
-            "real device"
-        )

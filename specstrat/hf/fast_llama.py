@@ -162,8 +162,10 @@ class FastLlamaForward:
         positions: torch.Tensor,
         attention: AttentionBackend,
         keep: Sequence[int] = (),
+        rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]:
-        """Logits ``[n, V]`` (the LM head's full width), the final normalised hidden state
+        """Logits ``[n, V]`` (the LM head's full width; with ``rows``, of those rows only:
+        ``[len(rows), V]``, the LM head left out elsewhere), the final normalised hidden state
         ``[n, H]`` and the outputs ``[1, n, H]`` of the decoder layers in ``keep`` and of the last
         layer (with any ``keep``; what transformers' layer hooks would record, read by
         :func:`~specstrat.hf.layer_features.fused`) for flat ``tokens`` at ``positions``."""
@@ -192,11 +194,13 @@ class FastLlamaForward:
                 outputs[index] = x[None]
         final = _rms(x, base.norm)
         head = model.lm_head
-        rows = self.head_rows.get(n, n)
-        if rows == n:
-            return F.linear(final, head.weight, head.bias), final, outputs
-        padded = F.pad(final, (0, 0, 0, rows - n))
-        return F.linear(padded, head.weight, head.bias)[:n], final, outputs
+        read = final if rows is None else final[rows]
+        m = read.shape[0]
+        padded_rows = self.head_rows.get(m, m)
+        if padded_rows == m:
+            return F.linear(read, head.weight, head.bias), final, outputs
+        padded = F.pad(read, (0, 0, 0, padded_rows - m))
+        return F.linear(padded, head.weight, head.bias)[:m], final, outputs
 
 
 def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 
 import torch
@@ -49,10 +50,12 @@ def next_token_logits(model: CausalLM, prompts: Sequence[Sequence[int]]) -> torc
         max_total_tokens=sum(lengths),
     )
     slots = [worker.alloc_request() for _ in rows]
+    ends = list(itertools.accumulate(lengths))
     try:
-        logits, _ = worker.forward(ForwardMode.EXTEND, slots, rows)
+        logits, _ = worker.forward(
+            ForwardMode.EXTEND, slots, rows, logit_rows=[end - 1 for end in ends]
+        )
     finally:
         for slot in slots:
             worker.free_request(slot)
-    ends = torch.tensor(lengths, device=logits.device).cumsum(0) - 1
-    return logits[ends]
+    return logits

@@ -6,6 +6,7 @@ the drafter its admission and relays the bonus tokens; what a hook returns is ch
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 from typing import Any, ParamSpec, TypeVar
 
@@ -83,15 +84,18 @@ class AdmissionSteps:
                 start = end
         for pieces in forwards:
             tokens = [prompts[i][start:end] for i, start, end in pieces]
-            logits, hidden = self.worker.forward(
-                ForwardMode.EXTEND, [slots[i] for i, _, _ in pieces], tokens
+            ends = list(itertools.accumulate(len(piece) for piece in tokens))
+            finished = [k for k, (i, _, end) in enumerate(pieces) if end == len(prompts[i])]
+            logits, hidden = self.worker.forward(  # only a prompt's last row's logits are read
+                ForwardMode.EXTEND,
+                [slots[i] for i, _, _ in pieces],
+                tokens,
+                logit_rows=[ends[k] - 1 for k in finished],
             )
-            row = 0
-            for (i, _, end), piece in zip(pieces, tokens, strict=True):
-                pieces_of[i].append(hidden[row : row + len(piece)])
-                row += len(piece)
-                if end == len(prompts[i]):
-                    last[i] = (logits[row - 1], hidden[row - 1])
+            for (i, _, _), piece, end in zip(pieces, tokens, ends, strict=True):
+                pieces_of[i].append(hidden[end - len(piece) : end])
+            for row, k in enumerate(finished):
+                last[pieces[k][0]] = (logits[row], hidden[ends[k] - 1])
         logits, hidden = (torch.stack([last[i][k] for i in range(len(prompts))]) for k in (0, 1))
         return logits, hidden, tuple(torch.cat(p) for p in pieces_of)
 

@@ -24,7 +24,7 @@ from specstrat.kernels import (
     build_ragged_verify_metadata,
     build_verify_metadata,
 )
-from specstrat.models import CausalLM
+from specstrat.models import CausalLM, RowLogitsLM
 from specstrat.runtime._attention import PagedAttention
 from specstrat.runtime._forward import ForwardBatch, ForwardMode, TreeAttention
 from specstrat.runtime._memory import KVPool, RequestPool
@@ -266,8 +266,11 @@ class ModelWorker:
         tokens: Sequence[Sequence[int]],
         *,
         tree: TreeTokens | None = None,
+        logit_rows: Sequence[int] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Run ``tokens[i]`` after request ``slots[i]``; logits and hidden, one row per token.
+        """Run ``tokens[i]`` after request ``slots[i]``; logits and hidden, one row per token
+        (with ``logit_rows``, the logits of those flat rows only, ascending; a
+        :class:`~specstrat.models.RowLogitsLM` then leaves the LM head out elsewhere).
 
         DECODE needs one token per request; TARGET_VERIFY with unequal counts is ragged. With
         ``tree`` the new tokens are draft-tree nodes: their positions are ``tree.positions``
@@ -301,6 +304,7 @@ class ModelWorker:
             max_q=max(counts),
             max_k=max(p + c for p, c in zip(prepared.prefix, counts, strict=True)),
             tree=attention,
+            logit_rows=None if logit_rows is None else torch.tensor(logit_rows, device=dev),
         )
 
     def execute(
@@ -314,10 +318,11 @@ class ModelWorker:
         max_q: int,
         max_k: int,
         tree: TreeAttention | None = None,
+        logit_rows: torch.Tensor | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The model over one batch, attention reading ``metadata`` (and ``tree``, for draft
-        trees); the one place a :class:`~specstrat.runtime._forward.ForwardBatch` is built (eager
-        and graph paths)."""
+        trees), the logits of ``logit_rows`` only when given; the one place a
+        :class:`~specstrat.runtime._forward.ForwardBatch` is built (eager and graph paths)."""
         batch = ForwardBatch(
             mode=mode,
             input_ids=input_ids,
@@ -328,11 +333,19 @@ class ModelWorker:
             max_k=max_k,
             tree=tree,
         )
+        model, attention = self.model, PagedAttention(self.kv, batch)
+        picks = model if logit_rows is not None and isinstance(model, RowLogitsLM) else None
         with torch.inference_mode():
-            logits, hidden = self.model(
-                batch.input_ids, batch.positions, PagedAttention(self.kv, batch)
-            )
-        check_model_outputs(self.model, self.shape, input_ids.shape[0], logits, hidden)
+            if picks is not None and logit_rows is not None:
+                logits, hidden = picks.forward_rows(
+                    batch.input_ids, batch.positions, attention, logit_rows
+                )
+            else:
+                logits, hidden = model(batch.input_ids, batch.positions, attention)
+        asked = None if picks is None or logit_rows is None else int(logit_rows.numel())
+        check_model_outputs(model, self.shape, input_ids.shape[0], logits, hidden, asked)
+        if logit_rows is not None and picks is None:
+            logits = logits[logit_rows]
         return logits, hidden
 
     def _empty(self) -> tuple[torch.Tensor, torch.Tensor]:

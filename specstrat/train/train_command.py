@@ -127,7 +127,14 @@ def train_command(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
     elif resume is None:
-        print(f"generating the target's responses to {len(prompts)} prompts ...", file=sys.stderr)
+        own = config.self_written
+        if own:
+            print(f"the target writes {own} prompts of its own ...", file=sys.stderr)
+        more = " and those it writes" if own else ""
+        print(
+            f"generating the target's responses to {len(prompts)} prompts{more} ...",
+            file=sys.stderr,
+        )
     else:
         print(f"resuming {resume.file} after epoch {resume.epoch} ...", file=sys.stderr)
     ckpt = checkpoint_path(out)

@@ -11,6 +11,7 @@ from torch import nn
 from specstrat.hf import HFCausalLM
 from specstrat.hf.attention_probe import Probe
 from specstrat.hf.fast_llama import FastLlamaForward
+from specstrat.models import RowLogitsLM
 from tests.hf import tiny
 
 TOKENS = torch.tensor([5, 17, 200, 3, 99, 42])
@@ -278,3 +279,21 @@ def test_a_padded_head_gives_the_logits_of_the_rows_it_has(n: int) -> None:
         want, got = slow(tokens, positions, Probe()), fast(tokens, positions, Probe())
     assert got[0].shape == want[0].shape
     torch.testing.assert_close(got[0], want[0], rtol=0, atol=1e-5)
+
+
+@pytest.mark.parametrize("fast_forward", [True, False])
+def test_forward_rows_gives_the_asked_rows_logits_and_every_hidden_state(
+    fast_forward: bool,
+) -> None:
+    """forward_rows returns the logits of the asked rows (those of the full forward) and every
+    row's hidden state, on the fast forward and on transformers'."""
+    lm = HFCausalLM(_randomised(tiny.model("llama")), vocab_size=tiny.VOCAB, fast=fast_forward)
+    assert (lm.fast_forward is not None) == fast_forward
+    assert isinstance(lm, RowLogitsLM)
+    rows = torch.tensor([1, 5])
+    with torch.inference_mode():
+        logits, hidden = lm(TOKENS, POSITIONS, Probe())
+        picked, every = lm.forward_rows(TOKENS, POSITIONS, Probe(), rows)
+    assert picked.shape == (2, tiny.VOCAB)
+    torch.testing.assert_close(picked, logits[rows], rtol=0, atol=1e-5)
+    torch.testing.assert_close(every, hidden, rtol=0, atol=0)

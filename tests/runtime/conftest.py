@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from specstrat.models import CausalLM
 from specstrat.runtime import EmbeddedModels
 from specstrat.runtime._models.model import ModelConfig, TinyLM
 from specstrat.runtime._worker import ModelWorker
@@ -23,11 +24,11 @@ def tiny() -> TinyLM:
     return TinyLM(TINY).double().eval()
 
 
-def make_worker(model: TinyLM, *, tokens: int = 600, requests: int = 8) -> ModelWorker:
+def make_worker(model: CausalLM, *, tokens: int = 600, requests: int = 8) -> ModelWorker:
     """A worker over ``model`` with a small request pool and KV cache."""
     return ModelWorker(
         model,
         max_running_requests=requests,
-        context_len=model.cfg.max_positions,
+        context_len=model.shape.max_positions,
         max_total_tokens=tokens,
     )

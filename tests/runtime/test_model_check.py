@@ -127,3 +127,11 @@ def test_check_model_outputs_names_what_disagrees(
     with pytest.raises(ModelShapeError, match=r"model=str .*" + message):
         check_model_outputs("m", SHAPE, 1, logits, hidden)
     check_model_outputs("m", SHAPE, 1, torch.zeros(1, 8), torch.zeros(1, 4))
+
+
+def test_check_model_outputs_counts_the_asked_logit_rows() -> None:
+    """With logit_rows the logits have that many rows and the hidden states one per token; a
+    forward_rows that returns every row's logits is named."""
+    check_model_outputs("m", SHAPE, 3, torch.zeros(1, 8), torch.zeros(3, 4), logit_rows=1)
+    with pytest.raises(ModelShapeError, match=r"3 rows of logits for 3 tokens \(forward_rows"):
+        check_model_outputs("m", SHAPE, 3, torch.zeros(3, 8), torch.zeros(3, 4), logit_rows=1)

@@ -2,12 +2,14 @@
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
 
 from specstrat import CapacityError, InvalidConfig
-from specstrat.runtime import ForwardMode
+from specstrat.models import ModelSet, RowLogitsLM
+from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
 from specstrat.runtime._models.model import CausalAttention, TinyLM
 from specstrat.runtime._worker import ModelWorker, _available_bytes
 from tests.runtime.conftest import make_worker
@@ -234,3 +236,46 @@ def test_the_kv_pool_hands_out_ascending_indices_and_takes_the_lowest_freed_firs
     assert pool.alloc(4) == [4, 5, 6, 7]
     pool.free([7, 5, 6])
     assert pool.alloc(4) == [5, 6, 7, 8]
+
+
+class RowPicker(torch.nn.Module):
+    """A TinyLM that is a RowLogitsLM: forward_rows records the rows asked and returns the full
+    forward's logits at them."""
+
+    def __init__(self, model: TinyLM) -> None:
+        super().__init__()
+        self.model, self.asked = model, list[list[int]]()
+
+    @property
+    def shape(self) -> Any:
+        return self.model.shape
+
+    def forward(self, tokens: Any, positions: Any, attention: Any) -> Any:
+        return self.model(tokens, positions, attention)
+
+    def forward_rows(self, tokens: Any, positions: Any, attention: Any, rows: Any) -> Any:
+        self.asked.append(rows.tolist())
+        logits, hidden = self.model(tokens, positions, attention)
+        return logits[rows], hidden
+
+
+def test_extend_asks_a_row_logits_model_for_each_prompts_last_row(tiny: TinyLM) -> None:
+    """The worker hands a RowLogitsLM the rows asked and slices a plain model's logits to them,
+    alike; the engine's prefill asks for each prompt's last row only and generates the same
+    tokens as with a model without forward_rows."""
+    picker = RowPicker(tiny)
+    assert isinstance(picker, RowLogitsLM)
+    outs = []
+    for model in (tiny, picker):
+        worker = make_worker(model)
+        slots = [worker.alloc_request() for _ in SEQS]
+        outs.append(worker.forward(M.EXTEND, slots, SEQS, logit_rows=[6, 16, 20]))
+    assert outs[0][0].shape[0] == 3
+    torch.testing.assert_close(outs[0], outs[1], rtol=0, atol=0)
+    assert picker.asked == [[6, 16, 20]]
+    picker.asked.clear()
+    requests = [Request(f"r{i}", tuple(s), 6) for i, s in enumerate(SEQS)]
+    config = EngineConfig(context_len=64, max_running_requests=4)
+    plain = Engine("NONE", ModelSet(target=tiny), config).run(requests)
+    assert Engine("NONE", ModelSet(target=picker), config).run(requests) == plain
+    assert picker.asked == [[6, 16, 20]]

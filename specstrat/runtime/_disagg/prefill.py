@@ -42,11 +42,13 @@ class PrefillWorker:
         slots = [self.worker.alloc_request() for _ in requests]
         try:
             prompts = [list(r.prompt) for r in requests]
-            logits, hidden = self.worker.forward(ForwardMode.EXTEND, slots, prompts)
             lens = torch.tensor([len(p) for p in prompts])
             ends = lens.cumsum(0) - 1
+            logits, hidden = self.worker.forward(  # the last rows' logits only
+                ForwardMode.EXTEND, slots, prompts, logit_rows=ends.tolist()
+            )
             params = tuple(r.sampling for r in requests)
-            bonus, _ = choose_tokens(logits[ends], SamplingBatch.of(params), lens, DRAW_SAMPLE)
+            bonus, _ = choose_tokens(logits, SamplingBatch.of(params), lens, DRAW_SAMPLE)
             kv = [self.worker.export_kv(s) for s in slots]
             return TransferBatch(
                 rids=tuple(r.rid for r in requests),
