@@ -52,6 +52,7 @@ from specstrat.models import (
     LoadedModels,
     ModelSet,
     ModelShape,
+    RowLogitsLM,
 )
 from specstrat.protocols import (
     AcceptanceRule,
@@ -85,6 +86,7 @@ __all__ = [
     "GREEDY",
     "NGRAM",
     "NONE",
+    "RowLogitsLM",
     "STANDALONE",
     "Acceptance",
     "AcceptanceRule",

@@ -135,11 +135,12 @@ class CausalLM(Protocol):
 class RowLogitsLM(CausalLM, Protocol):
     """A causal LM that can leave out the LM head for rows whose logits nobody reads.
 
-    An EXTEND forward reads only the logits of each prompt's last row, and on a small model the
-    LM head over every prompt row is about a fifth of a prefill's work (SmolLM2: 28 of 135
-    million multiply-adds a row). The engine calls :meth:`forward_rows` there when a model has
-    it, and ``__call__`` everywhere else. Guarantees: the same forward as ``__call__`` (the same
-    attention calls, the same hidden states for every token) with the logits of ``rows`` only.
+    A prefill reads only the logits of each prompt's last row, and on a small model the LM head
+    is a large share of every row's work (by arithmetic, SmolLM2's is 28 of the 135 million
+    multiply-adds a row costs). The engine calls :meth:`forward_rows` for the target's prefill
+    (and disaggregation's prefill side) when a model has it, and ``__call__`` everywhere else.
+    Guarantees: the same forward as ``__call__`` (the same attention calls, the same hidden
+    states for every token) with the logits of ``rows`` only.
     """
 
     def forward_rows(

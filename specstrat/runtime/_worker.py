@@ -116,6 +116,8 @@ class ModelWorker:
             )
         param = next(model.parameters())
         self.model = model
+        #: The model, where it can leave the LM head out of rows nobody reads (settled once).
+        self._row_logits = model if isinstance(model, RowLogitsLM) else None
         self.shape = shape
         self.device, self.dtype = param.device, param.dtype
         self.context_len = context_len
@@ -304,7 +306,9 @@ class ModelWorker:
             max_q=max(counts),
             max_k=max(p + c for p, c in zip(prepared.prefix, counts, strict=True)),
             tree=attention,
-            logit_rows=None if logit_rows is None else torch.tensor(logit_rows, device=dev),
+            logit_rows=None
+            if logit_rows is None
+            else torch.tensor(logit_rows, dtype=torch.long, device=dev),
         )
 
     def execute(
@@ -334,17 +338,17 @@ class ModelWorker:
             tree=tree,
         )
         model, attention = self.model, PagedAttention(self.kv, batch)
-        picks = model if logit_rows is not None and isinstance(model, RowLogitsLM) else None
+        asked: int | None = None  # rows of logits a RowLogitsLM was asked for
         with torch.inference_mode():
-            if picks is not None and logit_rows is not None:
-                logits, hidden = picks.forward_rows(
+            if logit_rows is not None and self._row_logits is not None:
+                logits, hidden = self._row_logits.forward_rows(
                     batch.input_ids, batch.positions, attention, logit_rows
                 )
+                asked = int(logit_rows.numel())
             else:
                 logits, hidden = model(batch.input_ids, batch.positions, attention)
-        asked = None if picks is None or logit_rows is None else int(logit_rows.numel())
         check_model_outputs(model, self.shape, input_ids.shape[0], logits, hidden, asked)
-        if logit_rows is not None and picks is None:
+        if logit_rows is not None and asked is None:
             logits = logits[logit_rows]
         return logits, hidden
 

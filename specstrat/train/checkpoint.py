@@ -28,6 +28,7 @@ import torch
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.train.artifact import HeadMismatch
 from specstrat.train.capture import CapturedData, CapturedSequence
+from specstrat.train.self_written import given_source
 
 __all__ = ["CHECKPOINT_FORMAT", "MAY_DIFFER", "Checkpoint", "read_checkpoint", "save_checkpoint"]
 
@@ -73,7 +74,7 @@ class Checkpoint:
                 f"resume={where!r} was written with HeadConfig {diffs}; rerun with the "
                 f"checkpoint's values, or {_FIX}"
             )
-        if source != self.data.source:
+        if source != given_source(self.data.source):
             raise InvalidConfig(
                 f"resume={where!r} holds data from prompts {self.data.source!r}, but this run's "
                 f"prompts are {source!r}; pass the same prompts, or {_FIX}"

@@ -152,7 +152,7 @@ def distil(
     steps, loss = _fit(draft, run, deadline, progress and tqdm, student)
     agreement = student.agreement(draft, held, depth=config.eval_depth) if held.sequences else None
     facts = trained_fields(
-        (name, digest), (data.positions, source), (steps, loss), agreement, command
+        (name, digest), (data.positions, data.source), (steps, loss), agreement, command
     )
     return TrainedDraftLM(draft=draft, **facts)
 

@@ -41,9 +41,9 @@ class HeadConfig:
     :func:`~specstrat.train.default_block_layers`; ``block``: its placeholders, the drafts of one
     block, D - 1 for the widest D it serves; ``anchors``: the blocks trained per sequence and
     step); ``self_written``: prompts the target writes itself
-    (:func:`~specstrat.train.self_written_prompts`, sampled at ``repeat_temperature``, or 1.0
-    when that is 0) mixed evenly into the prompts, written within the first quarter of the
-    budget (0: none, the default)."""
+    (:func:`~specstrat.train.self_written_prompts`, sampled at ``max(temperature,
+    repeat_temperature)``, or 1.0 when both are 0, within the first quarter of the budget),
+    answered first, one for one with the prompts (0: none, the default)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192

@@ -48,7 +48,7 @@ from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer, fitting_prompts
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.prompts import interleave
-from specstrat.train.self_written import self_written_prompts
+from specstrat.train.self_written import self_written_prompts, written_source
 
 __all__ = ["TrainingRun", "collect", "train_head"]
 
@@ -112,7 +112,7 @@ def train_head(
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
     agreement = evaluate(head, held, depth=config.eval_depth) if held.sequences else None
     facts = trained_fields(
-        (name, digest), (data.positions, source), (steps, loss), agreement, command
+        (name, digest), (data.positions, data.source), (steps, loss), agreement, command
     )
     return TrainedHead(head=head, **facts)
 
@@ -130,15 +130,21 @@ def collect(
     ``prompts`` (``start``: the run's ``time.monotonic()`` start, which the budget counts from):
     captured a batch of prompts at a time, in the passes :func:`_passes` gives (generation and
     capture stop at half the budget; when that cuts the first pass short, the held-out prompts
-    keep their share of what was generated); ``bar``: a tqdm to show it in, or falsy."""
+    keep their share of what was generated); ``bar``: a tqdm to show it in, or falsy. With
+    ``config.self_written``, the prompts the target writes (those not among ``prompts``) are
+    split the same way and answered first, one for one with ``prompts``; ``source`` then
+    records how many it wrote (:func:`~specstrat.train.self_written.written_source`)."""
     budget = config.budget_seconds
     data_deadline = None if budget is None else start + budget / 2
     train_prompts, held_prompts = _split(prompts, config.held_out)
     if config.self_written:
-        own_train, own_held = _split(
-            _self_written(config, model, tokenizer, start), config.held_out
-        )
-        mixed = len(own_train)  # one for one while they last, so every one is generated first
+        given = set(prompts)
+        own = [p for p in _self_written(config, model, tokenizer, start) if p not in given]
+        if bar:
+            bar.write(f"the target wrote {len(own)} prompts ({config.self_written} asked)")
+        source = written_source(source, len(own))
+        own_train, own_held = _split(own, config.held_out)
+        mixed = len(own_train)  # one for one while they last, so they are answered first
         train_prompts = [*interleave(own_train, train_prompts[:mixed]), *train_prompts[mixed:]]
         held_prompts = list(interleave(held_prompts, own_held))
     with raw_model(model) as lm:

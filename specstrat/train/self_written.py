@@ -26,8 +26,17 @@ from typing import Any
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
+from specstrat.train.generation import generate
 
-__all__ = ["WritingAsk", "clean_document", "clean_request", "self_written_prompts", "writing_asks"]
+__all__ = [
+    "WritingAsk",
+    "clean_document",
+    "clean_request",
+    "given_source",
+    "self_written_prompts",
+    "writing_asks",
+    "written_source",
+]
 
 _WHO = (
     *("a student", "a curious child", "a retired teacher", "a nurse", "a shop owner"),
@@ -113,6 +122,18 @@ class WritingAsk:
     kind: str
     task: str
 
+    def __post_init__(self) -> None:
+        kinds = ("request", *_TASKS)
+        if self.kind not in kinds:
+            raise InvalidConfig(
+                f"WritingAsk.kind={self.kind!r} must be one of {', '.join(map(repr, kinds))}"
+            )
+        if "{doc}" not in self.task:
+            raise InvalidConfig(
+                f"WritingAsk.task={self.task!r} has no {{doc}} slot for the written text; "
+                'put "{doc}" where it goes ("{doc}" alone for a request)'
+            )
+
     def prompt(self, written: str) -> str | None:
         """The prompt made of the target's ``written`` answer to :attr:`ask`, or ``None`` when
         cleaning leaves nothing usable."""
@@ -159,12 +180,13 @@ def clean_request(text: str) -> str | None:
 
 def clean_document(text: str, *, max_chars: int = 1400) -> str | None:
     """The target's document cut after its last whole sentence within ``max_chars`` (a reply
-    cut off by its token limit ends mid-sentence), paragraphs kept; ``None`` when fewer than 15
-    words remain."""
+    cut off by its token limit ends mid-sentence), paragraphs kept; ``None`` when it has no
+    sentence end there or fewer than 15 words remain."""
     body = text.strip()[:max_chars]
     ends = [m.end() for m in re.finditer(r"[.!?][\"”']?(?=\s|$)", body)]
-    if ends:
-        body = body[: ends[-1]]
+    if not ends:
+        return None
+    body = body[: ends[-1]]
     body = "\n\n".join(" ".join(p.split()) for p in body.split("\n\n") if p.strip())
     return body if len(body.split()) >= 15 else None
 
@@ -184,8 +206,6 @@ def self_written_prompts(
     seed)``, made into prompts by :meth:`WritingAsk.prompt`; distinct, in the asks' order,
     answers that clean to nothing dropped, so at most ``count``. Generation stops early, keeping
     what it has, once ``time.monotonic()`` passes ``deadline``."""
-    from specstrat.train.generation import generate
-
     asks = writing_asks(count, seed)
     gens = generate(
         model,
@@ -199,3 +219,19 @@ def self_written_prompts(
     texts = (tokenizer.decode(g.tokens[g.prompt_len :], skip_special_tokens=True) for g in gens)
     made = (a.prompt(t) for a, t in zip(asks, texts, strict=False))
     return tuple(dict.fromkeys(p for p in made if p is not None))
+
+
+#: Between a run's prompt source and the count of prompts the target wrote for it.
+_WRITTEN = " + prompts written by the target: "
+
+
+def written_source(source: str, count: int) -> str:
+    """The data source of a run whose prompts ``source`` were joined by ``count`` prompts the
+    target wrote (what the head file's ``data_source`` records)."""
+    return f"{source}{_WRITTEN}{count}"
+
+
+def given_source(source: str) -> str:
+    """The prompts' own source in a data source :func:`written_source` may have extended (what
+    ``--resume`` compares with the run's prompts)."""
+    return source.split(_WRITTEN, 1)[0]

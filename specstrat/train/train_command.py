@@ -95,8 +95,6 @@ def train_command(args: argparse.Namespace) -> int:
         prompts, source = default_prompts(), DEFAULT_SOURCE
     else:
         prompts, source = read_prompts(args.prompts), str(Path(args.prompts).resolve())
-    if config.self_written:
-        source += f" + {config.self_written} written by the target (self_written_prompts)"
     resume = captured = None
     if args.data is not None:  # refused beside --resume before either file is read
         captured, source = _captured(args, config)

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from specstrat import CapacityError, InvalidConfig
+from specstrat.errors import ModelShapeError
 from specstrat.models import ModelSet, RowLogitsLM
 from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
 from specstrat.runtime._models.model import CausalAttention, TinyLM
@@ -279,3 +280,30 @@ def test_extend_asks_a_row_logits_model_for_each_prompts_last_row(tiny: TinyLM) 
     plain = Engine("NONE", ModelSet(target=tiny), config).run(requests)
     assert Engine("NONE", ModelSet(target=picker), config).run(requests) == plain
     assert picker.asked == [[6, 16, 20]]
+
+
+def test_a_prompt_split_over_forwards_asks_for_no_rows_until_its_last_piece(tiny: TinyLM) -> None:
+    """With chunked prefill, a forward holding only a prompt's first pieces asks for no logits,
+    and the tokens equal those of a model without forward_rows."""
+    picker = RowPicker(tiny)
+    requests = [Request("long", tuple(range(3, 15)), 5)]
+    config = EngineConfig(context_len=64, max_running_requests=2, chunked_prefill_size=5)
+    plain = Engine("NONE", ModelSet(target=tiny), config).run(requests)
+    assert Engine("NONE", ModelSet(target=picker), config).run(requests) == plain
+    assert picker.asked == [[], [], [1]]
+
+
+class AllRows(RowPicker):
+    """A RowLogitsLM whose forward_rows forgets the rows and returns every row's logits."""
+
+    def forward_rows(self, tokens: Any, positions: Any, attention: Any, rows: Any) -> Any:
+        return self.model(tokens, positions, attention)
+
+
+def test_a_forward_rows_returning_every_row_is_refused_by_name(tiny: TinyLM) -> None:
+    """A forward_rows that returns the wrong number of logit rows is a ModelShapeError naming
+    the rows asked."""
+    worker = make_worker(AllRows(tiny))
+    slots = [worker.alloc_request() for _ in SEQS]
+    with pytest.raises(ModelShapeError, match=r"21 rows of logits .* asked for 3 rows"):
+        worker.forward(M.EXTEND, slots, SEQS, logit_rows=[6, 16, 20])

@@ -2,7 +2,9 @@
 the target's answers are cleaned into prompts, a run mixes them one for one into its prompts
 and holds out their share, and bad counts are refused by name."""
 
+import argparse
 import json
+import time
 from typing import Any
 
 import pytest
@@ -10,16 +12,19 @@ import torch
 
 import specstrat.train.generation as generation
 import specstrat.train.loop as loop
+import specstrat.train.self_written as self_written
 from specstrat.errors import InvalidConfig
 from specstrat.train import (
     Generation,
     HeadConfig,
+    WritingAsk,
     clean_document,
     clean_request,
     self_written_prompts,
     train_head,
     writing_asks,
 )
+from specstrat.train.self_written import given_source, written_source
 from specstrat.train.train_flags import _count
 from tests.conftest import SPEC_BENCH, needs_spec_bench
 from tests.train.test_prompts import _runs
@@ -107,16 +112,21 @@ REPORT = "The town opened its new library on Monday. " * 4
 def test_self_written_prompts_make_each_answer_a_prompt(monkeypatch: pytest.MonkeyPatch) -> None:
     """A request's answer becomes the prompt, a document's goes into its task; an answer that
     cleans to nothing and a repeated prompt are dropped; the asks are sampled with the seed."""
-    answers = ["Question: Why is the sky blue at noon?", REPORT, "no", REPORT, "x"] * 2
+    answers = ["Question: Why is the sky blue at noon?", REPORT, "no", REPORT, "x", "A doc."]
+    answers += ["Tell me.", "no"]
     seen: list[dict[str, Any]] = []
-    monkeypatch.setattr(generation, "generate", _fake_generate(answers, seen))
+    monkeypatch.setattr(self_written, "generate", _fake_generate(answers, seen))
     prompts = self_written_prompts(None, _Bytes(), 8, seed=2, temperature=0.6)
     asks = writing_asks(8, seed=2)
     assert seen[0]["prompts"] == [a.ask for a in asks]
     assert (seen[0]["temperature"], seen[0]["seed"]) == (0.6, 2)
-    assert prompts[0] == "Why is the sky blue at noon?"
-    assert prompts[1] == asks[1].task.replace("{doc}", REPORT.strip())
-    assert len(prompts) == len(set(prompts)) <= 4
+    report = REPORT.strip()
+    want = (
+        "Why is the sky blue at noon?",
+        *(asks[i].task.replace("{doc}", report) for i in (1, 3)),
+    )
+    assert prompts == tuple(dict.fromkeys(want))
+    assert len(prompts) < len(want)  # two asks drew the same task: one prompt kept
 
 
 def test_a_run_mixes_self_written_prompts_one_for_one(
@@ -126,7 +136,13 @@ def test_a_run_mixes_self_written_prompts_one_for_one(
     given prompts, and hold out their share; the given prompts follow."""
     own = [f"Own question number {i} about rivers?" for i in range(10)]
     given = [f"Given prompt number {i}, please answer." for i in range(20)]
-    monkeypatch.setattr(loop, "self_written_prompts", lambda *a, **k: tuple(own))
+    calls: list[tuple[Any, ...]] = []
+
+    def written(model: Any, tokenizer: Any, count: int, **kwargs: Any) -> tuple[str, ...]:
+        calls.append((count, kwargs["seed"], kwargs["temperature"], kwargs["deadline"]))
+        return (given[0], *own)  # one of the given prompts: dropped
+
+    monkeypatch.setattr(loop, "self_written_prompts", written)
     captured: list[list[str]] = []
     real = generation.GenerationCapturer.capture
 
@@ -141,6 +157,29 @@ def test_a_run_mixes_self_written_prompts_one_for_one(
     assert train[:18] == [p for pair in zip(own[:9], given[:9], strict=True) for p in pair]
     assert train[18:] == given[9:18]
     assert sorted(held) == sorted([*given[18:], own[9]])
+    assert calls == [(10, 0, 0.7, None)]  # max(temperature, repeat_temperature); no budget
+
+
+def test_self_written_prompts_are_written_in_the_budgets_first_quarter(
+    monkeypatch: pytest.MonkeyPatch, engine_llama: Any, tokenizer: Any
+) -> None:
+    """Under a budget the target writes until a quarter of it, sampling at 1.0 when both
+    temperatures are 0; a prompt too long for the model's positions is dropped."""
+    deadlines: list[tuple[float, float]] = []
+
+    def written(model: Any, tokenizer: Any, count: int, **kwargs: Any) -> tuple[str, ...]:
+        deadlines.append((kwargs["deadline"], kwargs["temperature"]))
+        return ("Why do rivers bend?", "word " * 5000)
+
+    monkeypatch.setattr(loop, "self_written_prompts", written)
+    config = HeadConfig(
+        self_written=2, repeat_temperature=0.0, budget_seconds=8.0, epochs=1, max_new_tokens=4
+    )
+    start = time.monotonic()
+    data, _ = loop.collect(config, engine_llama, tokenizer, ["Say hi."] * 3, "p", start, None)
+    assert deadlines == [(start + 2.0, 1.0)]
+    assert data.source == written_source("p", 1)
+    assert given_source(data.source) == "p"
 
 
 @pytest.mark.parametrize("value", [-1, 1.5])
@@ -153,8 +192,23 @@ def test_head_config_refuses_a_bad_self_written_count(value: Any) -> None:
 def test_the_flag_refuses_a_negative_count() -> None:
     """--self-written takes an int >= 0 and names a bad one."""
     assert _count("12") == 12
-    with pytest.raises(Exception, match=r"'-3' is not an int >= 0"):
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'-3' is not an int >= 0"):
         _count("-3")
+
+
+@pytest.mark.parametrize(
+    ("kind", "task", "match"),
+    [
+        ("poem", "{doc}", r"WritingAsk\.kind='poem' must be one of 'request', 'article'"),
+        ("article", "Summarise it.", r"WritingAsk\.task='Summarise it\.' has no \{doc\} slot"),
+    ],
+)
+def test_an_ask_of_an_unknown_kind_or_without_a_slot_is_refused(
+    kind: str, task: str, match: str
+) -> None:
+    """A WritingAsk names a kind it does not know and a task with nowhere to put the text."""
+    with pytest.raises(InvalidConfig, match=match):
+        WritingAsk("Write something.", kind, task)
 
 
 @needs_spec_bench

@@ -25,6 +25,7 @@ from specstrat.train import (
     load_head,
     read_checkpoint,
 )
+from specstrat.train.self_written import written_source
 from tests.hf import tiny
 from tests.train.conftest import LEARNABLE_INIT
 
@@ -451,7 +452,4 @@ def test_self_written_prompts_are_recorded_in_the_source(
         assert main(_argv(model_dir, out, prompts_file, "--self-written", "3")) == 0
     head = load_head(out, load(model_dir).target)
     assert asked == [3]
-    assert (
-        head.data_source
-        == f"{prompts_file.resolve()} + 3 written by the target (self_written_prompts)"
-    )
+    assert head.data_source == written_source(str(prompts_file.resolve()), 1)

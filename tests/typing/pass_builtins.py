@@ -28,6 +28,7 @@ from specstrat import (
     LoadedModels,
     ModelSet,
     ModelShape,
+    RowLogitsLM,
     SpecAlgorithm,
     SpeculationPolicy,
     TargetVerifyPolicy,
@@ -35,6 +36,7 @@ from specstrat import (
     TreeShape,
     WidthChooser,
 )
+from specstrat.hf import HFCausalLM
 from specstrat.strategies import (
     BatchScheduleSpeculationPolicy,
     BlockDrafterFactory,
@@ -153,6 +155,11 @@ def no_history(slot: int) -> Sequence[int]:
 def draft_lm_drafter(runner: DraftKV) -> Drafter[None]:
     """A draft-LM drafter needs a KV runner, which only the engine makes."""
     return DraftModelDrafter(runner, no_history)
+
+
+def row_logits(model: HFCausalLM) -> RowLogitsLM:
+    """A wrapped Hugging Face model leaves the LM head out of rows a prefill does not read."""
+    return model
 
 
 lm: CausalLM = ToyLM()
