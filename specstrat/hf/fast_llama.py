@@ -34,7 +34,7 @@ from specstrat.hf.fast_llama_weights import (
     llama_classes,
     plain_weight,
 )
-from specstrat.hf.matmul_padding import head_padding
+from specstrat.hf.matmul_padding import MatmulPlan, matmul_plan
 from specstrat.models import AttentionBackend
 
 #: ``(tokens, positions, backend) -> (logits, hidden)``: a forward to check the fast one by.
@@ -76,8 +76,8 @@ def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaFo
             if not gap <= tolerance * float(want.float().abs().max()):
                 return None
         fast.adopt()
-        if device.type == "cpu":  # where one matmul shape can cost more than a larger one
-            fast.head_rows = head_padding(model.lm_head.weight)
+        if device.type == "cpu":  # where torch's kernel for a few rows can be a poor pick
+            fast.plan = matmul_plan(model.lm_head.weight)
     except Exception:  # a forward the fast path cannot build: transformers' forward runs
         return None
     return fast
@@ -93,8 +93,8 @@ class FastLlamaForward:
         self._model = model
         self._layers = tuple(fused_layer(layer) for layer in decoder_layers(model))
         self._watch: ModelWatch | None = None
-        #: Rows the LM head's matmul is padded to, by rows it has (see :func:`head_padding`).
-        self.head_rows: dict[int, int] = {}
+        #: How each projection's matmul runs, by its rows (see :func:`matmul_plan`).
+        self.plan = MatmulPlan()
 
     @classmethod
     def of(cls, model: Any) -> FastLlamaForward | None:
@@ -175,32 +175,27 @@ class FastLlamaForward:
         cos, sin = base.rotary_emb(x, positions[None])
         cos, sin = cos[0, :, None], sin[0, :, None]  # [n, 1, d]
         outputs: dict[int, torch.Tensor] = {}
-        last = len(self._layers) - 1
+        last, linear = len(self._layers) - 1, self.plan.linear
         for index, w in enumerate(self._layers):
             q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
-            qkv = F.linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias)
+            qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias)
             q = qkv[:, :q_width].view(n, w.heads, w.head_dim)
             k = qkv[:, q_width : q_width + kv_width].view(n, w.kv_heads, w.head_dim)
             v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
             o = w.attn.o_proj
-            x = x + F.linear(out.reshape(n, q_width), o.weight, o.bias)
-            gate_up = F.linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias)
+            x = x + linear(out.reshape(n, q_width), o.weight, o.bias)
+            gate_up = linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias)
             gate, up = gate_up.chunk(2, dim=-1)
             down = w.mlp.down_proj
-            x = x + F.linear(w.mlp.act_fn(gate) * up, down.weight, down.bias)
+            x = x + linear(w.mlp.act_fn(gate) * up, down.weight, down.bias)
             if index in keep or (keep and index == last):
                 outputs[index] = x[None]
         final = _rms(x, base.norm)
         head = model.lm_head
         read = final if rows is None else final[rows]
-        m = read.shape[0]
-        padded_rows = self.head_rows.get(m, m)
-        if padded_rows == m:
-            return F.linear(read, head.weight, head.bias), final, outputs
-        padded = F.pad(read, (0, 0, 0, padded_rows - m))
-        return F.linear(padded, head.weight, head.bias)[:m], final, outputs
+        return linear(read, head.weight, head.bias), final, outputs
 
 
 def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> None:

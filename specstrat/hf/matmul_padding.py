@@ -1,49 +1,106 @@
-"""Padding a matmul to the row count this machine runs fastest.
+"""Running each matmul of a few rows the way this machine runs it fastest.
 
-On some CPUs a matmul of a few rows costs more than one of a few more (torch picks another
-kernel by shape): :func:`head_padding` times the row counts once and says which to pad, and
-:class:`~specstrat.hf.fast_llama.FastLlamaForward` pads its LM head's matmul by it.
+On a CPU, torch picks a kernel for ``F.linear(x, W)`` by shape, and for a few rows the pick can
+be poor: on one 2-core AMD EPYC host (torch 2.13), SmolLM2's LM head took 12.4, 28.3, 41.1 and
+22.9 ms for 1, 2, 3 and 4 rows, and the same product written ``(W @ x.T).T`` or, for one row,
+``W @ x`` ran on other kernels that were faster at 1 to 4 rows and slower at 8. :func:`matmul_plan`
+times each way of computing a matmul of 1 .. :data:`PAD_ROWS` rows once, on the LM head
+(the largest matrix, read from memory as every layer's are in a forward), and
+:class:`MatmulPlan` runs every projection of
+:class:`~specstrat.hf.fast_llama.FastLlamaForward` the way it chose: ``linear`` (``F.linear``),
+``mm`` (``W @ x.T``) or ``mv`` (``W @ x`` for one row), on the rows it has or padded with zero
+rows to a count that runs faster. Every way computes the same product; only the order of the
+sums, and so the last bits of float rounding, may differ.
 """
 
 from __future__ import annotations
 
 import statistics
 import time
+from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["PAD_GAIN", "PAD_ROWS", "head_padding"]
+__all__ = ["FORMS", "PAD_GAIN", "PAD_ROWS", "MatmulPlan", "matmul_plan"]
 
 
-#: Row counts :func:`head_padding` times, and how much faster a padded matmul must be to pad.
+#: Row counts :func:`matmul_plan` times, and how much faster another way must be to be taken.
 PAD_ROWS, PAD_GAIN = 8, 0.85
 
 
-def _matmul_seconds(weight: torch.Tensor, rows: int, repeats: int) -> float:
-    """The median time of ``repeats`` matmuls of ``rows`` rows by ``weight``, after one."""
+def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return F.linear(x, w)
+
+
+def _mm(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.mm(w, x.t()).t()
+
+
+def _mv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    return torch.mv(w, x[0])[None]
+
+
+#: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name.
+FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "linear": _linear,
+    "mm": _mm,
+    "mv": _mv,
+}
+
+
+def _matmul_seconds(weight: torch.Tensor, rows: int, repeats: int, form: str = "linear") -> float:
+    """The median time of ``repeats`` matmuls of ``rows`` rows by ``weight`` computed the
+    ``form`` way, after one."""
     x = torch.zeros(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
     times = []
     with torch.inference_mode():
         for i in range(repeats + 1):
             start = time.perf_counter()
-            F.linear(x, weight)
+            FORMS[form](x, weight)
             if i:
                 times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-def head_padding(weight: torch.Tensor, repeats: int = 3) -> dict[int, int]:
-    """For ``n`` of 1 .. :data:`PAD_ROWS` rows, the row count ``m >= n`` at which a matmul by
-    ``weight`` (the LM head) runs fastest, where that beats ``n`` rows by :data:`PAD_GAIN`;
-    rows missing from the map are not padded. Timed on this machine, each count's median of
-    ``repeats`` after a warm-up: on one 2-core AMD EPYC host, SmolLM2's LM head took 12.4, 28.3,
-    41.1 and 22.9 ms for 1, 2, 3 and 4 rows (torch 2.13, two threads), so 2 and 3 rows (a
-    verify of 2 or 3 tokens) ran fastest padded to 4; an Intel host showed no such step."""
-    cost = {rows: _matmul_seconds(weight, rows, repeats) for rows in range(1, PAD_ROWS + 1)}
-    padding: dict[int, int] = {}
-    for rows in cost:
-        best = min(range(rows, PAD_ROWS + 1), key=lambda m: cost[m])
-        if best != rows and cost[best] < PAD_GAIN * cost[rows]:
-            padding[rows] = best
-    return padding
+class MatmulPlan:
+    """How :meth:`linear` computes a matmul of ``n`` rows: ``ways[n] = (form, rows)``, the
+    :data:`FORMS` entry and the row count to pad to; ``F.linear`` on the rows it has where ``n``
+    has no entry (the empty plan runs everything so)."""
+
+    def __init__(self, ways: dict[int, tuple[str, int]] | None = None) -> None:
+        self.ways = dict(ways or {})
+
+    def linear(
+        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """``F.linear(x, weight, bias)`` for ``x [n, in]``, computed the way the plan says for
+        ``n`` rows; contiguous ``[n, out]``."""
+        n = x.shape[0]
+        way = self.ways.get(n)
+        if way is None:
+            return F.linear(x, weight, bias)
+        form, rows = way
+        padded = x if rows == n else F.pad(x, (0, 0, 0, rows - n))
+        out = FORMS[form](padded, weight)[:n]
+        out = out if bias is None else out + bias
+        return out.contiguous()
+
+
+def matmul_plan(weight: torch.Tensor, repeats: int = 3) -> MatmulPlan:
+    """For ``n`` of 1 .. :data:`PAD_ROWS` rows, the fastest way (a :data:`FORMS` entry, on
+    ``m >= n`` rows padded) of a matmul by ``weight``, timed on this machine, each way's median
+    of ``repeats`` after a warm-up; kept only where it beats ``F.linear`` on ``n`` rows by
+    :data:`PAD_GAIN`."""
+    cost = {
+        (form, rows): _matmul_seconds(weight, rows, repeats, form)
+        for rows in range(1, PAD_ROWS + 1)
+        for form in FORMS
+        if form != "mv" or rows == 1
+    }
+    ways: dict[int, tuple[str, int]] = {}
+    for n in range(1, PAD_ROWS + 1):
+        form, rows = min((way for way in cost if way[1] >= n), key=lambda way: cost[way])
+        if (form, rows) != ("linear", n) and cost[form, rows] < PAD_GAIN * cost["linear", n]:
+            ways[n] = (form, rows)
+    return MatmulPlan(ways)
