@@ -4,7 +4,8 @@ Two figures, each from interleaved rounds on the same weights (``HFCausalLM(fast
 wraps the model ``load`` returned):
 
 - the forward alone, ``n`` tokens through dense probe attention (no KV cache), median of
-  ``--repeats`` calls each;
+  ``--repeats`` calls each, the fast forward also with ``F.linear`` for every matmul (what its
+  load-time matmul plan, :func:`~specstrat.hf.matmul_padding.matmul_plan`, replaces);
 - target-only decoding in the engine on the code-editing prompts (``--requests``,
   ``--max-new-tokens``), median of ``--rounds`` runs each, outputs checked equal.
 
@@ -25,6 +26,7 @@ import torch
 from specstrat.hf import HFCausalLM, load
 from specstrat.hf.attention_probe import Probe
 from specstrat.hf.code_workload import code_prompts
+from specstrat.hf.matmul_padding import MatmulPlan
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig
 
@@ -41,17 +43,36 @@ def _median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str
 
 
 def _forward_line(slow: HFCausalLM, fast: HFCausalLM, n: int, repeats: int) -> str:
+    """The forward of ``n`` tokens: the fast forward with its load-time matmul plan, the same
+    forward with ``F.linear`` for every matmul (an empty plan), and transformers' forward."""
+    forward = fast.fast_forward
+    assert forward is not None
+    planned = forward.plan, forward.head_plan
     tokens, positions = torch.arange(n) + 100, torch.arange(n) + 50
+
+    def with_plan(plans: tuple[MatmulPlan, MatmulPlan]) -> Callable[[], object]:
+        def call() -> object:
+            forward.plan, forward.head_plan = plans
+            try:
+                return fast(tokens, positions, Probe())
+            finally:
+                forward.plan, forward.head_plan = planned
+
+        return call
+
     ms = _median_ms(
         {
             "transformers": lambda: slow(tokens, positions, Probe()),
-            "fast": lambda: fast(tokens, positions, Probe()),
+            "fast": with_plan(planned),
+            "linear": with_plan((MatmulPlan(), MatmulPlan())),
         },
         repeats,
     )
     return (
-        f"forward, {n} token(s): fast {ms['fast']:.1f} ms, transformers "
-        f"{ms['transformers']:.1f} ms, {ms['transformers'] / ms['fast']:.2f}x"
+        f"forward, {n} token(s): fast {ms['fast']:.1f} ms, fast with F.linear only "
+        f"{ms['linear']:.1f} ms, transformers {ms['transformers']:.1f} ms; plan "
+        f"{ms['linear'] / ms['fast']:.2f}x, against transformers "
+        f"{ms['transformers'] / ms['fast']:.2f}x"
     )
 
 
@@ -71,8 +92,12 @@ def main() -> None:
     target = HFCausalLM(fast.target.model, vocab_size=fast.target.vocab_size, fast=False)
     slow = dataclasses.replace(fast, target=target)
     print(f"torch threads {args.threads}; medians, fast forward against transformers' forward")
+    assert fast.target.fast_forward is not None
+    forward = fast.target.fast_forward
+    print(f"matmul plan (rows: way, padded rows), layers: {forward.plan.ways}")
+    print(f"LM head: {forward.head_plan.ways}")
     with torch.inference_mode():
-        for n in (1, 4):
+        for n in (1, 2, 3, 4, 8):
             print(_forward_line(slow.target, fast.target, n, args.repeats))
     requests = [
         fast.request(f"r{i}", args.max_new_tokens, messages=[{"role": "user", "content": text}])

@@ -42,7 +42,7 @@ AttentionCall = Callable[
     [torch.Tensor, torch.Tensor, AttentionBackend], tuple[torch.Tensor, torch.Tensor]
 ]
 
-__all__ = ["PROBE_TOLERANCE", "AttentionCall", "FastLlamaForward", "proven"]
+__all__ = ["PLAN_LAYERS", "PROBE_TOLERANCE", "AttentionCall", "FastLlamaForward", "proven"]
 
 #: The largest difference between the fast forward's logits (and hidden state) and
 #: transformers' on the probe sequence, relative to their largest magnitude, at which the fast
@@ -50,6 +50,10 @@ __all__ = ["PROBE_TOLERANCE", "AttentionCall", "FastLlamaForward", "proven"]
 #: sum in another order: float32 SmolLM2 differs by under 1e-6 of the range; a real difference
 #: in arithmetic (a missed bias, another norm) is orders above this.
 PROBE_TOLERANCE = 1e-4
+
+#: Decoder layers whose matmuls the layers' plan is timed on: enough weights (SmolLM2: 113 MB)
+#: to be read from memory, as a forward reads them, in a fraction of a second.
+PLAN_LAYERS = 8
 
 
 def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaForward | None:
@@ -77,7 +81,8 @@ def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaFo
                 return None
         fast.adopt()
         if device.type == "cpu":  # where torch's kernel for a few rows can be a poor pick
-            fast.plan = matmul_plan(model.lm_head.weight)
+            fast.plan = matmul_plan(fast.layer_weights(PLAN_LAYERS))
+            fast.head_plan = matmul_plan([model.lm_head.weight])
     except Exception:  # a forward the fast path cannot build: transformers' forward runs
         return None
     return fast
@@ -93,8 +98,9 @@ class FastLlamaForward:
         self._model = model
         self._layers = tuple(fused_layer(layer) for layer in decoder_layers(model))
         self._watch: ModelWatch | None = None
-        #: How each projection's matmul runs, by its rows (see :func:`matmul_plan`).
-        self.plan = MatmulPlan()
+        #: How each layer projection's matmul runs, and the LM head's, by their rows (see
+        #: :func:`~specstrat.hf.matmul_padding.matmul_plan`; empty: ``F.linear`` throughout).
+        self.plan, self.head_plan = MatmulPlan(), MatmulPlan()
 
     @classmethod
     def of(cls, model: Any) -> FastLlamaForward | None:
@@ -151,6 +157,15 @@ class FastLlamaForward:
                         start += int(part.weight.shape[0])
         self._watch = ModelWatch(self._model)
 
+    def layer_weights(self, layers: int) -> list[torch.Tensor]:
+        """The weights of the first ``layers`` decoder layers' matmuls, in the order a forward
+        runs them (what :func:`~specstrat.hf.matmul_padding.matmul_plan` times)."""
+        return [
+            weight
+            for w in self._layers[:layers]
+            for weight in (w.qkv, w.attn.o_proj.weight, w.gate_up, w.mlp.down_proj.weight)
+        ]
+
     def current(self) -> bool:
         """Whether the model still has the modules, hooks and weights this forward was adopted
         with."""
@@ -195,7 +210,7 @@ class FastLlamaForward:
         final = _rms(x, base.norm)
         head = model.lm_head
         read = final if rows is None else final[rows]
-        return linear(read, head.weight, head.bias), final, outputs
+        return self.head_plan.linear(read, head.weight, head.bias), final, outputs
 
 
 def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> None:

@@ -4,9 +4,8 @@ On a CPU, torch picks a kernel for ``F.linear(x, W)`` by shape, and for a few ro
 be poor: on one 2-core AMD EPYC host (torch 2.13), SmolLM2's LM head took 12.4, 28.3, 41.1 and
 22.9 ms for 1, 2, 3 and 4 rows, and the same product written ``(W @ x.T).T`` or, for one row,
 ``W @ x`` ran on other kernels that were faster at 1 to 4 rows and slower at 8. :func:`matmul_plan`
-times each way of computing a matmul of 1 .. :data:`PAD_ROWS` rows once, on the LM head
-(the largest matrix, read from memory as every layer's are in a forward), and
-:class:`MatmulPlan` runs every projection of
+times each way of computing a matmul of the rows in :data:`PLAN_ROWS` once, over a model's
+layer projections and again over its LM head, and :class:`MatmulPlan` runs every projection of
 :class:`~specstrat.hf.fast_llama.FastLlamaForward` the way it chose: ``linear`` (``F.linear``),
 ``mm`` (``W @ x.T``) or ``mv`` (``W @ x`` for one row), on the rows it has or padded with zero
 rows to a count that runs faster. Every way computes the same product; only the order of the
@@ -17,16 +16,20 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FORMS", "PAD_GAIN", "PAD_ROWS", "MatmulPlan", "matmul_plan"]
+__all__ = ["FORMS", "PAD_GAIN", "PLAN_ROWS", "MatmulPlan", "matmul_plan"]
 
 
-#: Row counts :func:`matmul_plan` times, and how much faster another way must be to be taken.
-PAD_ROWS, PAD_GAIN = 8, 0.85
+#: Row counts :func:`matmul_plan` times (a plan covers 1 .. the last), and how much faster
+#: another way must be than ``F.linear`` to be taken.
+PLAN_ROWS, PAD_GAIN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16), 0.85
+
+#: Plans measured in this process, by device, dtype, torch threads and weight shapes.
+_MEASURED: dict[tuple[object, ...], MatmulPlan] = {}
 
 
 def _linear(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
@@ -49,15 +52,18 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _matmul_seconds(weight: torch.Tensor, rows: int, repeats: int, form: str = "linear") -> float:
-    """The median time of ``repeats`` matmuls of ``rows`` rows by ``weight`` computed the
-    ``form`` way, after one."""
-    x = torch.zeros(rows, weight.shape[1], dtype=weight.dtype, device=weight.device)
+def _matmul_seconds(
+    weights: Sequence[torch.Tensor], rows: int, repeats: int, form: str = "linear"
+) -> float:
+    """The median time of ``repeats`` passes, after one, of a matmul of ``rows`` rows by each
+    of ``weights`` in turn, computed the ``form`` way."""
+    inputs = [torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
     times = []
     with torch.inference_mode():
         for i in range(repeats + 1):
             start = time.perf_counter()
-            FORMS[form](x, weight)
+            for x, w in zip(inputs, weights, strict=True):
+                FORMS[form](x, w)
             if i:
                 times.append(time.perf_counter() - start)
     return statistics.median(times)
@@ -87,20 +93,29 @@ class MatmulPlan:
         return out.contiguous()
 
 
-def matmul_plan(weight: torch.Tensor, repeats: int = 3) -> MatmulPlan:
-    """For ``n`` of 1 .. :data:`PAD_ROWS` rows, the fastest way (a :data:`FORMS` entry, on
-    ``m >= n`` rows padded) of a matmul by ``weight``, timed on this machine, each way's median
-    of ``repeats`` after a warm-up; kept only where it beats ``F.linear`` on ``n`` rows by
-    :data:`PAD_GAIN`."""
+def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 2) -> MatmulPlan:
+    """For ``n`` of 1 .. ``PLAN_ROWS[-1]`` rows, the fastest way (a :data:`FORMS` entry, on
+    ``m >= n`` rows of :data:`PLAN_ROWS`, padded) of a matmul by each of ``weights`` in turn
+    (matrices read from memory, as a forward reads them, not from cache), timed on this
+    machine, each way's median of ``repeats`` after a warm-up; kept only where it beats
+    ``F.linear`` on ``n`` rows by :data:`PAD_GAIN` (a row count :data:`PLAN_ROWS` lacks is
+    compared with the next it has). Measured once per process for the same device, dtype,
+    torch threads and shapes."""
+    first = weights[0]
+    key = (first.device, first.dtype, torch.get_num_threads(), *(w.shape for w in weights))
+    if key in _MEASURED:
+        return _MEASURED[key]
     cost = {
-        (form, rows): _matmul_seconds(weight, rows, repeats, form)
-        for rows in range(1, PAD_ROWS + 1)
+        (form, rows): _matmul_seconds(weights, rows, repeats, form)
+        for rows in PLAN_ROWS
         for form in FORMS
         if form != "mv" or rows == 1
     }
     ways: dict[int, tuple[str, int]] = {}
-    for n in range(1, PAD_ROWS + 1):
+    for n in range(1, PLAN_ROWS[-1] + 1):
+        plain = min(rows for rows in PLAN_ROWS if rows >= n)
         form, rows = min((way for way in cost if way[1] >= n), key=lambda way: cost[way])
-        if (form, rows) != ("linear", n) and cost[form, rows] < PAD_GAIN * cost["linear", n]:
+        if (form, rows) != ("linear", n) and cost[form, rows] < PAD_GAIN * cost["linear", plain]:
             ways[n] = (form, rows)
-    return MatmulPlan(ways)
+    _MEASURED[key] = plan = MatmulPlan(ways)
+    return plan

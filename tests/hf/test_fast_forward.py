@@ -260,19 +260,28 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
 ) -> None:
     """matmul_plan picks, per row count, the cheapest form on as many rows or more, only where
     it beats F.linear on the rows by PAD_GAIN (with the EPYC host's F.linear costs and a
-    slower mm, 2 and 3 rows pad to 4; one row runs mv)."""
+    slower mm, 2 and 3 rows pad to 4; one row runs mv), and measures a shape once."""
     from specstrat.hf import matmul_padding
 
     linear = {1: 12.4, 2: 28.3, 3: 41.1, 4: 22.9, 5: 30.0, 6: 29.4, 7: 30.0, 8: 24.2}
+    linear |= {12: 40.0, 16: 50.0}
     costs = {"linear": linear, "mm": {n: 100.0 for n in linear}, "mv": {1: 9.0}}
-    monkeypatch.setattr(
-        matmul_padding, "_matmul_seconds", lambda w, rows, repeats, form: costs[form][rows]
-    )
-    plan = matmul_padding.matmul_plan(torch.zeros(8, 4))
+    timed: list[int] = []
+
+    def seconds(weights: Any, rows: int, repeats: int, form: str) -> float:
+        timed.append(rows)
+        return costs[form][rows]
+
+    monkeypatch.setattr(matmul_padding, "_matmul_seconds", seconds)
+    monkeypatch.setattr(matmul_padding, "_MEASURED", {})
+    plan = matmul_padding.matmul_plan([torch.zeros(8, 4)])
     pad = {n: ("linear", m) for n, m in {2: 4, 3: 4, 5: 8, 6: 8, 7: 8}.items()}
     assert plan.ways == {1: ("mv", 1), **pad}
+    assert matmul_padding.matmul_plan([torch.zeros(8, 4)]) is plan
+    assert len(timed) == 2 * len(matmul_padding.PLAN_ROWS) + 1
     costs["mm"] = {n: 10.0 for n in linear}
-    assert matmul_padding.matmul_plan(torch.zeros(8, 4)).ways[4] == ("mm", 4)
+    ways = matmul_padding.matmul_plan([torch.zeros(8, 5)]).ways
+    assert (ways[4], ways[9], ways[16]) == (("mm", 4), ("mm", 12), ("mm", 16))
 
 
 WAYS = [("linear", 8), ("mm", 3), ("mm", 8), ("mv", 1)]
@@ -285,7 +294,7 @@ def test_every_way_of_the_plan_gives_the_forwards_logits(form: str, rows: int) -
     slow, fast = _both(_randomised(tiny.model("llama")))
     assert fast.fast_forward is not None
     n = 1 if form == "mv" else min(rows, 3)
-    fast.fast_forward.plan = MatmulPlan({n: (form, rows)})
+    fast.fast_forward.plan = fast.fast_forward.head_plan = MatmulPlan({n: (form, rows)})
     tokens, positions = TOKENS[:n], POSITIONS[:n]
     with torch.inference_mode():
         want, got = slow(tokens, positions, Probe()), fast(tokens, positions, Probe())
