@@ -25,7 +25,8 @@ from specstrat.drafting import SamplingParams
 from specstrat.errors import PluginLoadError, SpecstratError
 from specstrat.registry import default_registry
 from specstrat.strategies.tree import TopkTree
-from specstrat.train.train_command import add_train_parser, train_command
+from specstrat.train.train_command import train_command
+from specstrat.train.train_flags import add_train_parser
 
 __all__ = ["build_parser", "main"]
 

@@ -30,9 +30,8 @@ from specstrat.train.generation import fitting_prompts
 from specstrat.train.head_config import HeadConfig
 from specstrat.train.loop import train_head
 from specstrat.train.prompts import default_prompts, read_prompts
-from specstrat.train.train_flags import add_train_parser
 
-__all__ = ["DEFAULT_SOURCE", "add_train_parser", "checkpoint_path", "train_command"]
+__all__ = ["DEFAULT_SOURCE", "checkpoint_path", "train_command"]
 
 #: The ``data_source`` of a head trained on :func:`~specstrat.train.default_prompts`.
 DEFAULT_SOURCE = "default pool (specstrat.train.default_prompts)"
