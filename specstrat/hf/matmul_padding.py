@@ -14,7 +14,6 @@ sums, and so the last bits of float rounding, may differ.
 
 from __future__ import annotations
 
-import statistics
 import time
 from collections.abc import Callable, Sequence
 
@@ -52,21 +51,15 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 }
 
 
-def _matmul_seconds(
-    weights: Sequence[torch.Tensor], rows: int, repeats: int, form: str = "linear"
-) -> float:
-    """The median time of ``repeats`` passes, after one, of a matmul of ``rows`` rows by each
-    of ``weights`` in turn, computed the ``form`` way."""
+def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "linear") -> float:
+    """The time of one pass of a matmul of ``rows`` rows by each of ``weights`` in turn,
+    computed the ``form`` way."""
     inputs = [torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
-    times = []
     with torch.inference_mode():
-        for i in range(repeats + 1):
-            start = time.perf_counter()
-            for x, w in zip(inputs, weights, strict=True):
-                FORMS[form](x, w)
-            if i:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times)
+        start = time.perf_counter()
+        for x, w in zip(inputs, weights, strict=True):
+            FORMS[form](x, w)
+        return time.perf_counter() - start
 
 
 class MatmulPlan:
@@ -93,11 +86,12 @@ class MatmulPlan:
         return out.contiguous()
 
 
-def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 2) -> MatmulPlan:
+def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan:
     """For ``n`` of 1 .. ``PLAN_ROWS[-1]`` rows, the fastest way (a :data:`FORMS` entry, on
     ``m >= n`` rows of :data:`PLAN_ROWS`, padded) of a matmul by each of ``weights`` in turn
     (matrices read from memory, as a forward reads them, not from cache), timed on this
-    machine, each way's median of ``repeats`` after a warm-up; kept only where it beats
+    machine, each way's fastest of ``repeats`` rounds after a warm-up round, the ways
+    interleaved within a round; kept only where it beats
     ``F.linear`` on ``n`` rows by :data:`PAD_GAIN` (a row count :data:`PLAN_ROWS` lacks is
     compared with the next it has). Measured once per process for the same device, dtype,
     torch threads and shapes."""
@@ -105,17 +99,18 @@ def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 2) -> MatmulPlan
     key = (first.device, first.dtype, torch.get_num_threads(), *(w.shape for w in weights))
     if key in _MEASURED:
         return _MEASURED[key]
-    cost = {
-        (form, rows): _matmul_seconds(weights, rows, repeats, form)
-        for rows in PLAN_ROWS
-        for form in FORMS
-        if form != "mv" or rows == 1
-    }
-    ways: dict[int, tuple[str, int]] = {}
+    ways = [(form, rows) for rows in PLAN_ROWS for form in FORMS if form != "mv" or rows == 1]
+    cost = dict.fromkeys(ways, float("inf"))
+    for round_ in range(repeats + 1):  # interleaved, so a busy moment slows every way alike
+        for way in ways:
+            seconds = _matmul_seconds(weights, way[1], way[0])
+            if round_:  # round 0 warms every way up
+                cost[way] = min(cost[way], seconds)
+    chosen: dict[int, tuple[str, int]] = {}
     for n in range(1, PLAN_ROWS[-1] + 1):
         plain = min(rows for rows in PLAN_ROWS if rows >= n)
         form, rows = min((way for way in cost if way[1] >= n), key=lambda way: cost[way])
         if (form, rows) != ("linear", n) and cost[form, rows] < PAD_GAIN * cost["linear", plain]:
-            ways[n] = (form, rows)
-    _MEASURED[key] = plan = MatmulPlan(ways)
+            chosen[n] = (form, rows)
+    _MEASURED[key] = plan = MatmulPlan(chosen)
     return plan
