@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from specstrat import CapacityError, InvalidConfig
-from specstrat.errors import ModelShapeError
+from specstrat.errors import EngineStateError, ModelShapeError
 from specstrat.models import ModelSet, RowLogitsLM
 from specstrat.runtime import Engine, EngineConfig, ForwardMode, Request
 from specstrat.runtime._models.model import CausalAttention, TinyLM
@@ -307,3 +307,32 @@ def test_a_forward_rows_returning_every_row_is_refused_by_name(tiny: TinyLM) -> 
     slots = [worker.alloc_request() for _ in SEQS]
     with pytest.raises(ModelShapeError, match=r"21 rows of logits .* asked for 3 rows"):
         worker.forward(M.EXTEND, slots, SEQS, logit_rows=[6, 16, 20])
+
+
+class FailsOnce(RowPicker):
+    """A RowLogitsLM whose first forward_rows raises, as a fault mid-prefill would."""
+
+    def forward_rows(self, tokens: Any, positions: Any, attention: Any, rows: Any) -> Any:
+        if not self.asked:
+            self.asked.append([])
+            raise RuntimeError("injected fault in forward_rows")
+        return super().forward_rows(tokens, positions, attention, rows)
+
+
+def test_a_fault_in_forward_rows_leaks_nothing_and_the_next_run_is_right(tiny: TinyLM) -> None:
+    """A forward_rows that raises mid-prefill frees every slot and KV token and closes the
+    engine by name; a new engine over the same model then generates what a model without
+    forward_rows generates."""
+    requests = [Request(f"r{i}", tuple(s), 6) for i, s in enumerate(SEQS)]
+    config = EngineConfig(context_len=64, max_running_requests=4)
+    plain = Engine("NONE", ModelSet(target=tiny), config).run(requests)
+    engine = Engine("NONE", ModelSet(target=FailsOnce(tiny)), config)
+    slots, kv = engine.free_slots, engine.free_kv_tokens
+    with pytest.raises(RuntimeError, match=r"injected fault in forward_rows"):
+        engine.run(requests)
+    assert (engine.free_slots, engine.free_kv_tokens) == (slots, kv)
+    with pytest.raises(EngineStateError, match=r"closed after a failed run \(RuntimeError"):
+        engine.run(requests)
+    spent = FailsOnce(tiny)
+    spent.asked.append([])  # its one fault already spent
+    assert Engine("NONE", ModelSet(target=spent), config).run(requests) == plain
