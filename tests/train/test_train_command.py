@@ -272,7 +272,7 @@ def test_the_default_pool_under_a_budget(
     model's 512 positions (said on stderr), and --budget (minutes) with no --epochs trains
     until the budget ends."""
     out = tmp_path / "head.safetensors"
-    argv = ["train", "--model", str(model_dir), "--out", str(out), *FLAGS, "--budget", "0.05"]
+    argv = ["train", "--model", str(model_dir), "--out", str(out), *FLAGS, "--budget", "0.1"]
     assert main([*argv, "--threads", "1"]) == 0
     captured = capsys.readouterr()
     assert "positions from default pool" in captured.out
