@@ -94,8 +94,8 @@ def main() -> None:
     print(f"torch threads {args.threads}; medians, fast forward against transformers' forward")
     assert fast.target.fast_forward is not None
     forward = fast.target.fast_forward
-    print(f"matmul plan (rows: way, padded rows), layers: {forward.plan.ways}")
-    print(f"LM head: {forward.head_plan.ways}")
+    print(f"matmul plan by rows, layers: {forward.plan.summary()}")
+    print(f"LM head: {forward.head_plan.summary()}")
     with torch.inference_mode():
         for n in (1, 2, 3, 4, 8):
             print(_forward_line(slow.target, fast.target, n, args.repeats))

@@ -34,7 +34,7 @@ from specstrat.hf.fast_llama_weights import (
     llama_classes,
     plain_weight,
 )
-from specstrat.hf.matmul_padding import MatmulPlan, matmul_plan
+from specstrat.hf.matmul_padding import MatmulPlan, matmul_plan, pack
 from specstrat.models import AttentionBackend
 
 #: ``(tokens, positions, backend) -> (logits, hidden)``: a forward to check the fast one by.
@@ -81,8 +81,7 @@ def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaFo
                 return None
         fast.adopt()
         if device.type == "cpu":  # where torch's kernel for a few rows can be a poor pick
-            fast.plan = matmul_plan(fast.layer_weights(PLAN_LAYERS))
-            fast.head_plan = matmul_plan([model.lm_head.weight])
+            fast.plan_matmuls()
     except Exception:  # a forward the fast path cannot build: transformers' forward runs
         return None
     return fast
@@ -101,6 +100,10 @@ class FastLlamaForward:
         #: How each layer projection's matmul runs, and the LM head's, by their rows (see
         #: :func:`~specstrat.hf.matmul_padding.matmul_plan`; empty: ``F.linear`` throughout).
         self.plan, self.head_plan = MatmulPlan(), MatmulPlan()
+        self._packs: tuple[tuple[torch.Tensor | None, ...], ...] = ((None,) * 4,) * len(
+            self._layers
+        )
+        self._head_pack: torch.Tensor | None = None
 
     @classmethod
     def of(cls, model: Any) -> FastLlamaForward | None:
@@ -166,6 +169,29 @@ class FastLlamaForward:
             for weight in (w.qkv, w.attn.o_proj.weight, w.gate_up, w.mlp.down_proj.weight)
         ]
 
+    def plan_matmuls(self) -> None:
+        """Time this machine's ways of computing each matmul
+        (:func:`~specstrat.hf.matmul_padding.matmul_plan`) on the first :data:`PLAN_LAYERS`
+        layers and on the LM head, then :meth:`pack_weights` for the plans."""
+        self.plan = matmul_plan(self.layer_weights(PLAN_LAYERS))
+        self.head_plan = matmul_plan([self._model.lm_head.weight])
+        self.pack_weights()
+
+    def pack_weights(self) -> None:
+        """Hold packed copies (:func:`~specstrat.hf.matmul_padding.pack`) of the layers'
+        weights where :attr:`plan` runs the ``packed`` form, and of the LM head's where
+        :attr:`head_plan` does; drop them where it does not."""
+        packs = "packed" in self.plan.forms()
+        self._packs = tuple(
+            tuple(
+                pack(t) if packs else None
+                for t in (w.qkv, w.attn.o_proj.weight, w.gate_up, w.mlp.down_proj.weight)
+            )
+            for w in self._layers
+        )
+        head = self._model.lm_head.weight
+        self._head_pack = pack(head) if "packed" in self.head_plan.forms() else None
+
     def current(self) -> bool:
         """Whether the model still has the modules, hooks and weights this forward was adopted
         with."""
@@ -191,26 +217,27 @@ class FastLlamaForward:
         cos, sin = cos[0, :, None], sin[0, :, None]  # [n, 1, d]
         outputs: dict[int, torch.Tensor] = {}
         last, linear = len(self._layers) - 1, self.plan.linear
-        for index, w in enumerate(self._layers):
+        for index, (w, p) in enumerate(zip(self._layers, self._packs, strict=True)):
             q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
-            qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias)
+            qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias, p[0])
             q = qkv[:, :q_width].view(n, w.heads, w.head_dim)
             k = qkv[:, q_width : q_width + kv_width].view(n, w.kv_heads, w.head_dim)
             v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
             q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
             o = w.attn.o_proj
-            x = x + linear(out.reshape(n, q_width), o.weight, o.bias)
-            gate_up = linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias)
+            x = x + linear(out.reshape(n, q_width), o.weight, o.bias, p[1])
+            gate_up = linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias, p[2])
             gate, up = gate_up.chunk(2, dim=-1)
             down = w.mlp.down_proj
-            x = x + linear(w.mlp.act_fn(gate) * up, down.weight, down.bias)
+            x = x + linear(w.mlp.act_fn(gate) * up, down.weight, down.bias, p[3])
             if index in keep or (keep and index == last):
                 outputs[index] = x[None]
         final = _rms(x, base.norm)
         head = model.lm_head
         read = final if rows is None else final[rows]
-        return self.head_plan.linear(read, head.weight, head.bias), final, outputs
+        logits = self.head_plan.linear(read, head.weight, head.bias, self._head_pack)
+        return logits, final, outputs
 
 
 def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> None:

@@ -159,8 +159,10 @@ class ModelWatch:
     """What a fast forward was built from, to be checked before each forward at the cost of
     dictionary reads (about 0.1 ms on SmolLM2's 30 layers; ``nn.Module`` attribute access
     would cost ten times that): every module it reads is still its parent's child, no hook was
-    added to one, and every fused weight still lies where it was adopted (``model.to(...)``, a
-    cast or ``load_state_dict(assign=True)`` moves it)."""
+    added to one, every fused weight still lies where it was adopted (``model.to(...)``, a
+    cast or ``load_state_dict(assign=True)`` moves it), and no projection's or LM head's weight
+    was written in place since (``load_state_dict``, an in-place op: a packed copy of it,
+    :func:`~specstrat.hf.matmul_padding.pack`, would be stale)."""
 
     def __init__(self, model: Any) -> None:
         base = model.model
@@ -170,7 +172,7 @@ class ModelWatch:
             *((base._modules, n, getattr(base, n)) for n in ("embed_tokens", "norm", "rotary_emb")),
             (base._modules, "layers", base.layers),
         ]
-        params: list[tuple[dict[str, Any], str, int]] = []
+        params: list[tuple[dict[str, Any], str, int, int]] = []
         layers = decoder_layers(model)
         for i, layer in enumerate(layers):
             edges.append((base.layers._modules, str(i), layer))
@@ -184,10 +186,8 @@ class ModelWatch:
                 for name in names:
                     child = getattr(parent, name)
                     edges.append((parent._modules, name, child))
-                    for field in ("weight", "bias"):
-                        tensor = child._parameters.get(field)
-                        if tensor is not None:
-                            params.append((child._parameters, field, tensor.data_ptr()))
+                    params.extend(_weights(child))
+        params.extend(_weights(model.lm_head))
         self._count = len(layers)
         self._layers = base.layers
         self._edges = tuple(edges)
@@ -204,6 +204,18 @@ class ModelWatch:
             return False
         if any(d.get(name) is not child for d, name, child in self._edges):
             return False
-        if any((t := d.get(name)) is None or t.data_ptr() != ptr for d, name, ptr in self._params):
-            return False
+        for d, name, ptr, version in self._params:
+            t = d.get(name)
+            if t is None or t.data_ptr() != ptr or t._version != version:
+                return False
         return self._hook_count() == self._hooks
+
+
+def _weights(module: Any) -> list[tuple[dict[str, Any], str, int, int]]:
+    """``module``'s weight and bias, each as its parameter dictionary, name, data pointer and
+    version (which any in-place write advances)."""
+    return [
+        (module._parameters, field, tensor.data_ptr(), tensor._version)
+        for field in ("weight", "bias")
+        if (tensor := module._parameters.get(field)) is not None
+    ]

@@ -7,9 +7,14 @@ be poor: on one 2-core AMD EPYC host (torch 2.13), SmolLM2's LM head took 12.4, 
 times each way of computing a matmul of the rows in :data:`PLAN_ROWS` once, over a model's
 layer projections and again over its LM head, and :class:`MatmulPlan` runs every projection of
 :class:`~specstrat.hf.fast_llama.FastLlamaForward` the way it chose: ``linear`` (``F.linear``),
-``mm`` (``W @ x.T``) or ``mv`` (``W @ x`` for one row), on the rows it has or padded with zero
-rows to a count that runs faster. Every way computes the same product; only the order of the
-sums, and so the last bits of float rounding, may differ.
+``mm`` (``W @ x.T``), ``mv`` (``W @ x`` for one row) or ``packed`` (oneDNN's linear on a copy of
+the weight packed at load, :func:`pack`), on the rows it has or padded with zero rows to a count
+that runs faster. Every way computes the same product; only the order of the sums, and so the
+last bits of float rounding, may differ.
+
+On the same host the packed form read 8 of SmolLM2's layers in 5.5 to 6 ms for 1 to 8 rows,
+where ``F.linear`` took 9.5 to 24 ms, and the LM head in 4 to 5.5 ms against 11 to 37 ms
+(``python bench/fast_forward.py``); it holds a second copy of each weight it packs.
 """
 
 from __future__ import annotations
@@ -20,12 +25,35 @@ from collections.abc import Callable, Sequence
 import torch
 import torch.nn.functional as F
 
-__all__ = ["FORMS", "PAD_GAIN", "PLAN_ROWS", "MatmulPlan", "matmul_plan"]
+__all__ = [
+    "EXACT",
+    "FORMS",
+    "PACK_ROWS",
+    "PAD_GAIN",
+    "PLAN_ROWS",
+    "ROW_LIMIT",
+    "MatmulPlan",
+    "matmul_plan",
+    "pack",
+]
 
 
 #: Row counts :func:`matmul_plan` times (a plan covers 1 .. the last), and how much faster
 #: another way must be than ``F.linear`` to be taken.
-PLAN_ROWS, PAD_GAIN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16), 0.85
+PLAN_ROWS, PAD_GAIN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64), 0.85
+
+#: The most rows a form is timed on (the others: every count of :data:`PLAN_ROWS`): ``mv`` is a
+#: one-row product, and ``mm`` lost to ``F.linear`` from 8 rows up wherever it was measured.
+ROW_LIMIT = {"mv": 1, "mm": 16}
+
+#: Forms that run on the rows they have, never padded: a packed weight's time grows with the
+#: rows, so the time at the next count of :data:`PLAN_ROWS` bounds it. A plan whose largest
+#: count runs such a form runs it on any larger count too.
+EXACT = frozenset({"packed"})
+
+#: The row count oneDNN lays a packed weight out for (it runs any count): on the EPYC host,
+#: layouts for 8, 16 and 64 rows ran within 5% of each other from 1 to 256 rows.
+PACK_ROWS = 16
 
 #: Plans measured in this process, by device, dtype, torch threads and weight shapes.
 _MEASURED: dict[tuple[object, ...], MatmulPlan] = {}
@@ -43,12 +71,38 @@ def _mv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mv(w, x[0])[None]
 
 
-#: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name.
+def _packed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, None, "none", [], "")
+    return out
+
+
+#: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name; ``packed`` takes
+#: the weight :func:`pack` returned, the others the weight itself.
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "linear": _linear,
     "mm": _mm,
     "mv": _mv,
+    "packed": _packed,
 }
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor | None:
+    """``weight [out, in]`` copied into oneDNN's packed layout, for the ``packed`` form; ``None``
+    where torch has no oneDNN or it does not pack this weight (not on the CPU, or a dtype it
+    does not take)."""
+    onednn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
+    if weight.device.type != "cpu" or not onednn:
+        return None
+    try:
+        with torch.inference_mode():
+            packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(
+                weight.detach(), PACK_ROWS
+            )
+            probe = torch.ones(1, weight.shape[1], dtype=weight.dtype)
+            _packed(probe, packed)  # a layout oneDNN cannot run fails here, not mid-forward
+    except (AttributeError, NotImplementedError, RuntimeError):
+        return None
+    return packed
 
 
 def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "linear") -> float:
@@ -64,22 +118,64 @@ def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "lin
 
 class MatmulPlan:
     """How :meth:`linear` computes a matmul of ``n`` rows: ``ways[n] = (form, rows)``, the
-    :data:`FORMS` entry and the row count to pad to; ``F.linear`` on the rows it has where ``n``
-    has no entry (the empty plan runs everything so)."""
+    :data:`FORMS` entry and the row count to pad to; past the largest ``n`` it has, the
+    ``beyond`` form (one of :data:`EXACT`) on the rows given, if any; ``F.linear`` on the rows
+    it has elsewhere (the empty plan runs everything so)."""
 
-    def __init__(self, ways: dict[int, tuple[str, int]] | None = None) -> None:
+    def __init__(
+        self, ways: dict[int, tuple[str, int]] | None = None, beyond: str | None = None
+    ) -> None:
         self.ways = dict(ways or {})
+        self.beyond = beyond
+        self._last = max(self.ways, default=0)
+
+    def forms(self) -> set[str]:
+        """The forms this plan runs some row count with."""
+        forms = {form for form, _ in self.ways.values()}
+        return forms if self.beyond is None else forms | {self.beyond}
+
+    def summary(self) -> str:
+        """The plan in a line: runs of row counts with their form (and padded rows), then
+        what runs past them, e.g. ``1-2: mm on 2; 3-64: packed; past 64: packed``."""
+        parts: list[tuple[int, int, str]] = []  # first and last row count, the way
+        for n in sorted(self.ways):
+            form, rows = self.ways[n]
+            prev = self.ways.get(n - 1)
+            # the run goes on: padded to the same count (or to this one), or on the rows each has
+            same = prev is not None and prev[0] == form and bool(parts) and parts[-1][1] == n - 1
+            if same and prev is not None and (prev[1] == rows or (prev[1] == n - 1 and rows == n)):
+                parts[-1] = (parts[-1][0], n, parts[-1][2])
+                continue
+            parts.append((n, n, form if rows == n else f"{form} on {rows}"))
+        lines = [f"{a}-{b}: {t}" if a != b else f"{a}: {t}" for a, b, t in parts]
+        if self.beyond is not None:
+            lines.append(f"past {self._last}: {self.beyond}")
+        return "; ".join(lines) or "F.linear throughout"
 
     def linear(
-        self, x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None
+        self,
+        x: torch.Tensor,
+        weight: torch.Tensor,
+        bias: torch.Tensor | None = None,
+        packed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``F.linear(x, weight, bias)`` for ``x [n, in]``, computed the way the plan says for
-        ``n`` rows; contiguous ``[n, out]``."""
+        ``n`` rows (the ``packed`` form on ``packed``, :func:`pack` of ``weight``; without it,
+        ``F.linear``); contiguous ``[n, out]``."""
         n = x.shape[0]
         way = self.ways.get(n)
+        if way is None and self.beyond is not None and n > self._last:
+            way = (self.beyond, n)
         if way is None:
             return F.linear(x, weight, bias)
         form, rows = way
+        if form == "packed":
+            if packed is None:
+                return F.linear(x, weight, bias)
+            out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
+                x.contiguous(), packed, bias, "none", [], ""
+            )
+            return out
         padded = x if rows == n else F.pad(x, (0, 0, 0, rows - n))
         out = FORMS[form](padded, weight)[:n]
         out = out if bias is None else out + bias
@@ -93,24 +189,37 @@ def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan
     machine, each way's fastest of ``repeats`` rounds after a warm-up round, the ways
     interleaved within a round; kept only where it beats
     ``F.linear`` on ``n`` rows by :data:`PAD_GAIN` (a row count :data:`PLAN_ROWS` lacks is
-    compared with the next it has). Measured once per process for the same device, dtype,
-    torch threads and shapes."""
+    compared with the next it has; an :data:`EXACT` form runs on ``n`` rows, and runs past the
+    last count if it won there). The ``packed`` form is timed where :func:`pack` packs every
+    weight, on copies dropped afterwards. Measured once per process for the same device,
+    dtype, torch threads and shapes."""
     first = weights[0]
     key = (first.device, first.dtype, torch.get_num_threads(), *(w.shape for w in weights))
     if key in _MEASURED:
         return _MEASURED[key]
-    ways = [(form, rows) for rows in PLAN_ROWS for form in FORMS if form != "mv" or rows == 1]
+    operands = {form: list(weights) for form in ("linear", "mm", "mv")}
+    packed = [pack(w) for w in weights]
+    if all(p is not None for p in packed):
+        operands["packed"] = [p for p in packed if p is not None]
+    ways = [
+        (form, rows)
+        for rows in PLAN_ROWS
+        for form in operands
+        if rows <= ROW_LIMIT.get(form, PLAN_ROWS[-1])
+    ]
     cost = dict.fromkeys(ways, float("inf"))
     for round_ in range(repeats + 1):  # interleaved, so a busy moment slows every way alike
-        for way in ways:
-            seconds = _matmul_seconds(weights, way[1], way[0])
+        for form, rows in ways:
+            seconds = _matmul_seconds(operands[form], rows, form)
             if round_:  # round 0 warms every way up
-                cost[way] = min(cost[way], seconds)
+                cost[form, rows] = min(cost[form, rows], seconds)
+    del packed, operands
     chosen: dict[int, tuple[str, int]] = {}
     for n in range(1, PLAN_ROWS[-1] + 1):
         plain = min(rows for rows in PLAN_ROWS if rows >= n)
         form, rows = min((way for way in cost if way[1] >= n), key=lambda way: cost[way])
         if (form, rows) != ("linear", n) and cost[form, rows] < PAD_GAIN * cost["linear", plain]:
-            chosen[n] = (form, rows)
-    _MEASURED[key] = plan = MatmulPlan(chosen)
+            chosen[n] = (form, n if form in EXACT else rows)
+    last = chosen.get(PLAN_ROWS[-1], ("linear", 0))[0]
+    _MEASURED[key] = plan = MatmulPlan(chosen, last if last in EXACT else None)
     return plan

@@ -6,6 +6,7 @@ from typing import Any
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from specstrat.hf import HFCausalLM
@@ -255,17 +256,39 @@ def test_a_hook_added_after_wrapping_runs() -> None:
     torch.testing.assert_close(_outputs(fast)[0], _outputs(slow)[0], rtol=0, atol=0)
 
 
+def test_a_weight_written_in_place_after_wrapping_is_read() -> None:
+    """Weights written in place after wrapping (as load_state_dict writes them) make the next
+    forward build anew, so no packed copy goes stale: its logits stay transformers'."""
+    model = _randomised(tiny.model("llama"))
+    slow, fast = _both(model)
+    old = fast.fast_forward
+    assert old is not None
+    old.plan = old.head_plan = MatmulPlan({len(TOKENS): ("packed", len(TOKENS))})
+    old.pack_weights()
+    torch.testing.assert_close(_outputs(fast)[0], _outputs(slow)[0], rtol=0, atol=1e-4)
+    with torch.no_grad():
+        model.model.layers[0].mlp.down_proj.weight.mul_(3)
+        model.lm_head.weight.add_(0.5)
+    want, got = _outputs(slow), _outputs(fast)
+    assert fast.fast_forward is not None
+    assert fast.fast_forward is not old
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=PROBE_TOLERANCE * float(w.abs().max()))
+
+
 def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """matmul_plan picks, per row count, the cheapest form on as many rows or more, only where
     it beats F.linear on the rows by PAD_GAIN (with the EPYC host's F.linear costs and a
-    slower mm, 2 and 3 rows pad to 4; one row runs mv), and measures a shape once."""
+    slower mm, 2 and 3 rows pad to 4; one row runs mv), runs a packed weight on the rows it
+    has and past the last count, and measures a shape once."""
     from specstrat.hf import matmul_padding
 
     linear = {1: 12.4, 2: 28.3, 3: 41.1, 4: 22.9, 5: 30.0, 6: 29.4, 7: 30.0, 8: 24.2}
-    linear |= {12: 40.0, 16: 50.0}
+    linear |= {12: 40.0, 16: 50.0, 24: 60.0, 32: 70.0, 64: 100.0}
     costs = {"linear": linear, "mm": {n: 100.0 for n in linear}, "mv": {1: 9.0}}
+    costs["packed"] = {n: 1000.0 for n in linear}
     timed: list[int] = []
 
     def seconds(weights: Any, rows: int, form: str) -> float:
@@ -273,18 +296,43 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
         return costs[form][rows]
 
     monkeypatch.setattr(matmul_padding, "_matmul_seconds", seconds)
+    monkeypatch.setattr(matmul_padding, "pack", lambda weight: weight)
     monkeypatch.setattr(matmul_padding, "_MEASURED", {})
     plan = matmul_padding.matmul_plan([torch.zeros(8, 4)])
     pad = {n: ("linear", m) for n, m in {2: 4, 3: 4, 5: 8, 6: 8, 7: 8}.items()}
-    assert plan.ways == {1: ("mv", 1), **pad}
+    assert (plan.ways, plan.beyond) == ({1: ("mv", 1), **pad}, None)
     assert matmul_padding.matmul_plan([torch.zeros(8, 4)]) is plan
-    assert len(timed) == 4 * (2 * len(matmul_padding.PLAN_ROWS) + 1)  # a warm-up, 3 rounds
+    forms = 2 * len(matmul_padding.PLAN_ROWS) + len([n for n in linear if n <= 16]) + 1
+    assert len(timed) == 4 * forms  # a warm-up, 3 rounds
     costs["mm"] = {n: 10.0 for n in linear}
     ways = matmul_padding.matmul_plan([torch.zeros(8, 5)]).ways
-    assert (ways[4], ways[9], ways[16]) == (("mm", 4), ("mm", 12), ("mm", 16))
+    assert (ways[4], ways[9], ways[16], 17 in ways) == (("mm", 4), ("mm", 12), ("mm", 16), False)
+    costs["packed"] = {n: 5.0 for n in linear}
+    plan = matmul_padding.matmul_plan([torch.zeros(8, 6)])
+    assert plan.ways == {n: ("packed", n) for n in range(1, 65)}
+    assert (plan.beyond, plan.forms()) == ("packed", {"packed"})
 
 
-WAYS = [("linear", 8), ("mm", 3), ("mm", 8), ("mv", 1)]
+def test_a_packed_plan_computes_f_linear_on_any_rows() -> None:
+    """The packed form (and the plan past its last row count) gives F.linear's product with
+    its bias; without the packed weight it runs F.linear itself."""
+    from specstrat.hf.matmul_padding import pack
+
+    torch.manual_seed(0)
+    weight, bias = torch.randn(40, 24), torch.randn(40)
+    packed = pack(weight)
+    if packed is None:
+        pytest.skip("this torch has no oneDNN to pack with")
+    plan = MatmulPlan({1: ("packed", 1)}, "packed")
+    for rows in (1, 3, 70):
+        x = torch.randn(rows, 24)
+        with torch.inference_mode():
+            want = F.linear(x, weight, bias)
+            torch.testing.assert_close(plan.linear(x, weight, bias, packed), want)
+            assert torch.equal(plan.linear(x, weight, bias), want)
+
+
+WAYS = [("linear", 8), ("mm", 3), ("mm", 8), ("mv", 1), ("packed", 3)]
 
 
 @pytest.mark.parametrize(("form", "rows"), WAYS)
@@ -295,6 +343,7 @@ def test_every_way_of_the_plan_gives_the_forwards_logits(form: str, rows: int) -
     assert fast.fast_forward is not None
     n = 1 if form == "mv" else min(rows, 3)
     fast.fast_forward.plan = fast.fast_forward.head_plan = MatmulPlan({n: (form, rows)})
+    fast.fast_forward.pack_weights()
     tokens, positions = TOKENS[:n], POSITIONS[:n]
     with torch.inference_mode():
         want, got = slow(tokens, positions, Probe()), fast(tokens, positions, Probe())
@@ -319,3 +368,12 @@ def test_forward_rows_gives_the_asked_rows_logits_and_every_hidden_state(
     assert picked.shape == (2, tiny.VOCAB)
     torch.testing.assert_close(picked, logits[rows], rtol=0, atol=1e-5)
     torch.testing.assert_close(every, hidden, rtol=0, atol=0)
+
+
+def test_a_plans_summary_names_its_runs_of_row_counts() -> None:
+    """MatmulPlan.summary joins row counts run the same way and says what runs past them."""
+    ways = {1: ("mm", 2), 2: ("mm", 2), 3: ("packed", 3), 4: ("packed", 4), 5: ("linear", 8)}
+    assert MatmulPlan(ways, "packed").summary() == (
+        "1-2: mm on 2; 3-4: packed; 5: linear on 8; past 5: packed"
+    )
+    assert MatmulPlan().summary() == "F.linear throughout"
