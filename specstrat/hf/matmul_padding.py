@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
+from torch import nn
 
 __all__ = [
     "EXACT",
@@ -33,6 +34,7 @@ __all__ = [
     "PLAN_ROWS",
     "ROW_LIMIT",
     "MatmulPlan",
+    "PlannedLinears",
     "matmul_plan",
     "pack",
 ]
@@ -223,3 +225,29 @@ def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan
     last = chosen.get(PLAN_ROWS[-1], ("linear", 0))[0]
     _MEASURED[key] = plan = MatmulPlan(chosen, last if last in EXACT else None)
     return plan
+
+
+class PlannedLinears:
+    """``nn.Linear`` modules run the way a plan timed on their own weights chose:
+    ``planned(module, x)`` is ``module(x)`` for ``x [..., in]``, computed by
+    :meth:`MatmulPlan.linear` for its rows (on a packed copy of the weight where the plan runs
+    the ``packed`` form). A weight replaced or written in place since it was packed is packed
+    anew at its next call; a call that records gradients runs the module itself."""
+
+    def __init__(self, modules: Sequence[nn.Linear]) -> None:
+        self.plan = matmul_plan([m.weight.detach() for m in modules])
+        self._packs: dict[int, tuple[int, int, torch.Tensor | None]] = {}
+
+    def __call__(self, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+        """``module(x)``, planned."""
+        weight = module.weight
+        if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):
+            out: torch.Tensor = module(x)
+            return out
+        held = self._packs.get(id(module))
+        if held is None or held[:2] != (weight.data_ptr(), weight._version):
+            packed = pack(weight) if "packed" in self.plan.forms() else None
+            held = self._packs[id(module)] = (weight.data_ptr(), weight._version, packed)
+        flat = x.reshape(-1, x.shape[-1])
+        out = self.plan.linear(flat, weight.detach(), module.bias, held[2])
+        return out.view(*x.shape[:-1], out.shape[-1])

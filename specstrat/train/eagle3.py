@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import torch
@@ -30,8 +30,18 @@ from torch import nn
 from specstrat._head_attention import rope
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
+from specstrat.hf.matmul_padding import PlannedLinears
 
-__all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head"]
+__all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head", "Project"]
+
+#: ``(linear, x) -> linear(x)``, however computed: the head's matmuls go through one
+#: (:class:`~specstrat.hf.matmul_padding.PlannedLinears` when drafting on the CPU).
+Project = Callable[[nn.Linear, torch.Tensor], torch.Tensor]
+
+
+def _call(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    out: torch.Tensor = linear(x)
+    return out
 
 
 _POSITIVE = (
@@ -186,13 +196,12 @@ class Eagle3Head(nn.Module):
                 head.lm_head.weight.copy_(out.weight.detach().float().cpu()[d2t.cpu()])
         return head
 
-    def fuse(self, x: torch.Tensor) -> torch.Tensor:
+    def fuse(self, x: torch.Tensor, project: Project = _call) -> torch.Tensor:
         """``[.., k*H]`` fused-layer features through the fusing linear, or ``[.., H]`` the
         head's own hidden state as it is; any other width raises naming it."""
         h, k = self.config.hidden_size, len(self.config.layers)
         if x.shape[-1] == k * h:
-            fused: torch.Tensor = self.fc(x)
-            return fused
+            return project(self.fc, x)
         if x.shape[-1] == h:
             return x
         raise InvalidConfig(
@@ -202,29 +211,43 @@ class Eagle3Head(nn.Module):
         )
 
     def layer_input(
-        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
+        self,
+        features_or_hidden: torch.Tensor,
+        tokens: torch.Tensor,
+        positions: torch.Tensor,
+        project: Project = _call,
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """The decoder layer up to its attention, for inputs ``[B, T, k*H or H]``, target ids
         ``tokens [B, T]`` and ``positions [B, T]``: the residual ``[B, T, H]``, and the rotated
-        ``q [B, T, heads, d]``, ``k`` and ``v [B, T, kv_heads, d]``."""
+        ``q [B, T, heads, d]``, ``k`` and ``v [B, T, kv_heads, d]`` (each matmul through
+        ``project``)."""
         c = self.config
         b, t = tokens.shape
-        hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
+        hidden, x = self._inputs(features_or_hidden, tokens, project)
+        q = rope(project(self.q_proj, x).view(b, t, c.heads, c.head_dim), positions, c.rope_theta)
+        k = project(self.k_proj, x).view(b, t, c.kv_heads, c.head_dim)
+        v = project(self.v_proj, x).view(b, t, c.kv_heads, c.head_dim)
+        return hidden, q, rope(k, positions, c.rope_theta), v
+
+    def _inputs(
+        self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, project: Project
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The residual ``[B, T, H]`` and the layer's ``2H``-wide normed input."""
+        hidden = self.fuse(features_or_hidden.to(self.fc.weight.dtype), project)
         emb = self.get_buffer("embed")[tokens].to(hidden.dtype)
-        x = torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
-        q = rope(self.q_proj(x).view(b, t, c.heads, c.head_dim), positions, c.rope_theta)
-        k = rope(self.k_proj(x).view(b, t, c.kv_heads, c.head_dim), positions, c.rope_theta)
-        return hidden, q, k, self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
+        return hidden, torch.cat([self.embed_norm(emb), self.hidden_norm(hidden)], dim=-1)
 
     def layer_output(
-        self, residual: torch.Tensor, attn: torch.Tensor
+        self, residual: torch.Tensor, attn: torch.Tensor, project: Project = _call
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft logits ``[B, T, N]`` and the head's hidden states ``[B, T, H]`` from the
-        residual and the attention output ``[B, T, heads * d]``."""
-        hidden = residual + self.o_proj(attn)
+        residual and the attention output ``[B, T, heads * d]`` (each matmul through
+        ``project``)."""
+        hidden = residual + project(self.o_proj, attn)
         y = self.post_norm(hidden)
-        hidden = hidden + self.down_proj(F.silu(self.gate_proj(y)) * self.up_proj(y))
-        return self.lm_head(self.norm(hidden)), hidden
+        gated = F.silu(project(self.gate_proj, y)) * project(self.up_proj, y)
+        hidden = hidden + project(self.down_proj, gated)
+        return project(self.lm_head, self.norm(hidden)), hidden
 
     def forward(
         self,
@@ -233,27 +256,27 @@ class Eagle3Head(nn.Module):
         positions: torch.Tensor,
         *,
         causal: bool = True,
+        project: Project = _call,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Draft logits ``[B, T, N]`` and the head's hidden states ``[B, T, H]`` for inputs
         ``[B, T, k*H or H]``, target ids ``tokens [B, T]`` and ``positions [B, T]``: row ``t``
         predicts the token after ``tokens[:, t]``. ``causal``: each row attends to the rows up
-        to it; ``False``: to itself only (what :class:`Eagle3DraftHead` runs)."""
+        to it; ``False``: to itself only (what :class:`Eagle3DraftHead` runs). Each matmul runs
+        through ``project``."""
         c = self.config
         b, t = tokens.shape
         group = c.heads // c.kv_heads
         if causal:
-            residual, q, k, v = self.layer_input(features_or_hidden, tokens, positions)
+            residual, q, k, v = self.layer_input(features_or_hidden, tokens, positions, project)
             q, k, v = (x.transpose(1, 2) for x in (q, k, v))
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
             attn = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=c.head_dim**-0.5)
             attn = attn.transpose(1, 2)
         else:  # each row's only key is its own: the softmax is 1 and the output is its value
-            residual = self.fuse(features_or_hidden.to(self.fc.weight.dtype))
-            emb = self.get_buffer("embed")[tokens].to(residual.dtype)
-            x = torch.cat([self.embed_norm(emb), self.hidden_norm(residual)], dim=-1)
-            attn = self.v_proj(x).view(b, t, c.kv_heads, c.head_dim)
+            residual, x = self._inputs(features_or_hidden, tokens, project)
+            attn = project(self.v_proj, x).view(b, t, c.kv_heads, c.head_dim)
             attn = attn.repeat_interleave(group, dim=2)
-        return self.layer_output(residual, attn.reshape(b, t, c.heads * c.head_dim))
+        return self.layer_output(residual, attn.reshape(b, t, c.heads * c.head_dim), project)
 
     def draft_head(self, vocab_size: int | None = None) -> Eagle3DraftHead:
         """This head as a :class:`~specstrat.models.DraftHead` over ``vocab_size`` target ids
@@ -285,6 +308,12 @@ class Eagle3DraftHead:
                 f"id {int(d2t.max())}; pass the target's vocabulary (model.shape.vocab_size)"
             )
         self.head, self.vocab_size = head, vocab_size
+        #: The head's matmuls, run as a plan timed on its weights chose where it drafts on the
+        #: CPU (:class:`~specstrat.hf.matmul_padding.PlannedLinears`).
+        self.project: Project = _call
+        if head.fc.weight.device.type == "cpu":
+            linears = [m for m in head.modules() if isinstance(m, nn.Linear)]
+            self.project = PlannedLinears(linears)
 
     def __call__(
         self, hidden: torch.Tensor, tokens: torch.Tensor
@@ -297,7 +326,9 @@ class Eagle3DraftHead:
             )
         n = tokens.shape[0]
         zeros = torch.zeros(n, 1, dtype=torch.int64, device=tokens.device)
-        logits, new_hidden = self.head(hidden[:, None], tokens[:, None].long(), zeros, causal=False)
+        logits, new_hidden = self.head(
+            hidden[:, None], tokens[:, None].long(), zeros, causal=False, project=self.project
+        )
         full = torch.full((n, self.vocab_size), -math.inf, dtype=logits.dtype, device=logits.device)
         full[:, self.head.get_buffer("d2t")] = logits[:, 0]
         return full, new_hidden[:, 0]
@@ -315,13 +346,13 @@ class Eagle3ContextDraftHead(Eagle3DraftHead):
         self, features_or_hidden: torch.Tensor, tokens: torch.Tensor, positions: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
         """:meth:`Eagle3Head.layer_input`."""
-        return self.head.layer_input(features_or_hidden, tokens.long(), positions)
+        return self.head.layer_input(features_or_hidden, tokens.long(), positions, self.project)
 
     def layer_output(
         self, residual: torch.Tensor, attn: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Logits ``[B, T, vocab_size]`` and the head's hidden states ``[B, T, H]``."""
-        logits, hidden = self.head.layer_output(residual, attn)
+        logits, hidden = self.head.layer_output(residual, attn, self.project)
         full = logits.new_full((*logits.shape[:-1], self.vocab_size), -math.inf)
         full[..., self.head.get_buffer("d2t")] = logits
         return full, hidden
