@@ -265,7 +265,9 @@ class HFCausalLM:
         """:func:`~specstrat.hf.fast_llama.proven` against this wrapper's transformers
         forward (run with :attr:`fast_forward` unset)."""
         self.fast_forward = None
-        return proven(self.model, self, self.vocab_size)
+        plain = copy.copy(self)  # its hidden state is the final one, whatever layers this reads
+        plain.feature_layers = ()
+        return proven(self.model, plain, self.vocab_size)
 
     @property
     def shape(self) -> ModelShape:
@@ -338,7 +340,11 @@ class HFCausalLM:
         EAGLE-3-style head reads; ``shape.hidden_size`` says that width). The logits are
         unchanged."""
         picked = checked_layers(layers, self.shape.layers, self.name)
+        fast = self.fast_forward
+        current = fast is not None and fast.current()
         install_layer_hooks(self.model, self.shape.layers)
+        if fast is not None and current:  # it records the layers itself: these hooks are ours
+            fast.watch_again()
         view = copy.copy(self)
         view.feature_layers = picked
         view._shape = replace(self._shape, hidden_size=len(picked) * self._shape.hidden_size)

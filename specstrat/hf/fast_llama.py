@@ -192,6 +192,11 @@ class FastLlamaForward:
         head = self._model.lm_head.weight
         self._head_pack = pack(head) if "packed" in self.head_plan.forms() else None
 
+    def watch_again(self) -> None:
+        """Take the model as it is now as the one this forward was adopted with (after
+        specstrat added its own layer hooks, which change nothing this forward computes)."""
+        self._watch = ModelWatch(self._model)
+
     def current(self) -> bool:
         """Whether the model still has the modules, hooks and weights this forward was adopted
         with."""

@@ -94,6 +94,25 @@ def test_the_fast_forward_equals_transformers_forward(overrides: dict[str, Any])
         torch.testing.assert_close(b, a, rtol=0, atol=1e-5)
 
 
+def test_a_feature_layers_view_runs_the_fast_forward_it_shares() -> None:
+    """A view returning fused layer features runs the fast forward of the model it views (the
+    same one: no second proof or packed copy), and proves a new one after the weights change,
+    its features still transformers'."""
+    model = _randomised(tiny.model("llama"))
+    slow, fast = _both(model)
+    view, slow_view = fast.with_feature_layers([0, 1]), slow.with_feature_layers([0, 1])
+    _outputs(view)
+    assert view.fast_forward is not None
+    assert view.fast_forward is fast.fast_forward
+    with torch.no_grad():
+        model.model.layers[1].mlp.up_proj.weight.mul_(2)
+    got, want = _outputs(view), _outputs(slow_view)
+    assert view.fast_forward is not None
+    assert view.fast_forward is not fast.fast_forward
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=PROBE_TOLERANCE * float(w.abs().max()))
+
+
 def test_the_weights_are_held_once_and_the_state_dict_is_unchanged() -> None:
     """Wrapping makes q/k/v and gate/up views into one stack each: the parameter count, names
     and values of the model are what they were."""
