@@ -44,5 +44,5 @@ def test_a_weight_written_in_place_is_packed_anew() -> None:
 def test_a_call_that_records_gradients_runs_the_module() -> None:
     """With gradients recorded, the module itself runs, so the weight gets its gradient."""
     linear, planned = _planned(packed=True)
-    planned(linear, torch.randn(3, 24)).sum().backward()
-    assert linear.weight.grad is not None
+    (grad,) = torch.autograd.grad(planned(linear, torch.randn(3, 24)).sum(), [linear.weight])
+    assert float(grad.abs().sum()) > 0
