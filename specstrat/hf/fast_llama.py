@@ -225,10 +225,9 @@ class FastLlamaForward:
         for index, (w, p) in enumerate(zip(self._layers, self._packs, strict=True)):
             q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
             qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias, p[0])
-            q = qkv[:, :q_width].view(n, w.heads, w.head_dim)
-            k = qkv[:, q_width : q_width + kv_width].view(n, w.kv_heads, w.head_dim)
+            qk = _rotate(qkv[:, : q_width + kv_width].view(n, -1, w.head_dim), cos, sin)
+            q, k = qk[:, : w.heads], qk[:, w.heads :]  # rotated together: one op for both
             v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
-            q, k = _rotate(q, cos, sin), _rotate(k, cos, sin)
             out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
             o = w.attn.o_proj
             x = x + linear(out.reshape(n, q_width), o.weight, o.bias, p[1])
@@ -252,7 +251,10 @@ def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> Non
 
 
 def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: in float32, then back to ``x``'s dtype before the weight."""
+    """transformers' LlamaRMSNorm: in float32, then back to ``x``'s dtype before the weight
+    (in float32 the same sums in one fused op)."""
+    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
     h = x.float()
     h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
     out: torch.Tensor = norm.weight * h.to(x.dtype)
