@@ -80,7 +80,9 @@ class ModelShape:
 
 class AttentionBackend(Protocol):
     """Computes one layer's attention for flat q ``[n, heads, head_dim]`` and k, v
-    ``[n, kv_heads, head_dim]`` (grouped-query attention when ``kv_heads < heads``).
+    ``[n, kv_heads, head_dim]`` (grouped-query attention when ``kv_heads < heads``). They may be
+    strided views into one projection's output (``reshape``, not ``view``, where a backend
+    needs another shape).
 
     The engine passes one per forward; it stores ``k``/``v`` in the KV cache and attends through
     the TARGET_VERIFY/EXTEND/DECODE metadata the kernels built. Keyword arguments, each ``None``

@@ -307,6 +307,7 @@ class HFCausalLM:
             )
         fast = self.fast_forward
         if fast is not None and not fast.current():  # moved, cast or changed since: prove anew
+            fast = None  # its packed weights go before new ones are made
             fast = self.fast_forward = self._proven_fast_forward()
         if fast is not None:
             logits, final, outputs = fast(tokens, positions, attention, self.feature_layers, rows)
@@ -340,11 +341,7 @@ class HFCausalLM:
         EAGLE-3-style head reads; ``shape.hidden_size`` says that width). The logits are
         unchanged."""
         picked = checked_layers(layers, self.shape.layers, self.name)
-        fast = self.fast_forward
-        current = fast is not None and fast.current()
-        install_layer_hooks(self.model, self.shape.layers)
-        if fast is not None and current:  # it records the layers itself: these hooks are ours
-            fast.watch_again()
+        install_layer_hooks(self.model, self.shape.layers)  # a fast forward's watch skips these
         view = copy.copy(self)
         view.feature_layers = picked
         view._shape = replace(self._shape, hidden_size=len(picked) * self._shape.hidden_size)

@@ -62,29 +62,53 @@ def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaFo
     ``reference`` (transformers' forward: ``(tokens, positions, backend) -> (logits,
     hidden)``) on a probe sequence, both through dense attention; ``None`` otherwise, the model
     left as it was. A fast forward that cannot be built or run is ``None`` too: whatever it
-    cannot read, transformers' forward can."""
+    cannot read, transformers' forward can. On the CPU its matmul plan is timed, then checked
+    the same way on a probe of each form the plan runs; a plan that fails is dropped for
+    ``F.linear`` throughout."""
     try:
         fast = FastLlamaForward.of(model)
         if fast is None:
             return None
-        n = 7
-        device = next(model.parameters()).device
-        tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
-        positions = torch.arange(n, device=device) + 3
-        with torch.inference_mode():
-            want_logits, want_hidden = reference(tokens, positions, Probe())
-            logits, hidden, _ = fast(tokens, positions, Probe())
-        for want, got in ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden)):
-            tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
-            gap = float((got.float() - want.float()).abs().max())
-            if not gap <= tolerance * float(want.float().abs().max()):
-                return None
+        if not _agrees(fast, reference, 7, vocab_size):
+            return None
         fast.adopt()
-        if device.type == "cpu":  # where torch's kernel for a few rows can be a poor pick
+        if next(model.parameters()).device.type == "cpu":  # torch's pick for few rows is poor
             fast.plan_matmuls()
+            counts = _first_rows(fast.plan) | _first_rows(fast.head_plan)
+            if not all(_agrees(fast, reference, n, vocab_size) for n in sorted(counts)):
+                fast.plan, fast.head_plan = MatmulPlan(), MatmulPlan()
+                fast.pack_weights()
     except Exception:  # a forward the fast path cannot build: transformers' forward runs
         return None
     return fast
+
+
+def _agrees(fast: FastLlamaForward, reference: AttentionCall, n: int, vocab_size: int) -> bool:
+    """Whether ``fast`` gives ``reference``'s logits and hidden state on a probe of ``n``
+    tokens, within :data:`PROBE_TOLERANCE` of their range."""
+    device = fast.device
+    tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
+    positions = torch.arange(n, device=device) + 3
+    with torch.inference_mode():
+        want_logits, want_hidden = reference(tokens, positions, Probe())
+        logits, hidden, _ = fast(tokens, positions, Probe())
+    for want, got in ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden)):
+        tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
+        gap = float((got.float() - want.float()).abs().max())
+        if not gap <= tolerance * float(want.float().abs().max()):
+            return False
+    return True
+
+
+def _first_rows(plan: MatmulPlan) -> set[int]:
+    """A row count for each way ``plan`` runs (the fewest rows that run it)."""
+    first: dict[tuple[str, bool], int] = {}
+    for n in sorted(plan.ways, reverse=True):
+        form, rows = plan.ways[n]
+        first[form, rows == n] = n
+    if plan.beyond is not None:
+        first.setdefault((plan.beyond, True), max(plan.ways, default=0) + 1)
+    return set(first.values())
 
 
 class FastLlamaForward:
@@ -160,6 +184,12 @@ class FastLlamaForward:
                         start += int(part.weight.shape[0])
         self._watch = ModelWatch(self._model)
 
+    @property
+    def device(self) -> torch.device:
+        """Where the model's weights lie."""
+        device: torch.device = self._model.lm_head.weight.device
+        return device
+
     def layer_weights(self, layers: int) -> list[torch.Tensor]:
         """The weights of the first ``layers`` decoder layers' matmuls, in the order a forward
         runs them (what :func:`~specstrat.hf.matmul_padding.matmul_plan` times)."""
@@ -192,11 +222,6 @@ class FastLlamaForward:
         head = self._model.lm_head.weight
         self._head_pack = pack(head) if "packed" in self.head_plan.forms() else None
 
-    def watch_again(self) -> None:
-        """Take the model as it is now as the one this forward was adopted with (after
-        specstrat added its own layer hooks, which change nothing this forward computes)."""
-        self._watch = ModelWatch(self._model)
-
     def current(self) -> bool:
         """Whether the model still has the modules, hooks and weights this forward was adopted
         with."""
@@ -214,7 +239,9 @@ class FastLlamaForward:
         ``[len(rows), V]``, the LM head left out elsewhere), the final normalised hidden state
         ``[n, H]`` and the outputs ``[1, n, H]`` of the decoder layers in ``keep`` and of the last
         layer (with any ``keep``; what transformers' layer hooks would record, read by
-        :func:`~specstrat.hf.layer_features.fused`) for flat ``tokens`` at ``positions``."""
+        :func:`~specstrat.hf.layer_features.fused`) for flat ``tokens`` at ``positions``. It
+        reads packed copies of the weights and does not check :meth:`current` itself:
+        :class:`~specstrat.hf.HFCausalLM` checks before each forward."""
         model, n = self._model, tokens.shape[0]
         base = model.model
         x = F.embedding(tokens, base.embed_tokens.weight)
@@ -225,7 +252,8 @@ class FastLlamaForward:
         for index, (w, p) in enumerate(zip(self._layers, self._packs, strict=True)):
             q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
             qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias, p[0])
-            qk = _rotate(qkv[:, : q_width + kv_width].view(n, -1, w.head_dim), cos, sin)
+            qk = qkv[:, : q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)
+            qk = _rotate(qk, cos, sin)
             q, k = qk[:, : w.heads], qk[:, w.heads :]  # rotated together: one op for both
             v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
             out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)

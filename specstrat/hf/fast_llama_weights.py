@@ -12,6 +12,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from specstrat.hf.matmul_padding import weight_version
+
 __all__ = [
     "FusedLayer",
     "ModelWatch",
@@ -158,11 +160,14 @@ def fused_layer(layer: Any) -> FusedLayer:
 class ModelWatch:
     """What a fast forward was built from, to be checked before each forward at the cost of
     dictionary reads (about 0.1 ms on SmolLM2's 30 layers; ``nn.Module`` attribute access
-    would cost ten times that): every module it reads is still its parent's child, no hook was
-    added to one, every fused weight still lies where it was adopted (``model.to(...)``, a
-    cast or ``load_state_dict(assign=True)`` moves it), and no projection's or LM head's weight
-    was written in place since (``load_state_dict``, an in-place op: a packed copy of it,
-    :func:`~specstrat.hf.matmul_padding.pack`, would be stale)."""
+    would cost ten times that): every module it reads is still its parent's child, no hook
+    but specstrat's layer hooks was added to one, every projection's and the LM head's weight
+    is still the same parameter lying where it was adopted (``model.to(...)``, a cast or
+    ``load_state_dict(assign=True)`` replaces or moves it), and none was written in place
+    through itself since (``load_state_dict``, an in-place op: a packed copy of it,
+    :func:`~specstrat.hf.matmul_padding.pack`, would be stale). A write through
+    ``weight.data``, or to an inference tensor, keeps no version and is not seen: wrap the
+    model anew (``HFCausalLM(model)``) after one."""
 
     def __init__(self, model: Any) -> None:
         base = model.model
@@ -172,7 +177,7 @@ class ModelWatch:
             *((base._modules, n, getattr(base, n)) for n in ("embed_tokens", "norm", "rotary_emb")),
             (base._modules, "layers", base.layers),
         ]
-        params: list[tuple[dict[str, Any], str, int, int]] = []
+        params: list[tuple[dict[str, Any], str, torch.Tensor, int, int | None]] = []
         layers = decoder_layers(model)
         for i, layer in enumerate(layers):
             edges.append((base.layers._modules, str(i), layer))
@@ -196,7 +201,14 @@ class ModelWatch:
         self._hooks = self._hook_count()
 
     def _hook_count(self) -> int:
-        return sum(len(m._forward_hooks) + len(m._forward_pre_hooks) for m in self._watched)
+        """Hooks on the watched modules, specstrat's own layer hooks left out (the fast forward
+        records those layers itself)."""
+        return sum(
+            len(m._forward_hooks)
+            + len(m._forward_pre_hooks)
+            - (getattr(m, "_specstrat_layer_hook", None) is not None)
+            for m in self._watched
+        )
 
     def holds(self) -> bool:
         """Whether the model is still the one this watch was made on."""
@@ -204,18 +216,18 @@ class ModelWatch:
             return False
         if any(d.get(name) is not child for d, name, child in self._edges):
             return False
-        for d, name, ptr, version in self._params:
+        for d, name, tensor, ptr, version in self._params:
             t = d.get(name)
-            if t is None or t.data_ptr() != ptr or t._version != version:
+            if t is not tensor or t.data_ptr() != ptr or weight_version(t) != version:
                 return False
         return self._hook_count() == self._hooks
 
 
-def _weights(module: Any) -> list[tuple[dict[str, Any], str, int, int]]:
-    """``module``'s weight and bias, each as its parameter dictionary, name, data pointer and
-    version (which any in-place write advances)."""
+def _weights(module: Any) -> list[tuple[dict[str, Any], str, torch.Tensor, int, int | None]]:
+    """``module``'s weight and bias, each as its parameter dictionary, name, the parameter, its
+    data pointer and its version (which an in-place write through it advances)."""
     return [
-        (module._parameters, field, tensor.data_ptr(), tensor._version)
+        (module._parameters, field, tensor, tensor.data_ptr(), weight_version(tensor))
         for field in ("weight", "bias")
         if (tensor := module._parameters.get(field)) is not None
     ]

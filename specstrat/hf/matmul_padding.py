@@ -12,19 +12,23 @@ the weight packed at load, :func:`pack`), on the rows it has or padded with zero
 that runs faster. Every way computes the same product; only the order of the sums, and so the
 last bits of float rounding, may differ.
 
-On the same host the packed form read 8 of SmolLM2's layers in 5.5 to 6 ms for 1 to 8 rows,
-where ``F.linear`` took 9.5 to 24 ms, and the LM head in 4 to 5.5 ms against 11 to 37 ms
-(``python bench/fast_forward.py``); it holds a second copy of each weight it packs.
+On the same host the packed form read 8 of SmolLM2's layers in 5.5 to 7.7 ms for 1 to 8 rows,
+where ``F.linear`` took 9.5 to 24 ms, and the LM head in 3.6 to 5.4 ms against 11.6 to 37 ms
+(``docs/bench.md``); it holds a second copy of each weight it packs.
 """
 
 from __future__ import annotations
 
 import time
+import weakref
 from collections.abc import Callable, Sequence
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from specstrat._ints import is_int
+from specstrat.errors import InvalidConfig
 
 __all__ = [
     "EXACT",
@@ -37,6 +41,7 @@ __all__ = [
     "PlannedLinears",
     "matmul_plan",
     "pack",
+    "weight_version",
 ]
 
 
@@ -45,7 +50,8 @@ __all__ = [
 PLAN_ROWS, PAD_GAIN = (1, 2, 3, 4, 5, 6, 7, 8, 12, 16, 24, 32, 64), 0.85
 
 #: The most rows a form is timed on (the others: every count of :data:`PLAN_ROWS`): ``mv`` is a
-#: one-row product, and ``mm`` lost to ``F.linear`` from 8 rows up wherever it was measured.
+#: one-row product, and ``mm`` ran no faster than ``F.linear`` from 8 rows up wherever it was
+#: measured (timed to 16 all the same, as before the packed form).
 ROW_LIMIT = {"mv": 1, "mm": 16}
 
 #: Forms that run on the rows they have, never padded: a packed weight's time grows with the
@@ -128,6 +134,22 @@ class MatmulPlan:
         self, ways: dict[int, tuple[str, int]] | None = None, beyond: str | None = None
     ) -> None:
         self.ways = dict(ways or {})
+        for n, way in self.ways.items():
+            if not is_int(n) or n < 1 or len(way) != 2 or way[0] not in FORMS:
+                raise InvalidConfig(
+                    f"ways[{n!r}]={way!r}: a plan maps a row count >= 1 to (form, rows), the "
+                    f"form one of {sorted(FORMS)}"
+                )
+            if not is_int(way[1]) or way[1] < n or (way[0] in EXACT and way[1] != n):
+                raise InvalidConfig(
+                    f"ways[{n}]={way!r}: pad {n} rows to {n} or more ({sorted(EXACT)} run on "
+                    "the rows they have)"
+                )
+        if beyond is not None and beyond not in EXACT:
+            raise InvalidConfig(
+                f"beyond={beyond!r}: only a form that runs any row count, one of "
+                f"{sorted(EXACT)}, or None"
+            )
         self.beyond = beyond
         self._last = max(self.ways, default=0)
 
@@ -142,13 +164,12 @@ class MatmulPlan:
         parts: list[tuple[int, int, str]] = []  # first and last row count, the way
         for n in sorted(self.ways):
             form, rows = self.ways[n]
-            prev = self.ways.get(n - 1)
-            # the run goes on: padded to the same count (or to this one), or on the rows each has
-            same = prev is not None and prev[0] == form and bool(parts) and parts[-1][1] == n - 1
-            if same and prev is not None and (prev[1] == rows or (prev[1] == n - 1 and rows == n)):
+            label = form if rows == n else f"{form} on {rows}"
+            # a run goes on where the way is the same, or where it was padded to this count
+            if parts and parts[-1][1] == n - 1 and parts[-1][2] in (label, f"{form} on {n}"):
                 parts[-1] = (parts[-1][0], n, parts[-1][2])
-                continue
-            parts.append((n, n, form if rows == n else f"{form} on {rows}"))
+            else:
+                parts.append((n, n, label))
         lines = [f"{a}-{b}: {t}" if a != b else f"{a}: {t}" for a, b, t in parts]
         if self.beyond is not None:
             lines.append(f"past {self._last}: {self.beyond}")
@@ -231,23 +252,49 @@ class PlannedLinears:
     """``nn.Linear`` modules run the way a plan timed on their own weights chose:
     ``planned(module, x)`` is ``module(x)`` for ``x [..., in]``, computed by
     :meth:`MatmulPlan.linear` for its rows (on a packed copy of the weight where the plan runs
-    the ``packed`` form). A weight replaced or written in place since it was packed is packed
-    anew at its next call; a call that records gradients runs the module itself."""
+    the ``packed`` form). A weight replaced, or written in place through itself, since it was
+    packed is packed anew at its next call; a write through ``weight.data`` bypasses the
+    version counter this reads and is not seen (build a new ``PlannedLinears`` after one). A
+    call that records gradients, a subclass of ``nn.Linear`` and a module with a forward hook
+    run the module itself."""
 
     def __init__(self, modules: Sequence[nn.Linear]) -> None:
+        if not modules:
+            raise InvalidConfig("modules=[]: pass the nn.Linear modules to plan")
         self.plan = matmul_plan([m.weight.detach() for m in modules])
-        self._packs: dict[int, tuple[int, int, torch.Tensor | None]] = {}
+        self._packs: weakref.WeakKeyDictionary[nn.Linear, tuple[object, int, torch.Tensor]] = (
+            weakref.WeakKeyDictionary()
+        )
 
     def __call__(self, module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
         """``module(x)``, planned."""
-        weight = module.weight
-        if torch.is_grad_enabled() and (weight.requires_grad or x.requires_grad):
+        weight, bias = module.weight, module.bias
+        trains = any(t is not None and t.requires_grad for t in (weight, bias, x))
+        hooked = module._forward_hooks or module._forward_pre_hooks
+        if type(module) is not nn.Linear or hooked or (torch.is_grad_enabled() and trains):
             out: torch.Tensor = module(x)
             return out
-        held = self._packs.get(id(module))
-        if held is None or held[:2] != (weight.data_ptr(), weight._version):
-            packed = pack(weight) if "packed" in self.plan.forms() else None
-            held = self._packs[id(module)] = (weight.data_ptr(), weight._version, packed)
+        packed = None
+        version = weight_version(weight)
+        if "packed" in self.plan.forms() and version is not None:
+            held = self._packs.get(module)
+            if held is None or held[0] is not weight or held[1] != version:
+                fresh = pack(weight)
+                held = None if fresh is None else (weight, version, fresh)
+                if held is None:
+                    self._packs.pop(module, None)
+                else:
+                    self._packs[module] = held
+            packed = None if held is None else held[2]
         flat = x.reshape(-1, x.shape[-1])
-        out = self.plan.linear(flat, weight.detach(), module.bias, held[2])
+        out = self.plan.linear(flat, weight.detach(), bias, packed)
         return out.view(*x.shape[:-1], out.shape[-1])
+
+
+def weight_version(t: torch.Tensor) -> int | None:
+    """``t``'s version counter, or ``None`` where it keeps none (an inference tensor, or a
+    parameter made in inference mode)."""
+    try:
+        return int(t._version)
+    except RuntimeError:
+        return None

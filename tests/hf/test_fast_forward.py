@@ -96,8 +96,8 @@ def test_the_fast_forward_equals_transformers_forward(overrides: dict[str, Any])
 
 def test_a_feature_layers_view_runs_the_fast_forward_it_shares() -> None:
     """A view returning fused layer features runs the fast forward of the model it views (the
-    same one: no second proof or packed copy), and proves a new one after the weights change,
-    its features still transformers'."""
+    same one: no second proof), and proves its own after the weights change, its features
+    still transformers'."""
     model = _randomised(tiny.model("llama"))
     slow, fast = _both(model)
     view, slow_view = fast.with_feature_layers([0, 1]), slow.with_feature_layers([0, 1])
@@ -330,6 +330,36 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
     plan = matmul_padding.matmul_plan([torch.zeros(8, 6)])
     assert plan.ways == {n: ("packed", n) for n in range(1, 65)}
     assert (plan.beyond, plan.forms()) == ("packed", {"packed"})
+
+
+def test_a_plan_whose_way_gives_other_logits_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A timed plan whose way computes another product fails the probe at load: the fast
+    forward stays, with F.linear throughout."""
+    from specstrat.hf import fast_llama, matmul_padding
+
+    forms = matmul_padding.FORMS
+    broken = {**forms, "mm": lambda x, w: 2 * torch.mm(w, x.t()).t()}
+    monkeypatch.setattr(matmul_padding, "FORMS", broken)
+    plan = MatmulPlan({1: ("mm", 1), 2: ("mm", 2)})
+    monkeypatch.setattr(fast_llama, "matmul_plan", lambda weights: plan)
+    lm = HFCausalLM(_randomised(tiny.model("llama")), vocab_size=tiny.VOCAB)
+    assert lm.fast_forward is not None
+    assert (lm.fast_forward.plan.ways, lm.fast_forward.head_plan.ways) == ({}, {})
+    monkeypatch.setattr(matmul_padding, "FORMS", forms)
+    kept = HFCausalLM(_randomised(tiny.model("llama")), vocab_size=tiny.VOCAB).fast_forward
+    assert kept is not None
+    assert kept.plan is plan
+
+
+def test_weights_made_in_inference_mode_are_watched_without_a_version() -> None:
+    """Parameters made inside inference mode keep no version counter: the fast forward's watch
+    still adopts them and holds."""
+    with torch.inference_mode():
+        model = tiny.model("llama")
+    fast = FastLlamaForward.of(model)
+    assert fast is not None
+    fast.adopt()
+    assert fast.current()
 
 
 def test_a_packed_plan_computes_f_linear_on_any_rows() -> None:

@@ -1,27 +1,35 @@
-"""PlannedLinears: nn.Linear modules run by a plan timed on their weights."""
+"""PlannedLinears and MatmulPlan: nn.Linear modules run by a plan timed on their weights."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
 import torch
 from torch import nn
 
+from specstrat.errors import InvalidConfig
 from specstrat.hf.matmul_padding import MatmulPlan, PlannedLinears, pack
 
 
-def _planned(packed: bool) -> tuple[nn.Linear, PlannedLinears]:
+def _planned(linear: nn.Linear | None = None) -> tuple[nn.Linear, PlannedLinears]:
+    """A linear and a PlannedLinears whose plan runs it packed on any row count."""
     torch.manual_seed(0)
-    linear = nn.Linear(24, 40)
+    linear = linear or nn.Linear(24, 40)
+    if pack(linear.weight) is None:
+        pytest.skip("this torch has no oneDNN to pack with")
     planned = PlannedLinears([linear])
-    form = "packed" if packed and pack(linear.weight) is not None else "mm"
-    planned.plan = MatmulPlan({n: (form, n) for n in range(1, 9)}, "packed" if packed else None)
+    planned.plan = MatmulPlan({1: ("packed", 1)}, "packed")
     return linear, planned
 
 
 def test_a_planned_linear_gives_the_modules_output_for_any_leading_shape() -> None:
-    """planned(module, x) is module(x) for x [B, T, in], packed or not, within float rounding."""
-    for packed in (True, False):
-        linear, planned = _planned(packed)
-        x = torch.randn(2, 3, 24)
+    """planned(module, x) is module(x) for x [B, T, in] (packed, or padded mm), within float
+    rounding (assert_close's float32 default: the sums run in another order)."""
+    linear, planned = _planned()
+    x = torch.randn(2, 3, 24)
+    for plan in (planned.plan, MatmulPlan({6: ("mm", 8)})):
+        planned.plan = plan
         with torch.inference_mode():
             got, want = planned(linear, x), linear(x)
         assert got.shape == (2, 3, 40)
@@ -31,7 +39,7 @@ def test_a_planned_linear_gives_the_modules_output_for_any_leading_shape() -> No
 def test_a_weight_written_in_place_is_packed_anew() -> None:
     """After the module's weight is written in place, the next call reads the new weight, not
     a stale packed copy."""
-    linear, planned = _planned(packed=True)
+    linear, planned = _planned()
     x = torch.randn(1, 24)
     with torch.inference_mode():
         planned(linear, x)
@@ -42,7 +50,70 @@ def test_a_weight_written_in_place_is_packed_anew() -> None:
 
 
 def test_a_call_that_records_gradients_runs_the_module() -> None:
-    """With gradients recorded, the module itself runs, so the weight gets its gradient."""
-    linear, planned = _planned(packed=True)
+    """With gradients recorded, the module itself runs, so the weight, or a bias that trains
+    beside a frozen weight, gets its gradient."""
+    linear, planned = _planned()
     (grad,) = torch.autograd.grad(planned(linear, torch.randn(3, 24)).sum(), [linear.weight])
     assert float(grad.abs().sum()) > 0
+    linear.weight.requires_grad_(False)
+    (grad,) = torch.autograd.grad(planned(linear, torch.randn(3, 24)).sum(), [linear.bias])
+    assert float(grad.abs().sum()) > 0
+
+
+def test_a_hooked_or_subclassed_linear_runs_itself() -> None:
+    """A forward hook still fires, and a subclass's own forward still runs."""
+    linear, planned = _planned()
+    seen: list[int] = []
+    linear.register_forward_hook(lambda module, args, out: seen.append(1))
+    with torch.inference_mode():
+        planned(linear, torch.randn(1, 24))
+    assert seen == [1]
+
+    class Doubled(nn.Linear):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            out: torch.Tensor = 2 * super().forward(x)
+            return out
+
+    doubled, planned = _planned(Doubled(24, 40))
+    x = torch.randn(1, 24)
+    with torch.inference_mode():
+        torch.testing.assert_close(planned(doubled, x), doubled(x))
+
+
+def test_inference_tensor_weights_run_unpacked() -> None:
+    """A linear made inside inference mode (weights with no version counter) runs, unpacked."""
+    with torch.inference_mode():
+        linear = nn.Linear(24, 40)
+        _, planned = _planned(linear)
+        x = torch.randn(2, 24)
+        torch.testing.assert_close(planned(linear, x), linear(x))
+
+
+@pytest.mark.parametrize(
+    ("ways", "beyond", "match"),
+    [
+        ({1: ("cuda", 1)}, None, r"ways\[1\]=\('cuda', 1\).*form one of"),
+        ({0: ("mm", 1)}, None, r"row count >= 1"),
+        ({4: ("mm", 2)}, None, r"pad 4 rows to 4 or more"),
+        ({2: ("packed", 4)}, None, r"run on the rows they have"),
+        ({}, "mm", r"beyond='mm': only a form that runs any row count"),
+    ],
+)
+def test_a_plan_with_a_way_it_cannot_run_is_refused(
+    ways: dict[int, Any], beyond: str | None, match: str
+) -> None:
+    """MatmulPlan names the way it cannot run and what it takes."""
+    with pytest.raises(InvalidConfig, match=match):
+        MatmulPlan(ways, beyond)
+
+
+def test_planned_linears_needs_modules() -> None:
+    """An empty module list is refused by name."""
+    with pytest.raises(InvalidConfig, match=r"modules=\[\]: pass the nn.Linear modules"):
+        PlannedLinears([])
+
+
+def test_a_plans_summary_does_not_run_a_padded_way_into_another() -> None:
+    """Rows padded to 3 and rows run on their own 4 are two runs in the summary."""
+    plan = MatmulPlan({2: ("mm", 3), 3: ("mm", 3), 4: ("mm", 4), 5: ("packed", 5)}, "packed")
+    assert plan.summary() == "2-3: mm on 3; 4: mm; 5: packed; past 5: packed"
