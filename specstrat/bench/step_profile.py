@@ -6,7 +6,8 @@ model: the drafter (``propose``, ``commit``), the acceptance rule, the metadata 
 relay, the worker's forward, and the scheduler (the rest of the step). The second run repeats
 the same work under ``torch.profiler`` and splits the forward's time by what ran inside it:
 
-- ``matmul_us``: matrix products (``mm``, ``addmm``, ``bmm``), the weights' share of the work;
+- ``matmul_us``: matrix products (``mm``, ``addmm``, ``bmm``, ``mv``, oneDNN's packed linear),
+  the weights' share of the work;
 - ``kv_write_us``, ``kv_gather_us``, ``sdpa_us``, ``attention_other_us``: inside the engine's
   attention backend, the new keys and values written to the cache, the page-table gather of
   the keys and values read, the attention kernel itself, and the rest (masks, reshapes,
@@ -69,7 +70,10 @@ FORWARD_PARTS = (
     "model_other_us",
 )
 _KERNEL_PARTS = ("matmul_us", "kv_write_us", "kv_gather_us", "sdpa_us")
-_MATMULS = frozenset({"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm"})
+_MATMULS = frozenset(
+    {"aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::mv"}
+    | {"mkldnn::_linear_pointwise"}  # the packed form of the fast forward's matmul plan
+)
 _ADAPTER_SCOPE, _DRAFTER_SCOPE = "specstrat.adapter_attention", "specstrat.drafter_us"
 
 
