@@ -218,7 +218,9 @@ class ModelWatch:
             return False
         for d, name, tensor, ptr, version in self._params:
             t = d.get(name)
-            if t is not tensor or t.data_ptr() != ptr or weight_version(t) != version:
+            if t is not tensor or t.data_ptr() != ptr:
+                return False
+            if version is not None and t._version != version:  # None: it keeps no version
                 return False
         return self._hook_count() == self._hooks
 

@@ -79,8 +79,8 @@ def _mv(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return torch.mv(w, x[0])[None]
 
 
-def _packed(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
-    out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, None, "none", [], "")
+def _packed(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
+    out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(x.contiguous(), w, bias, "none", [], "")
     return out
 
 
@@ -152,11 +152,12 @@ class MatmulPlan:
             )
         self.beyond = beyond
         self._last = max(self.ways, default=0)
-
-    def forms(self) -> set[str]:
-        """The forms this plan runs some row count with."""
         forms = {form for form, _ in self.ways.values()}
-        return forms if self.beyond is None else forms | {self.beyond}
+        self._forms = frozenset(forms if beyond is None else forms | {beyond})
+
+    def forms(self) -> frozenset[str]:
+        """The forms this plan runs some row count with."""
+        return self._forms
 
     def summary(self) -> str:
         """The plan in a line: runs of row counts with their form (and padded rows), then
@@ -193,12 +194,7 @@ class MatmulPlan:
             return F.linear(x, weight, bias)
         form, rows = way
         if form == "packed":
-            if packed is None:
-                return F.linear(x, weight, bias)
-            out: torch.Tensor = torch.ops.mkldnn._linear_pointwise(
-                x.contiguous(), packed, bias, "none", [], ""
-            )
-            return out
+            return F.linear(x, weight, bias) if packed is None else _packed(x, packed, bias)
         padded = x if rows == n else F.pad(x, (0, 0, 0, rows - n))
         out = FORMS[form](padded, weight)[:n]
         out = out if bias is None else out + bias
@@ -280,11 +276,11 @@ class PlannedLinears:
             held = self._packs.get(module)
             if held is None or held[0] is not weight or held[1] != version:
                 fresh = pack(weight)
-                held = None if fresh is None else (weight, version, fresh)
-                if held is None:
+                if fresh is None:
                     self._packs.pop(module, None)
+                    held = None
                 else:
-                    self._packs[module] = held
+                    held = self._packs[module] = (weight, version, fresh)
             packed = None if held is None else held[2]
         flat = x.reshape(-1, x.shape[-1])
         out = self.plan.linear(flat, weight.detach(), bias, packed)

@@ -329,7 +329,7 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
     costs["packed"] = {n: 5.0 for n in linear}
     plan = matmul_padding.matmul_plan([torch.zeros(8, 6)])
     assert plan.ways == {n: ("packed", n) for n in range(1, 65)}
-    assert (plan.beyond, plan.forms()) == ("packed", {"packed"})
+    assert (plan.beyond, plan.forms()) == ("packed", frozenset({"packed"}))
 
 
 def test_a_plan_whose_way_gives_other_logits_is_dropped(monkeypatch: pytest.MonkeyPatch) -> None:
