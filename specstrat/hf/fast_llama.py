@@ -193,11 +193,7 @@ class FastLlamaForward:
     def layer_weights(self, layers: int) -> list[torch.Tensor]:
         """The weights of the first ``layers`` decoder layers' matmuls, in the order a forward
         runs them (what :func:`~specstrat.hf.matmul_padding.matmul_plan` times)."""
-        return [
-            weight
-            for w in self._layers[:layers]
-            for weight in (w.qkv, w.attn.o_proj.weight, w.gate_up, w.mlp.down_proj.weight)
-        ]
+        return [weight for w in self._layers[:layers] for weight in (w.qkv, w.o, w.gate_up, w.down)]
 
     def plan_matmuls(self) -> None:
         """Time this machine's ways of computing each matmul
@@ -213,10 +209,7 @@ class FastLlamaForward:
         :attr:`head_plan` does; drop them where it does not."""
         packs = "packed" in self.plan.forms()
         self._packs = tuple(
-            tuple(
-                pack(t) if packs else None
-                for t in (w.qkv, w.attn.o_proj.weight, w.gate_up, w.mlp.down_proj.weight)
-            )
+            tuple(pack(t) if packs else None for t in (w.qkv, w.o, w.gate_up, w.down))
             for w in self._layers
         )
         head = self._model.lm_head.weight
@@ -251,21 +244,20 @@ class FastLlamaForward:
         last, linear = len(self._layers) - 1, self.plan.linear
         for index, (w, p) in enumerate(zip(self._layers, self._packs, strict=True)):
             q_width, kv_width = w.heads * w.head_dim, w.kv_heads * w.head_dim
-            qkv = linear(_rms(x, w.norm_in), w.qkv, w.qkv_bias, p[0])
+            qkv = linear(_rms(x, w.norm_in, w.eps_in), w.qkv, w.qkv_bias, p[0])
             qk = qkv[:, : q_width + kv_width].view(n, w.heads + w.kv_heads, w.head_dim)
             qk = _rotate(qk, cos, sin)
             q, k = qk[:, : w.heads], qk[:, w.heads :]  # rotated together: one op for both
             v = qkv[:, q_width + kv_width :].view(n, w.kv_heads, w.head_dim)
-            out = attention(w.attn.layer_idx, q, k, v, scaling=w.attn.scaling)
-            o = w.attn.o_proj
-            x = x + linear(out.reshape(n, q_width), o.weight, o.bias, p[1])
-            gate_up = linear(_rms(x, w.norm_post), w.gate_up, w.gate_up_bias, p[2])
+            out = attention(w.layer_idx, q, k, v, scaling=w.scaling)
+            x = x + linear(out.reshape(n, q_width), w.o, w.o_bias, p[1])
+            gate_up = linear(_rms(x, w.norm_post, w.eps_post), w.gate_up, w.gate_up_bias, p[2])
             gate, up = gate_up.chunk(2, dim=-1)
-            down = w.mlp.down_proj
-            x = x + linear(w.mlp.act_fn(gate) * up, down.weight, down.bias, p[3])
+            x = x + linear(w.act(gate) * up, w.down, w.down_bias, p[3])
             if index in keep or (keep and index == last):
                 outputs[index] = x[None]
-        final = _rms(x, base.norm)
+        norm = base.norm
+        final = _rms(x, norm.weight, norm.variance_epsilon)
         head = model.lm_head
         read = final if rows is None else final[rows]
         logits = self.head_plan.linear(read, head.weight, head.bias, self._head_pack)
@@ -278,14 +270,14 @@ def _into(t: torch.Tensor | None, stack: torch.Tensor | None, start: int) -> Non
         t.data = stack[start : start + int(t.shape[0])]
 
 
-def _rms(x: torch.Tensor, norm: Any) -> torch.Tensor:
-    """transformers' LlamaRMSNorm: in float32, then back to ``x``'s dtype before the weight
-    (in float32 the same sums in one fused op)."""
-    if x.dtype == torch.float32 and norm.weight.dtype == torch.float32:
-        return F.rms_norm(x, (x.shape[-1],), norm.weight, norm.variance_epsilon)
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm of ``weight`` and ``eps``: in float32, then back to ``x``'s
+    dtype before the weight (in float32 the same sums in one fused op)."""
+    if x.dtype == torch.float32 and weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), weight, eps)
     h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + norm.variance_epsilon)
-    out: torch.Tensor = norm.weight * h.to(x.dtype)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    out: torch.Tensor = weight * h.to(x.dtype)
     return out
 
 

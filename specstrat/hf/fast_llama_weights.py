@@ -5,11 +5,13 @@ wrapping."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from operator import is_
 from typing import Any
 
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from specstrat.hf.matmul_padding import weight_version
@@ -17,6 +19,7 @@ from specstrat.hf.matmul_padding import weight_version
 __all__ = [
     "FusedLayer",
     "ModelWatch",
+    "activation",
     "adjacent",
     "decoder_layers",
     "foreign_hooks",
@@ -116,41 +119,64 @@ def stacked(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
 
 @dataclass(frozen=True, slots=True)
 class FusedLayer:
-    """One decoder layer as the fast forward reads it: its modules (their other weights read
-    at each call) and the fused query/key/value and gate/up stacks."""
+    """One decoder layer as the fast forward reads it: plain references to its weights (read
+    without ``nn.Module`` attribute lookups; :class:`ModelWatch` notices one replaced), the
+    fused query/key/value and gate/up stacks, and its activation."""
 
-    attn: Any
-    mlp: Any
-    norm_in: Any
-    norm_post: Any
+    norm_in: torch.Tensor  # the input RMSNorm's weight [H]
+    eps_in: float
+    norm_post: torch.Tensor  # the post-attention RMSNorm's weight [H]
+    eps_post: float
     qkv: torch.Tensor  # [(heads + 2 * kv_heads) * head_dim, H]
     qkv_bias: torch.Tensor | None
+    o: torch.Tensor  # [H, heads * head_dim]
+    o_bias: torch.Tensor | None
     gate_up: torch.Tensor  # [2 * I, H]
     gate_up_bias: torch.Tensor | None
+    down: torch.Tensor  # [H, I]
+    down_bias: torch.Tensor | None
+    act: Callable[[torch.Tensor], torch.Tensor]
+    layer_idx: int
+    scaling: float
     heads: int
     kv_heads: int
     head_dim: int
 
 
+def activation(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
+    """``F.silu`` where ``module`` is plainly torch's or transformers' SiLU (a module call
+    costs about ten microseconds, thirty times a forward), else the module itself."""
+    plain = type(module).__name__ in ("SiLU", "SiLUActivation") and "forward" not in vars(module)
+    return F.silu if plain else module
+
+
 def fused_layer(layer: Any) -> FusedLayer:
-    """Decoder ``layer`` as the fast forward reads it: its modules, its fused stacks (views
+    """Decoder ``layer`` as the fast forward reads it: its weights, its fused stacks (views
     where the weights already lie one after another) and its head widths."""
     qkv_parts, gate_up_parts = fused_groups(layer)
-    attn = layer.self_attn
+    attn, mlp = layer.self_attn, layer.mlp
     qkv = stacked([p.weight for p in qkv_parts])
     gate_up = stacked([p.weight for p in gate_up_parts])
     if qkv is None or gate_up is None:  # an nn.Linear always has a weight
         raise TypeError("a Llama projection without a weight")
     head_dim = int(attn.head_dim)
+    norm_in, norm_post = layer.input_layernorm, layer.post_attention_layernorm
     return FusedLayer(
-        attn=attn,
-        mlp=layer.mlp,
-        norm_in=layer.input_layernorm,
-        norm_post=layer.post_attention_layernorm,
+        norm_in=norm_in.weight,
+        eps_in=float(norm_in.variance_epsilon),
+        norm_post=norm_post.weight,
+        eps_post=float(norm_post.variance_epsilon),
         qkv=qkv,
         qkv_bias=stacked([p.bias for p in qkv_parts]),
+        o=attn.o_proj.weight,
+        o_bias=attn.o_proj.bias,
         gate_up=gate_up,
         gate_up_bias=stacked([p.bias for p in gate_up_parts]),
+        down=mlp.down_proj.weight,
+        down_bias=mlp.down_proj.bias,
+        act=activation(mlp.act_fn),
+        layer_idx=int(attn.layer_idx),
+        scaling=float(attn.scaling),
         heads=int(attn.q_proj.out_features) // head_dim,
         kv_heads=int(attn.k_proj.out_features) // head_dim,
         head_dim=head_dim,
@@ -159,12 +185,12 @@ def fused_layer(layer: Any) -> FusedLayer:
 
 class ModelWatch:
     """What a fast forward was built from, to be checked before each forward at the cost of
-    dictionary reads (about 0.1 ms on SmolLM2's 30 layers; ``nn.Module`` attribute access
-    would cost ten times that): every module it reads is still its parent's child, no hook
-    but specstrat's layer hooks was added to one, every projection's and the LM head's weight
-    is still the same parameter lying where it was adopted (``model.to(...)``, a cast or
-    ``load_state_dict(assign=True)`` replaces or moves it), and none was written in place
-    through itself since (``load_state_dict``, an in-place op: a packed copy of it,
+    dictionary reads (about 0.15 ms on SmolLM2's 30 layers; ``nn.Module`` attribute access
+    would cost five times that): every module it reads is still its parent's child, no hook
+    but specstrat's layer hooks was added to one, every projection's, norm's and the LM
+    head's weight is still the same parameter lying where it was adopted (``model.to(...)``,
+    a cast or ``load_state_dict(assign=True)`` replaces or moves it), and none was written in
+    place through itself since (``load_state_dict``, an in-place op: a packed copy of it,
     :func:`~specstrat.hf.matmul_padding.pack`, would be stale). A write through
     ``weight.data``, or to an inference tensor, keeps no version and is not seen: wrap the
     model anew (``HFCausalLM(model)``) after one."""
@@ -184,45 +210,59 @@ class ModelWatch:
             attn, mlp = layer.self_attn, layer.mlp
             for name in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"):
                 edges.append((layer._modules, name, getattr(layer, name)))
+            for norm in (layer.input_layernorm, layer.post_attention_layernorm):
+                params.extend(_weights(norm))
             for parent, names in (
                 (attn, ("q_proj", "k_proj", "v_proj", "o_proj")),
-                (mlp, ("gate_proj", "up_proj", "down_proj")),
+                (mlp, ("gate_proj", "up_proj", "down_proj", "act_fn")),
             ):
                 for name in names:
-                    child = getattr(parent, name)
+                    if name not in parent._modules:  # an activation kept as a plain function
+                        continue
+                    child = parent._modules[name]
                     edges.append((parent._modules, name, child))
                     params.extend(_weights(child))
-        params.extend(_weights(model.lm_head))
+        params.extend(_weights(model.lm_head) + _weights(base.norm))
         self._count = len(layers)
         self._layers = base.layers
-        self._edges = tuple(edges)
-        self._params = tuple(params)
-        self._watched = (model, *(child for _, _, child in edges))
+        # Each check is one C-level pass (``map`` over ``dict.get``, ``operator.is_``).
+        self._edge_dicts, self._edge_names, self._children = _columns(edges, 3)
+        self._param_dicts, self._param_names, self._tensors = _columns(params, 3)
+        self._ptrs = [t.data_ptr() for t in self._tensors]
+        kept = [(t, version) for _, _, t, _, version in params if version is not None]
+        self._versioned, self._versions = tuple(t for t, _ in kept), [v for _, v in kept]
+        self._watched = (model, *self._children)
         self._hooks = self._hook_count()
 
     def _hook_count(self) -> int:
         """Hooks on the watched modules, specstrat's own layer hooks left out (the fast forward
-        records those layers itself)."""
-        return sum(
-            len(m._forward_hooks)
-            + len(m._forward_pre_hooks)
-            - (getattr(m, "_specstrat_layer_hook", None) is not None)
-            for m in self._watched
-        )
+        records those layers itself). Read from each module's ``__dict__``: ``getattr`` on an
+        ``nn.Module`` that lacks the attribute goes through ``Module.__getattr__`` and an
+        exception, which cost 0.6 ms a forward on SmolLM2."""
+        hooks = 0
+        for state in map(vars, self._watched):
+            hooks += len(state["_forward_hooks"]) + len(state["_forward_pre_hooks"])
+            hooks -= state.get("_specstrat_layer_hook") is not None
+        return hooks
 
     def holds(self) -> bool:
         """Whether the model is still the one this watch was made on."""
         if len(self._layers._modules) < self._count:
             return False
-        if any(d.get(name) is not child for d, name, child in self._edges):
+        if not all(map(is_, map(dict.get, self._edge_dicts, self._edge_names), self._children)):
             return False
-        for d, name, tensor, ptr, version in self._params:
-            t = d.get(name)
-            if t is not tensor or t.data_ptr() != ptr:
-                return False
-            if version is not None and t._version != version:  # None: it keeps no version
-                return False
+        if not all(map(is_, map(dict.get, self._param_dicts, self._param_names), self._tensors)):
+            return False
+        if [t.data_ptr() for t in self._tensors] != self._ptrs:
+            return False
+        if [t._version for t in self._versioned] != self._versions:
+            return False
         return self._hook_count() == self._hooks
+
+
+def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[tuple[Any, ...], ...]:
+    """The first ``width`` columns of ``rows``, each as a tuple."""
+    return tuple(tuple(row[i] for row in rows) for i in range(width))
 
 
 def _weights(module: Any) -> list[tuple[dict[str, Any], str, torch.Tensor, int, int | None]]:

@@ -426,3 +426,58 @@ def test_a_plans_summary_names_its_runs_of_row_counts() -> None:
         "1-2: mm on 2; 3-4: packed; 5: linear on 8; past 5: packed"
     )
     assert MatmulPlan().summary() == "F.linear throughout"
+
+
+def _new_norm(model: Any) -> None:
+    norm = model.model.layers[1].input_layernorm
+    norm.weight = nn.Parameter(norm.weight.detach() * 2)
+
+
+def _norm_in_place(model: Any) -> None:
+    with torch.no_grad():
+        model.model.layers[0].post_attention_layernorm.weight.mul_(-1)
+
+
+def _final_norm(model: Any) -> None:
+    with torch.no_grad():
+        model.model.norm.weight.add_(1)
+
+
+def _new_activation(model: Any) -> None:
+    model.model.layers[1].mlp.act_fn = nn.GELU()
+
+
+@pytest.mark.parametrize(
+    "change",
+    [_new_norm, _norm_in_place, _final_norm, _new_activation],
+    ids=["norm-replaced", "norm-in-place", "final-norm-in-place", "activation-replaced"],
+)
+def test_a_norm_or_activation_changed_after_wrapping_is_read(change: Any) -> None:
+    """The fast forward holds plain references to norms' weights and the activation; a norm
+    weight replaced or written in place, or an activation swapped, after wrapping makes the
+    next forward build anew, so its outputs stay transformers'."""
+    model = _randomised(tiny.model("llama"))
+    slow, fast = _both(model)
+    old = fast.fast_forward
+    _outputs(fast)
+    change(model)
+    want, got = _outputs(slow), _outputs(fast)
+    assert fast.fast_forward is not old
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=0, atol=PROBE_TOLERANCE * float(w.abs().max()))
+
+
+def test_a_plain_silu_runs_as_f_silu_and_any_other_activation_as_itself() -> None:
+    """torch's and transformers' SiLU modules run as F.silu; another activation, or a SiLU
+    whose forward an instance overrides, runs as the module itself."""
+    from transformers.activations import ACT2FN
+
+    from specstrat.hf.fast_llama_weights import activation
+
+    assert activation(nn.SiLU()) is F.silu
+    assert activation(ACT2FN["silu"]) is F.silu
+    gelu = nn.GELU()
+    assert activation(gelu) is gelu
+    patched = nn.SiLU()
+    patched.forward = lambda input: input  # type: ignore[method-assign]
+    assert activation(patched) is patched
