@@ -1,7 +1,7 @@
-"""The weights and modules :class:`~specstrat.hf.fast_llama.FastLlamaForward` reads from a
-transformers Llama: which models qualify, the fused query/key/value and gate/up stacks the
-model's own weights become views into, and the watch that notices a model changed after
-wrapping."""
+"""What :class:`~specstrat.hf.fast_llama.FastLlamaForward` reads from a transformers Llama:
+which models qualify, each layer's weights and settings as plain references, the fused
+query/key/value and gate/up stacks the model's own weights become views into, and the watch
+that notices a model changed after wrapping."""
 
 from __future__ import annotations
 
@@ -119,9 +119,10 @@ def stacked(tensors: Sequence[torch.Tensor | None]) -> torch.Tensor | None:
 
 @dataclass(frozen=True, slots=True)
 class FusedLayer:
-    """One decoder layer as the fast forward reads it: plain references to its weights (read
-    without ``nn.Module`` attribute lookups; :class:`ModelWatch` notices one replaced), the
-    fused query/key/value and gate/up stacks, and its activation."""
+    """One decoder layer as the fast forward reads it: plain references to its weights, norm
+    epsilons, attention index and scaling and activation (read without ``nn.Module``
+    attribute lookups; :class:`ModelWatch` notices any of them replaced or changed), and the
+    fused query/key/value and gate/up stacks."""
 
     norm_in: torch.Tensor  # the input RMSNorm's weight [H]
     eps_in: float
@@ -144,10 +145,20 @@ class FusedLayer:
 
 
 def activation(module: Any) -> Callable[[torch.Tensor], torch.Tensor]:
-    """``F.silu`` where ``module`` is plainly torch's or transformers' SiLU (a module call
-    costs about ten microseconds, thirty times a forward), else the module itself."""
-    plain = type(module).__name__ in ("SiLU", "SiLUActivation") and "forward" not in vars(module)
+    """``F.silu`` where ``module`` is torch's ``nn.SiLU`` or transformers' ``SiLUActivation``
+    itself (no subclass, no ``forward`` set on the instance; a module call costs about ten
+    microseconds, thirty times a forward), else the module itself."""
+    plain = type(module) in _silu_classes() and "forward" not in vars(module)
     return F.silu if plain else module
+
+
+def _silu_classes() -> tuple[type, ...]:
+    """torch's SiLU module class, and transformers' where it has one."""
+    try:
+        from transformers.activations import SiLUActivation
+    except ImportError:
+        return (nn.SiLU,)
+    return (nn.SiLU, SiLUActivation)
 
 
 def fused_layer(layer: Any) -> FusedLayer:
@@ -205,9 +216,22 @@ class ModelWatch:
         ]
         params: list[tuple[dict[str, Any], str, torch.Tensor, int, int | None]] = []
         layers = decoder_layers(model)
+        # Settings the fast forward copied (FusedLayer) and the activation's own forward, if
+        # one was set on it: each as the dictionary it lies in, its name, its value then.
+        settings: list[tuple[dict[str, Any], str, object]] = []
         for i, layer in enumerate(layers):
             edges.append((base.layers._modules, str(i), layer))
             attn, mlp = layer.self_attn, layer.mlp
+            act = mlp.act_fn  # a module (its forward may be set), or a plain function
+            for module, name in (
+                (layer.input_layernorm, "variance_epsilon"),
+                (layer.post_attention_layernorm, "variance_epsilon"),
+                (attn, "layer_idx"),
+                (attn, "scaling"),
+                (act, "forward") if isinstance(act, nn.Module) else (mlp, "act_fn"),
+            ):
+                state = vars(module)
+                settings.append((state, name, state.get(name)))
             for name in ("self_attn", "mlp", "input_layernorm", "post_attention_layernorm"):
                 edges.append((layer._modules, name, getattr(layer, name)))
             for norm in (layer.input_layernorm, layer.post_attention_layernorm):
@@ -225,9 +249,13 @@ class ModelWatch:
         params.extend(_weights(model.lm_head) + _weights(base.norm))
         self._count = len(layers)
         self._layers = base.layers
-        # Each check is one C-level pass (``map`` over ``dict.get``, ``operator.is_``).
-        self._edge_dicts, self._edge_names, self._children = _columns(edges, 3)
-        self._param_dicts, self._param_names, self._tensors = _columns(params, 3)
+        # One pass of ``map`` over ``dict.get`` and ``operator.is_`` per check, in C (a Python
+        # loop over SmolLM2's 272 weights and 396 modules took about twice as long). The
+        # mappings are ``nn.Module``'s own ``__dict__``, ``_modules`` and ``_parameters``: dicts.
+        self._edge_dicts, self._edge_names, self._children = _columns(edges)
+        self._param_dicts, self._param_names, self._tensors = _columns(params)
+        self._setting_dicts, self._setting_names, settled = _columns(settings)
+        self._settings = list(settled)
         self._ptrs = [t.data_ptr() for t in self._tensors]
         kept = [(t, version) for _, _, t, _, version in params if version is not None]
         self._versioned, self._versions = tuple(t for t, _ in kept), [v for _, v in kept]
@@ -238,7 +266,7 @@ class ModelWatch:
         """Hooks on the watched modules, specstrat's own layer hooks left out (the fast forward
         records those layers itself). Read from each module's ``__dict__``: ``getattr`` on an
         ``nn.Module`` that lacks the attribute goes through ``Module.__getattr__`` and an
-        exception, which cost 0.6 ms a forward on SmolLM2."""
+        exception, about 0.6 ms a forward on SmolLM2 (``holds()`` timed in a loop)."""
         hooks = 0
         for state in map(vars, self._watched):
             hooks += len(state["_forward_hooks"]) + len(state["_forward_pre_hooks"])
@@ -257,12 +285,17 @@ class ModelWatch:
             return False
         if [t._version for t in self._versioned] != self._versions:
             return False
+        if list(map(dict.get, self._setting_dicts, self._setting_names)) != self._settings:
+            return False
         return self._hook_count() == self._hooks
 
 
-def _columns(rows: Sequence[tuple[Any, ...]], width: int) -> tuple[tuple[Any, ...], ...]:
-    """The first ``width`` columns of ``rows``, each as a tuple."""
-    return tuple(tuple(row[i] for row in rows) for i in range(width))
+def _columns(
+    rows: Sequence[tuple[Any, ...]],
+) -> tuple[tuple[Any, ...], tuple[Any, ...], tuple[Any, ...]]:
+    """The first three columns of ``rows`` (a mapping, a name, what it held), each a tuple."""
+    first, second, third = (tuple(row[i] for row in rows) for i in range(3))
+    return first, second, third
 
 
 def _weights(module: Any) -> list[tuple[dict[str, Any], str, torch.Tensor, int, int | None]]:

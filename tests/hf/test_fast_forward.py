@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
+from transformers.activations import ACT2FN
 
 from specstrat.hf import HFCausalLM
 from specstrat.hf.attention_probe import Probe
 from specstrat.hf.fast_llama import PROBE_TOLERANCE, FastLlamaForward
+from specstrat.hf.fast_llama_weights import activation
 from specstrat.hf.matmul_padding import MatmulPlan
 from specstrat.models import RowLogitsLM
 from tests.hf import tiny
@@ -310,12 +312,12 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
     costs["packed"] = {n: 1000.0 for n in linear}
     timed: list[int] = []
 
-    def seconds(weights: Any, rows: int, form: str) -> float:
+    def seconds(weights: Any, rows: int, form: str, dtype: Any) -> float:
         timed.append(rows)
         return costs[form][rows]
 
     monkeypatch.setattr(matmul_padding, "_matmul_seconds", seconds)
-    monkeypatch.setattr(matmul_padding, "pack", lambda weight: weight)
+    monkeypatch.setattr(matmul_padding, "pack", lambda weight, dtype=None: weight)
     monkeypatch.setattr(matmul_padding, "_MEASURED", {})
     plan = matmul_padding.matmul_plan([torch.zeros(8, 4)])
     pad = {n: ("linear", m) for n, m in {2: 4, 3: 4, 5: 8, 6: 8, 7: 8}.items()}
@@ -447,15 +449,43 @@ def _new_activation(model: Any) -> None:
     model.model.layers[1].mlp.act_fn = nn.GELU()
 
 
+def _patched_activation(model: Any) -> None:
+    model.model.layers[0].mlp.act_fn.forward = F.gelu
+
+
+def _new_epsilon(model: Any) -> None:
+    model.model.layers[1].post_attention_layernorm.variance_epsilon = 0.5
+
+
+def _new_scaling(model: Any) -> None:
+    model.model.layers[0].self_attn.scaling = 0.01
+
+
 @pytest.mark.parametrize(
     "change",
-    [_new_norm, _norm_in_place, _final_norm, _new_activation],
-    ids=["norm-replaced", "norm-in-place", "final-norm-in-place", "activation-replaced"],
+    [
+        _new_norm,
+        _norm_in_place,
+        _final_norm,
+        _new_activation,
+        _patched_activation,
+        _new_epsilon,
+        _new_scaling,
+    ],
+    ids=[
+        "norm-replaced",
+        "norm-in-place",
+        "final-norm-in-place",
+        "activation-replaced",
+        "activation-forward-set",
+        "epsilon-changed",
+        "scaling-changed",
+    ],
 )
 def test_a_norm_or_activation_changed_after_wrapping_is_read(change: Any) -> None:
-    """The fast forward holds plain references to norms' weights and the activation; a norm
-    weight replaced or written in place, or an activation swapped, after wrapping makes the
-    next forward build anew, so its outputs stay transformers'."""
+    """The fast forward holds plain references to norms' weights and epsilons, the attention's
+    scaling and the activation; any of them replaced, written in place or set after wrapping
+    makes the next forward build anew, so its outputs stay transformers'."""
     model = _randomised(tiny.model("llama"))
     slow, fast = _both(model)
     old = fast.fast_forward
@@ -470,10 +500,6 @@ def test_a_norm_or_activation_changed_after_wrapping_is_read(change: Any) -> Non
 def test_a_plain_silu_runs_as_f_silu_and_any_other_activation_as_itself() -> None:
     """torch's and transformers' SiLU modules run as F.silu; another activation, or a SiLU
     whose forward an instance overrides, runs as the module itself."""
-    from transformers.activations import ACT2FN
-
-    from specstrat.hf.fast_llama_weights import activation
-
     assert activation(nn.SiLU()) is F.silu
     assert activation(ACT2FN["silu"]) is F.silu
     gelu = nn.GELU()
@@ -481,3 +507,5 @@ def test_a_plain_silu_runs_as_f_silu_and_any_other_activation_as_itself() -> Non
     patched = nn.SiLU()
     patched.forward = lambda input: input  # type: ignore[method-assign]
     assert activation(patched) is patched
+    subclass = type("MySiLU", (nn.SiLU,), {})()
+    assert activation(subclass) is subclass
