@@ -10,7 +10,9 @@ layer projections and again over its LM head, and :class:`MatmulPlan` runs every
 ``mm`` (``W @ x.T``), ``mv`` (``W @ x`` for one row) or ``packed`` (oneDNN's linear on a copy of
 the weight packed at load, :func:`pack`), on the rows it has or padded with zero rows to a count
 that runs faster. Every way computes the same product; only the order of the sums, and so the
-last bits of float rounding, may differ.
+last bits of float rounding, may differ. A draft model, whose outputs only propose tokens the
+target verifies, may also be planned ``narrow`` (:class:`PlannedLinears`): its weights may then
+run as ``packed-bf16``, a bfloat16 copy packed the same way, half the bytes to read.
 
 On the same host the packed form read 8 of SmolLM2's layers in 5.5 to 7.7 ms for 1 to 8 rows,
 where ``F.linear`` took 9.5 to 24 ms, and the LM head in 3.6 to 5.4 ms against 11.6 to 37 ms
@@ -21,7 +23,8 @@ from __future__ import annotations
 
 import time
 import weakref
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 import torch
 import torch.nn.functional as F
@@ -56,8 +59,11 @@ ROW_LIMIT = {"mv": 1, "mm": 16}
 
 #: Forms that run on the rows they have, never padded: a packed weight's time grows with the
 #: rows, so the time at the next count of :data:`PLAN_ROWS` bounds it. A plan whose largest
-#: count runs such a form runs it on any larger count too.
-EXACT = frozenset({"packed"})
+#: count runs such a form runs it on any larger count too. Each runs on a copy :func:`pack`
+#: made in the dtype it names here (``None``: the weight's own); a plan runs at most one.
+EXACT: Mapping[str, torch.dtype | None] = MappingProxyType(
+    {"packed": None, "packed-bf16": torch.bfloat16}
+)
 
 #: The row count oneDNN lays a packed weight out for (it runs any count): on the EPYC host,
 #: layouts for 8, 16 and 64 rows ran within 5% of each other from 1 to 256 rows.
@@ -84,6 +90,14 @@ def _packed(x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None) 
     return out
 
 
+def _packed_narrow(
+    x: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None
+) -> torch.Tensor:
+    """``x @ W.T (+ bias)`` with ``x`` rounded to the packed copy's dtype, back in ``x``'s."""
+    out = _packed(x.to(w.dtype), w).to(x.dtype)
+    return out if bias is None else out + bias
+
+
 #: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name; ``packed`` takes
 #: the weight :func:`pack` returned, the others the weight itself.
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
@@ -91,32 +105,42 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "mm": _mm,
     "mv": _mv,
     "packed": _packed,
+    "packed-bf16": _packed_narrow,
 }
 
+#: How each :data:`EXACT` form runs on its packed copy, with the bias.
+_RUN_PACKED = {"packed": _packed, "packed-bf16": _packed_narrow}
 
-def pack(weight: torch.Tensor) -> torch.Tensor | None:
-    """``weight [out, in]`` copied into oneDNN's packed layout, for the ``packed`` form; ``None``
-    where torch has no oneDNN or it does not pack this weight (not on the CPU, or a dtype it
-    does not take)."""
+
+def pack(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor | None:
+    """``weight [out, in]`` copied into oneDNN's packed layout (in ``dtype``, if given), for a
+    form of :data:`EXACT`; ``None`` where torch has no oneDNN or it does not pack this weight
+    (not on the CPU, or a dtype it does not take)."""
     onednn: bool = torch.backends.mkldnn.is_available()  # type: ignore[no-untyped-call]
     if weight.device.type != "cpu" or not onednn:
         return None
     try:
         with torch.inference_mode():
-            packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(
-                weight.detach(), PACK_ROWS
-            )
-            probe = torch.ones(1, weight.shape[1], dtype=weight.dtype)
+            copy = weight.detach() if dtype is None else weight.detach().to(dtype)
+            packed: torch.Tensor = torch.ops.mkldnn._reorder_linear_weight(copy, PACK_ROWS)
+            probe = torch.ones(1, weight.shape[1], dtype=copy.dtype)
             _packed(probe, packed)  # a layout oneDNN cannot run fails here, not mid-forward
     except (AttributeError, NotImplementedError, RuntimeError):
         return None
     return packed
 
 
-def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "linear") -> float:
-    """The time of one pass of a matmul of ``rows`` rows by each of ``weights`` in turn,
-    computed the ``form`` way."""
-    inputs = [torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
+def _matmul_seconds(
+    weights: Sequence[torch.Tensor],
+    rows: int,
+    form: str = "linear",
+    dtype: torch.dtype | None = None,
+) -> float:
+    """The time of one pass of a matmul of ``rows`` rows (in ``dtype``; default: each
+    weight's) by each of ``weights`` in turn, computed the ``form`` way."""
+    inputs = [
+        torch.zeros(rows, w.shape[1], dtype=dtype or w.dtype, device=w.device) for w in weights
+    ]
     with torch.inference_mode():
         start = time.perf_counter()
         for x, w in zip(inputs, weights, strict=True):
@@ -154,6 +178,16 @@ class MatmulPlan:
         self._last = max(self.ways, default=0)
         forms = {form for form, _ in self.ways.values()}
         self._forms = frozenset(forms if beyond is None else forms | {beyond})
+        if len(self._forms & EXACT.keys()) > 1:
+            raise InvalidConfig(
+                f"ways={self.ways!r}, beyond={beyond!r}: a plan runs one of "
+                f"{sorted(EXACT)} at most (a weight holds one packed copy)"
+            )
+
+    def packed_form(self) -> str | None:
+        """The :data:`EXACT` form this plan runs, if any: what a weight's packed copy is for
+        (:func:`pack` it in ``EXACT[form]``)."""
+        return next(iter(self._forms & EXACT.keys()), None)
 
     def forms(self) -> frozenset[str]:
         """The forms this plan runs some row count with."""
@@ -184,8 +218,8 @@ class MatmulPlan:
         packed: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """``F.linear(x, weight, bias)`` for ``x [n, in]``, computed the way the plan says for
-        ``n`` rows (the ``packed`` form on ``packed``, :func:`pack` of ``weight``; without it,
-        ``F.linear``); contiguous ``[n, out]``."""
+        ``n`` rows (an :data:`EXACT` form on ``packed``, :func:`pack` of ``weight`` in the
+        form's dtype; without it, ``F.linear``); contiguous ``[n, out]``."""
         n = x.shape[0]
         way = self.ways.get(n)
         if way is None and self.beyond is not None and n > self._last:
@@ -193,15 +227,19 @@ class MatmulPlan:
         if way is None:
             return F.linear(x, weight, bias)
         form, rows = way
-        if form == "packed":
-            return F.linear(x, weight, bias) if packed is None else _packed(x, packed, bias)
+        if form in EXACT:
+            if packed is None:
+                return F.linear(x, weight, bias)
+            return _RUN_PACKED[form](x, packed, bias)
         padded = x if rows == n else F.pad(x, (0, 0, 0, rows - n))
         out = FORMS[form](padded, weight)[:n]
         out = out if bias is None else out + bias
         return out.contiguous()
 
 
-def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan:
+def matmul_plan(
+    weights: Sequence[torch.Tensor], repeats: int = 3, *, narrow: bool = False
+) -> MatmulPlan:
     """For ``n`` of 1 .. ``PLAN_ROWS[-1]`` rows, the fastest way (a :data:`FORMS` entry, on
     ``m >= n`` rows of :data:`PLAN_ROWS`, padded) of a matmul by each of ``weights`` in turn
     (matrices read from memory, as a forward reads them, not from cache), timed on this
@@ -209,17 +247,22 @@ def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan
     interleaved within a round; kept only where it beats
     ``F.linear`` on ``n`` rows by :data:`PAD_GAIN` (a row count :data:`PLAN_ROWS` lacks is
     compared with the next it has; an :data:`EXACT` form runs on ``n`` rows, and runs past the
-    last count if it won there). The ``packed`` form is timed where :func:`pack` packs every
-    weight, on copies dropped afterwards. Measured once per process for the same device,
-    dtype, torch threads and shapes."""
+    last count if it won there). An :data:`EXACT` form is timed where :func:`pack` packs every
+    weight, on copies dropped afterwards; one in another dtype than the weights' (``narrow``
+    forms, such as ``packed-bf16``) only where ``narrow``, for a draft model. Where two exact
+    forms were timed, the plan keeps the one faster over all of :data:`PLAN_ROWS` (a weight
+    holds one packed copy). Measured once per process for the same device, dtype, torch
+    threads, ``narrow`` and shapes."""
     first = weights[0]
-    key = (first.device, first.dtype, torch.get_num_threads(), *(w.shape for w in weights))
+    key = (first.device, first.dtype, torch.get_num_threads(), narrow, *(w.shape for w in weights))
     if key in _MEASURED:
         return _MEASURED[key]
     operands = {form: list(weights) for form in ("linear", "mm", "mv")}
-    packed = [pack(w) for w in weights]
-    if all(p is not None for p in packed):
-        operands["packed"] = [p for p in packed if p is not None]
+    for form, dtype in EXACT.items():
+        if dtype is None or (narrow and dtype != first.dtype):
+            packs = [pack(w, dtype) for w in weights]
+            if all(p is not None for p in packs):
+                operands[form] = [p for p in packs if p is not None]
     ways = [
         (form, rows)
         for rows in PLAN_ROWS
@@ -229,10 +272,14 @@ def matmul_plan(weights: Sequence[torch.Tensor], repeats: int = 3) -> MatmulPlan
     cost = dict.fromkeys(ways, float("inf"))
     for round_ in range(repeats + 1):  # interleaved, so a busy moment slows every way alike
         for form, rows in ways:
-            seconds = _matmul_seconds(operands[form], rows, form)
+            seconds = _matmul_seconds(operands[form], rows, form, first.dtype)
             if round_:  # round 0 warms every way up
                 cost[form, rows] = min(cost[form, rows], seconds)
-    del packed, operands
+    timed = [form for form in operands if form in EXACT]
+    del operands
+    if len(timed) > 1:
+        keep = min(timed, key=lambda form: sum(cost[form, rows] for rows in PLAN_ROWS))
+        cost = {way: c for way, c in cost.items() if way[0] not in EXACT or way[0] == keep}
     chosen: dict[int, tuple[str, int]] = {}
     for n in range(1, PLAN_ROWS[-1] + 1):
         plain = min(rows for rows in PLAN_ROWS if rows >= n)
@@ -248,16 +295,19 @@ class PlannedLinears:
     """``nn.Linear`` modules run the way a plan timed on their own weights chose:
     ``planned(module, x)`` is ``module(x)`` for ``x [..., in]``, computed by
     :meth:`MatmulPlan.linear` for its rows (on a packed copy of the weight where the plan runs
-    the ``packed`` form). A weight replaced, or written in place through itself, since it was
+    an :data:`EXACT` form). With ``narrow`` (for a draft model, whose outputs only propose
+    tokens), the plan may run the weights as bfloat16 copies, ``packed-bf16``, where this
+    machine runs those faster; the outputs then carry bfloat16's rounding (about three
+    significant digits). A weight replaced, or written in place through itself, since it was
     packed is packed anew at its next call; a write through ``weight.data`` bypasses the
     version counter this reads and is not seen (build a new ``PlannedLinears`` after one). A
     call that records gradients, a subclass of ``nn.Linear`` and a module with a forward hook
     run the module itself."""
 
-    def __init__(self, modules: Sequence[nn.Linear]) -> None:
+    def __init__(self, modules: Sequence[nn.Linear], *, narrow: bool = False) -> None:
         if not modules:
             raise InvalidConfig("modules=[]: pass the nn.Linear modules to plan")
-        self.plan = matmul_plan([m.weight.detach() for m in modules])
+        self.plan = matmul_plan([m.weight.detach() for m in modules], narrow=narrow)
         self._packs: weakref.WeakKeyDictionary[nn.Linear, tuple[object, int, torch.Tensor]] = (
             weakref.WeakKeyDictionary()
         )
@@ -272,10 +322,11 @@ class PlannedLinears:
             return out
         packed = None
         version = weight_version(weight)
-        if "packed" in self.plan.forms() and version is not None:
+        form = self.plan.packed_form()
+        if form is not None and version is not None:
             held = self._packs.get(module)
             if held is None or held[0] is not weight or held[1] != version:
-                fresh = pack(weight)
+                fresh = pack(weight, EXACT[form])
                 if fresh is None:
                     self._packs.pop(module, None)
                     held = None

@@ -300,7 +300,7 @@ class Eagle3DraftHead:
     training loop's default) to train exactly what this drafts.
     """
 
-    def __init__(self, head: Eagle3Head, vocab_size: int) -> None:
+    def __init__(self, head: Eagle3Head, vocab_size: int, *, narrow: bool = True) -> None:
         d2t = head.get_buffer("d2t")
         if not is_int(vocab_size) or vocab_size < 1 or int(d2t.max()) >= vocab_size:
             raise InvalidConfig(
@@ -309,11 +309,13 @@ class Eagle3DraftHead:
             )
         self.head, self.vocab_size = head, vocab_size
         #: The head's matmuls, run as a plan timed on its weights chose where it drafts on the
-        #: CPU (:class:`~specstrat.hf.matmul_padding.PlannedLinears`).
+        #: CPU (:class:`~specstrat.hf.matmul_padding.PlannedLinears`); with ``narrow``, on
+        #: bfloat16 copies of its weights where this machine runs those faster (a draft only
+        #: proposes: the target's verify keeps the output exact).
         self.project: Project = _call
         if head.fc.weight.device.type == "cpu":
             linears = [m for m in head.modules() if isinstance(m, nn.Linear)]
-            self.project = PlannedLinears(linears)
+            self.project = PlannedLinears(linears, narrow=narrow)
 
     def __call__(
         self, hidden: torch.Tensor, tokens: torch.Tensor

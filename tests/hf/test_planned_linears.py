@@ -9,6 +9,7 @@ import torch
 from torch import nn
 
 from specstrat.errors import InvalidConfig
+from specstrat.hf import matmul_padding
 from specstrat.hf.matmul_padding import MatmulPlan, PlannedLinears, pack
 
 
@@ -97,6 +98,7 @@ def test_inference_tensor_weights_run_unpacked() -> None:
         ({4: ("mm", 2)}, None, r"pad 4 rows to 4 or more"),
         ({2: ("packed", 4)}, None, r"run on the rows they have"),
         ({}, "mm", r"beyond='mm': only a form that runs any row count"),
+        ({1: ("packed", 1)}, "packed-bf16", r"a plan runs one of \['packed', 'packed-bf16'\]"),
     ],
 )
 def test_a_plan_with_a_way_it_cannot_run_is_refused(
@@ -117,3 +119,50 @@ def test_a_plans_summary_does_not_run_a_padded_way_into_another() -> None:
     """Rows padded to 3 and rows run on their own 4 are two runs in the summary."""
     plan = MatmulPlan({2: ("mm", 3), 3: ("mm", 3), 4: ("mm", 4), 5: ("packed", 5)}, "packed")
     assert plan.summary() == "2-3: mm on 3; 4: mm; 5: packed; past 5: packed"
+
+
+def test_a_narrow_plan_runs_bfloat16_copies_of_the_weights() -> None:
+    """A plan running packed-bf16 computes module(x) within bfloat16's rounding, on a packed
+    bfloat16 copy (so not float32's exact sums), and names the dtype its copy is packed in."""
+    torch.manual_seed(0)
+    linear = nn.Linear(64, 48)
+    if pack(linear.weight, torch.bfloat16) is None:
+        pytest.skip("this torch's oneDNN packs no bfloat16 weight here")
+    planned = PlannedLinears([linear], narrow=True)
+    planned.plan = MatmulPlan({1: ("packed-bf16", 1)}, "packed-bf16")
+    assert planned.plan.packed_form() == "packed-bf16"
+    x = torch.randn(5, 64)
+    with torch.inference_mode():
+        got, want = planned(linear, x), linear(x)
+    assert got.dtype == torch.float32
+    assert not torch.equal(got, want)
+    torch.testing.assert_close(got, want, rtol=2e-2, atol=2e-2)
+
+
+def test_narrow_forms_are_timed_only_for_a_narrow_plan_and_one_packed_form_is_kept(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """matmul_plan times packed-bf16 only when asked for a narrow plan; where both packed forms
+    were timed it keeps the one faster over all row counts, so a weight holds one copy."""
+    costs = {"linear": 100.0, "mm": 100.0, "mv": 100.0, "packed": 20.0, "packed-bf16": 10.0}
+    timed: set[str] = set()
+
+    def seconds(weights: Any, rows: int, form: str, dtype: Any) -> float:
+        timed.add(form)
+        return costs[form] + (rows > 8 and form == "packed-bf16") * 30.0
+
+    monkeypatch.setattr(matmul_padding, "_matmul_seconds", seconds)
+    monkeypatch.setattr(matmul_padding, "pack", lambda weight, dtype=None: weight)
+    monkeypatch.setattr(matmul_padding, "_MEASURED", {})
+    plain = matmul_padding.matmul_plan([torch.zeros(8, 4)])
+    assert "packed-bf16" not in timed
+    assert plain.packed_form() == "packed"
+    narrow = matmul_padding.matmul_plan([torch.zeros(8, 4)], narrow=True)
+    # bf16 is faster to 8 rows and slower past them: over all counts "packed" wins, alone
+    assert (narrow.forms(), narrow.beyond) == (frozenset({"packed"}), "packed")
+    costs["packed"] = 35.0
+    monkeypatch.setattr(matmul_padding, "_MEASURED", {})
+    narrow = matmul_padding.matmul_plan([torch.zeros(8, 4)], narrow=True)
+    assert narrow.ways[1] == ("packed-bf16", 1)
+    assert narrow.packed_form() == "packed-bf16"
+    assert "packed" not in narrow.forms()
