@@ -197,7 +197,7 @@ def fused_layer(layer: Any) -> FusedLayer:
 class ModelWatch:
     """What a fast forward was built from, to be checked before each forward at the cost of
     dictionary reads (about 0.15 ms on SmolLM2's 30 layers; ``nn.Module`` attribute access
-    would cost five times that): every module it reads is still its parent's child, no hook
+    would cost about four times that): every module it reads is still its parent's child, no hook
     but specstrat's layer hooks was added to one, every projection's, norm's and the LM
     head's weight is still the same parameter lying where it was adopted (``model.to(...)``,
     a cast or ``load_state_dict(assign=True)`` replaces or moves it), and none was written in
@@ -266,7 +266,7 @@ class ModelWatch:
         """Hooks on the watched modules, specstrat's own layer hooks left out (the fast forward
         records those layers itself). Read from each module's ``__dict__``: ``getattr`` on an
         ``nn.Module`` that lacks the attribute goes through ``Module.__getattr__`` and an
-        exception, about 0.6 ms a forward on SmolLM2 (``holds()`` timed in a loop)."""
+        exception, about 0.4 ms a forward on SmolLM2 (``holds()`` timed in a loop)."""
         hooks = 0
         for state in map(vars, self._watched):
             hooks += len(state["_forward_hooks"]) + len(state["_forward_pre_hooks"])

@@ -307,6 +307,8 @@ class PlannedLinears:
     def __init__(self, modules: Sequence[nn.Linear], *, narrow: bool = False) -> None:
         if not modules:
             raise InvalidConfig("modules=[]: pass the nn.Linear modules to plan")
+        if not isinstance(narrow, bool):
+            raise InvalidConfig(f"narrow={narrow!r}: pass True (a draft model) or False")
         self.plan = matmul_plan([m.weight.detach() for m in modules], narrow=narrow)
         self._packs: weakref.WeakKeyDictionary[nn.Linear, tuple[object, int, torch.Tensor]] = (
             weakref.WeakKeyDictionary()

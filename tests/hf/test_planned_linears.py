@@ -115,6 +115,12 @@ def test_planned_linears_needs_modules() -> None:
         PlannedLinears([])
 
 
+def test_planned_linears_refuses_a_narrow_that_is_not_a_bool() -> None:
+    """narrow must be True or False; another value is refused by name before any timing."""
+    with pytest.raises(InvalidConfig, match=r"narrow='yes': pass True \(a draft model\) or False"):
+        PlannedLinears([nn.Linear(4, 4)], narrow="yes")  # type: ignore[arg-type]
+
+
 def test_a_plans_summary_does_not_run_a_padded_way_into_another() -> None:
     """Rows padded to 3 and rows run on their own 4 are two runs in the summary."""
     plan = MatmulPlan({2: ("mm", 3), 3: ("mm", 3), 4: ("mm", 4), 5: ("packed", 5)}, "packed")
