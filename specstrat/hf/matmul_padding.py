@@ -130,17 +130,11 @@ def pack(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor
     return packed
 
 
-def _matmul_seconds(
-    weights: Sequence[torch.Tensor],
-    rows: int,
-    form: str = "linear",
-    dtype: torch.dtype | None = None,
-) -> float:
-    """The time of one pass of a matmul of ``rows`` rows (in ``dtype``; default: each
-    weight's) by each of ``weights`` in turn, computed the ``form`` way."""
-    inputs = [
-        torch.zeros(rows, w.shape[1], dtype=dtype or w.dtype, device=w.device) for w in weights
-    ]
+def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "linear") -> float:
+    """The time of one pass of a matmul of ``rows`` rows by each of ``weights`` in turn,
+    computed the ``form`` way (the rows in each weight's dtype: a narrow copy's input is cast
+    to it anyway)."""
+    inputs = [torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
     with torch.inference_mode():
         start = time.perf_counter()
         for x, w in zip(inputs, weights, strict=True):
@@ -157,9 +151,12 @@ class MatmulPlan:
     def __init__(
         self, ways: dict[int, tuple[str, int]] | None = None, beyond: str | None = None
     ) -> None:
+        if ways is not None and not isinstance(ways, dict):
+            raise InvalidConfig(f"ways={ways!r}: pass a dict of row count -> (form, rows)")
         self.ways = dict(ways or {})
         for n, way in self.ways.items():
-            if not is_int(n) or n < 1 or len(way) != 2 or way[0] not in FORMS:
+            plain = isinstance(way, tuple) and len(way) == 2 and isinstance(way[0], str)
+            if not is_int(n) or n < 1 or not plain or way[0] not in FORMS:
                 raise InvalidConfig(
                     f"ways[{n!r}]={way!r}: a plan maps a row count >= 1 to (form, rows), the "
                     f"form one of {sorted(FORMS)}"
@@ -169,7 +166,11 @@ class MatmulPlan:
                     f"ways[{n}]={way!r}: pad {n} rows to {n} or more ({sorted(EXACT)} run on "
                     "the rows they have)"
                 )
-        if beyond is not None and beyond not in EXACT:
+            if way[1] > ROW_LIMIT.get(way[0], way[1]):
+                raise InvalidConfig(
+                    f"ways[{n}]={way!r}: {way[0]} runs at most {ROW_LIMIT[way[0]]} row(s)"
+                )
+        if beyond is not None and (not isinstance(beyond, str) or beyond not in EXACT):
             raise InvalidConfig(
                 f"beyond={beyond!r}: only a form that runs any row count, one of "
                 f"{sorted(EXACT)}, or None"
@@ -253,6 +254,8 @@ def matmul_plan(
     forms were timed, the plan keeps the one faster over all of :data:`PLAN_ROWS` (a weight
     holds one packed copy). Measured once per process for the same device, dtype, torch
     threads, ``narrow`` and shapes."""
+    if not isinstance(narrow, bool):
+        raise InvalidConfig(f"narrow={narrow!r}: pass True (a draft model) or False")
     first = weights[0]
     key = (first.device, first.dtype, torch.get_num_threads(), narrow, *(w.shape for w in weights))
     if key in _MEASURED:
@@ -272,7 +275,7 @@ def matmul_plan(
     cost = dict.fromkeys(ways, float("inf"))
     for round_ in range(repeats + 1):  # interleaved, so a busy moment slows every way alike
         for form, rows in ways:
-            seconds = _matmul_seconds(operands[form], rows, form, first.dtype)
+            seconds = _matmul_seconds(operands[form], rows, form)
             if round_:  # round 0 warms every way up
                 cost[form, rows] = min(cost[form, rows], seconds)
     timed = [form for form in operands if form in EXACT]
@@ -298,7 +301,9 @@ class PlannedLinears:
     an :data:`EXACT` form). With ``narrow`` (for a draft model, whose outputs only propose
     tokens), the plan may run the weights as bfloat16 copies, ``packed-bf16``, where this
     machine runs those faster; the outputs then carry bfloat16's rounding (about three
-    significant digits). A weight replaced, or written in place through itself, since it was
+    significant digits). Weights that keep no version counter (made in inference mode) run
+    unpacked, ``F.linear``, whatever the plan says. A weight replaced, or written in place
+    through itself, since it was
     packed is packed anew at its next call; a write through ``weight.data`` bypasses the
     version counter this reads and is not seen (build a new ``PlannedLinears`` after one). A
     call that records gradients, a subclass of ``nn.Linear`` and a module with a forward hook
@@ -307,8 +312,6 @@ class PlannedLinears:
     def __init__(self, modules: Sequence[nn.Linear], *, narrow: bool = False) -> None:
         if not modules:
             raise InvalidConfig("modules=[]: pass the nn.Linear modules to plan")
-        if not isinstance(narrow, bool):
-            raise InvalidConfig(f"narrow={narrow!r}: pass True (a draft model) or False")
         self.plan = matmul_plan([m.weight.detach() for m in modules], narrow=narrow)
         self._packs: weakref.WeakKeyDictionary[nn.Linear, tuple[object, int, torch.Tensor]] = (
             weakref.WeakKeyDictionary()

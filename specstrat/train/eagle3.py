@@ -301,6 +301,8 @@ class Eagle3DraftHead:
     """
 
     def __init__(self, head: Eagle3Head, vocab_size: int, *, narrow: bool = True) -> None:
+        if not isinstance(narrow, bool):
+            raise InvalidConfig(f"narrow={narrow!r}: pass True (a draft model) or False")
         d2t = head.get_buffer("d2t")
         if not is_int(vocab_size) or vocab_size < 1 or int(d2t.max()) >= vocab_size:
             raise InvalidConfig(

@@ -99,6 +99,10 @@ def test_inference_tensor_weights_run_unpacked() -> None:
         ({2: ("packed", 4)}, None, r"run on the rows they have"),
         ({}, "mm", r"beyond='mm': only a form that runs any row count"),
         ({1: ("packed", 1)}, "packed-bf16", r"a plan runs one of \['packed', 'packed-bf16'\]"),
+        ({2: ("mv", 2)}, None, r"ways\[2\]=\('mv', 2\): mv runs at most 1 row"),
+        ({1: 5}, None, r"ways\[1\]=5: a plan maps a row count"),
+        ("ab", None, r"ways='ab': pass a dict of row count -> \(form, rows\)"),
+        ({}, ["packed"], r"beyond=\['packed'\]: only a form that runs any row count"),
     ],
 )
 def test_a_plan_with_a_way_it_cannot_run_is_refused(
@@ -153,7 +157,7 @@ def test_narrow_forms_are_timed_only_for_a_narrow_plan_and_one_packed_form_is_ke
     costs = {"linear": 100.0, "mm": 100.0, "mv": 100.0, "packed": 20.0, "packed-bf16": 10.0}
     timed: set[str] = set()
 
-    def seconds(weights: Any, rows: int, form: str, dtype: Any) -> float:
+    def seconds(weights: Any, rows: int, form: str) -> float:
         timed.add(form)
         return costs[form] + (rows > 8 and form == "packed-bf16") * 30.0
 
@@ -172,3 +176,21 @@ def test_narrow_forms_are_timed_only_for_a_narrow_plan_and_one_packed_form_is_ke
     assert narrow.ways[1] == ("packed-bf16", 1)
     assert narrow.packed_form() == "packed-bf16"
     assert "packed" not in narrow.forms()
+
+
+def test_modules_of_several_dtypes_are_planned_and_run() -> None:
+    """A plan over float32 and bfloat16 linears is timed with each weight's own dtype, and each
+    module then runs as itself within its dtype's rounding."""
+    torch.manual_seed(0)
+    modules = [nn.Linear(16, 8), nn.Linear(16, 8).bfloat16()]
+    planned = PlannedLinears(modules, narrow=True)
+    for module in modules:
+        x = torch.randn(3, 16, dtype=module.weight.dtype)
+        with torch.inference_mode():
+            torch.testing.assert_close(planned(module, x), module(x), rtol=2e-2, atol=2e-2)
+
+
+def test_matmul_plan_refuses_a_narrow_that_is_not_a_bool() -> None:
+    """matmul_plan's narrow must be True or False ("no" would read as true)."""
+    with pytest.raises(InvalidConfig, match=r"narrow='no': pass True \(a draft model\) or False"):
+        matmul_padding.matmul_plan([torch.zeros(8, 4)], narrow="no")  # type: ignore[arg-type]

@@ -10,6 +10,7 @@ import torch
 
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.train import (
+    Eagle3DraftHead,
     Eagle3Head,
     HeadMismatch,
     TrainedHead,
@@ -120,3 +121,9 @@ def test_conditional_acceptance_derives_from_the_stored_acceptance(
     assert load_head(save_head(tmp_path / "head.safetensors", head), llama).conditional == (
         head.conditional
     )
+
+
+def test_a_draft_head_refuses_a_narrow_that_is_not_a_bool(trained: TrainedHead) -> None:
+    """Eagle3DraftHead's narrow must be True or False, on any device, refused by name."""
+    with pytest.raises(InvalidConfig, match=r"narrow=1: pass True \(a draft model\) or False"):
+        Eagle3DraftHead(trained.head, tiny.VOCAB, narrow=1)  # type: ignore[arg-type]
