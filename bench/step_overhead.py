@@ -65,27 +65,30 @@ def main() -> None:
         models.request(f"r{i}", args.max_new_tokens, messages=[{"role": "user", "content": text}])
         for i, (_, text) in enumerate(code_prompts(args.requests))
     ]
-    tokens = args.requests * args.max_new_tokens
     config = EngineConfig(context_len=1024)
     plans = {
         "loaded": (forward.plan, forward.head_plan),
         "stubbed": (StubPlan(False), StubPlan(True)),
     }
     times: dict[str, list[float]] = {name: [] for name in plans}
-    for round_ in range(args.rounds + 1):  # round 0 warms up
-        for name, (plan, head_plan) in plans.items():
-            forward.plan, forward.head_plan = plan, head_plan  # type: ignore[assignment]
-            engine = Engine("NONE", models, config)
-            start = time.perf_counter()
-            engine.run(requests)
-            if round_:
-                times[name].append(1000 * (time.perf_counter() - start) / tokens)
-    forward.plan, forward.head_plan = plans["loaded"]  # type: ignore[assignment]
+    try:
+        for round_ in range(args.rounds + 1):  # round 0 warms up
+            for name, (plan, head_plan) in plans.items():
+                forward.plan, forward.head_plan = plan, head_plan  # type: ignore[assignment]
+                engine = Engine("NONE", models, config)
+                start = time.perf_counter()
+                outputs = engine.run(requests)
+                seconds = time.perf_counter() - start
+                tokens = sum(len(out) for out in outputs.values())  # a request may stop early
+                if round_:
+                    times[name].append(1000 * seconds / tokens)
+    finally:
+        forward.plan, forward.head_plan = plans["loaded"]  # type: ignore[assignment]
     loaded, stubbed = (statistics.median(times[name]) for name in plans)
     print(
-        f"torch threads {args.threads}, {args.requests} request(s) x {args.max_new_tokens} "
-        f"tokens, medians of {args.rounds} rounds: {loaded:.1f} ms a token as loaded, "
-        f"{stubbed:.1f} ms with the matmuls stubbed (the step's floor); matmuls "
+        f"torch threads {args.threads}, {args.requests} request(s) x up to "
+        f"{args.max_new_tokens} tokens, medians of {args.rounds} rounds: {loaded:.1f} ms a "
+        f"token as loaded, {stubbed:.1f} ms with the matmuls stubbed (the step's floor); matmuls "
         f"{loaded - stubbed:.1f} ms ({(loaded - stubbed) / loaded:.0%})"
     )
 

@@ -69,7 +69,7 @@ EXACT: Mapping[str, torch.dtype | None] = MappingProxyType(
 #: layouts for 8, 16 and 64 rows ran within 5% of each other from 1 to 256 rows.
 PACK_ROWS = 16
 
-#: Plans measured in this process, by device, dtype, torch threads and weight shapes.
+#: Plans measured in this process, by device, dtype, torch threads, ``narrow`` and weight shapes.
 _MEASURED: dict[tuple[object, ...], MatmulPlan] = {}
 
 
@@ -98,8 +98,8 @@ def _packed_narrow(
     return out if bias is None else out + bias
 
 
-#: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name; ``packed`` takes
-#: the weight :func:`pack` returned, the others the weight itself.
+#: The ways of computing ``x @ W.T`` (no bias) a plan chooses from, by name; the forms of
+#: :data:`EXACT` take the copy :func:`pack` returned, the others the weight itself.
 FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
     "linear": _linear,
     "mm": _mm,
@@ -130,11 +130,20 @@ def pack(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor
     return packed
 
 
-def _matmul_seconds(weights: Sequence[torch.Tensor], rows: int, form: str = "linear") -> float:
+def _matmul_seconds(
+    weights: Sequence[torch.Tensor],
+    rows: int,
+    form: str = "linear",
+    dtypes: Sequence[torch.dtype] | None = None,
+) -> float:
     """The time of one pass of a matmul of ``rows`` rows by each of ``weights`` in turn,
-    computed the ``form`` way (the rows in each weight's dtype: a narrow copy's input is cast
-    to it anyway)."""
-    inputs = [torch.zeros(rows, w.shape[1], dtype=w.dtype, device=w.device) for w in weights]
+    computed the ``form`` way, the rows in ``dtypes`` (one per weight; default: each
+    weight's), so a narrow copy's time includes casting its input and output."""
+    kinds = dtypes or [w.dtype for w in weights]
+    inputs = [
+        torch.zeros(rows, w.shape[1], dtype=kind, device=w.device)
+        for w, kind in zip(weights, kinds, strict=True)
+    ]
     with torch.inference_mode():
         start = time.perf_counter()
         for x, w in zip(inputs, weights, strict=True):
@@ -166,9 +175,10 @@ class MatmulPlan:
                     f"ways[{n}]={way!r}: pad {n} rows to {n} or more ({sorted(EXACT)} run on "
                     "the rows they have)"
                 )
-            if way[1] > ROW_LIMIT.get(way[0], way[1]):
+            if way[0] == "mv" and way[1] != 1:
                 raise InvalidConfig(
-                    f"ways[{n}]={way!r}: {way[0]} runs at most {ROW_LIMIT[way[0]]} row(s)"
+                    f"ways[{n}]={way!r}: mv is a one-row product; run {n} rows as "
+                    f"('mm', {way[1]}) or ('linear', {way[1]})"
                 )
         if beyond is not None and (not isinstance(beyond, str) or beyond not in EXACT):
             raise InvalidConfig(
@@ -179,16 +189,18 @@ class MatmulPlan:
         self._last = max(self.ways, default=0)
         forms = {form for form, _ in self.ways.values()}
         self._forms = frozenset(forms if beyond is None else forms | {beyond})
-        if len(self._forms & EXACT.keys()) > 1:
+        packed = sorted(self._forms & EXACT.keys())
+        if len(packed) > 1:
             raise InvalidConfig(
                 f"ways={self.ways!r}, beyond={beyond!r}: a plan runs one of "
-                f"{sorted(EXACT)} at most (a weight holds one packed copy)"
+                f"{sorted(EXACT)} at most (a weight holds one packed copy); keep one of them"
             )
+        self._packed_form = packed[0] if packed else None
 
     def packed_form(self) -> str | None:
         """The :data:`EXACT` form this plan runs, if any: what a weight's packed copy is for
         (:func:`pack` it in ``EXACT[form]``)."""
-        return next(iter(self._forms & EXACT.keys()), None)
+        return self._packed_form
 
     def forms(self) -> frozenset[str]:
         """The forms this plan runs some row count with."""
@@ -251,9 +263,9 @@ def matmul_plan(
     last count if it won there). An :data:`EXACT` form is timed where :func:`pack` packs every
     weight, on copies dropped afterwards; one in another dtype than the weights' (``narrow``
     forms, such as ``packed-bf16``) only where ``narrow``, for a draft model. Where two exact
-    forms were timed, the plan keeps the one faster over all of :data:`PLAN_ROWS` (a weight
-    holds one packed copy). Measured once per process for the same device, dtype, torch
-    threads, ``narrow`` and shapes."""
+    forms were timed, the plan keeps the one whose time relative to ``F.linear``'s, summed over
+    :data:`PLAN_ROWS`, is least (a weight holds one packed copy). Measured once per process
+    for the same device, dtype, torch threads, ``narrow`` and shapes."""
     if not isinstance(narrow, bool):
         raise InvalidConfig(f"narrow={narrow!r}: pass True (a draft model) or False")
     first = weights[0]
@@ -261,6 +273,7 @@ def matmul_plan(
     if key in _MEASURED:
         return _MEASURED[key]
     operands = {form: list(weights) for form in ("linear", "mm", "mv")}
+    dtypes = [w.dtype for w in weights]
     for form, dtype in EXACT.items():
         if dtype is None or (narrow and dtype != first.dtype):
             packs = [pack(w, dtype) for w in weights]
@@ -275,13 +288,16 @@ def matmul_plan(
     cost = dict.fromkeys(ways, float("inf"))
     for round_ in range(repeats + 1):  # interleaved, so a busy moment slows every way alike
         for form, rows in ways:
-            seconds = _matmul_seconds(operands[form], rows, form)
+            seconds = _matmul_seconds(operands[form], rows, form, dtypes)
             if round_:  # round 0 warms every way up
                 cost[form, rows] = min(cost[form, rows], seconds)
     timed = [form for form in operands if form in EXACT]
     del operands
-    if len(timed) > 1:
-        keep = min(timed, key=lambda form: sum(cost[form, rows] for rows in PLAN_ROWS))
+    if len(timed) > 1:  # each row count weighs alike: a draft head runs 1 to 4 rows, not 64
+        keep = min(
+            timed,
+            key=lambda form: sum(cost[form, rows] / cost["linear", rows] for rows in PLAN_ROWS),
+        )
         cost = {way: c for way, c in cost.items() if way[0] not in EXACT or way[0] == keep}
     chosen: dict[int, tuple[str, int]] = {}
     for n in range(1, PLAN_ROWS[-1] + 1):
@@ -301,13 +317,12 @@ class PlannedLinears:
     an :data:`EXACT` form). With ``narrow`` (for a draft model, whose outputs only propose
     tokens), the plan may run the weights as bfloat16 copies, ``packed-bf16``, where this
     machine runs those faster; the outputs then carry bfloat16's rounding (about three
-    significant digits). Weights that keep no version counter (made in inference mode) run
-    unpacked, ``F.linear``, whatever the plan says. A weight replaced, or written in place
-    through itself, since it was
-    packed is packed anew at its next call; a write through ``weight.data`` bypasses the
-    version counter this reads and is not seen (build a new ``PlannedLinears`` after one). A
-    call that records gradients, a subclass of ``nn.Linear`` and a module with a forward hook
-    run the module itself."""
+    significant digits). A weight that keeps no version counter (made in inference mode) is
+    never packed: where the plan runs a packed form, it runs ``F.linear`` instead. A weight
+    replaced, or written in place through itself, since it was packed is packed anew at its
+    next call; a write through ``weight.data`` bypasses the version counter this reads and is
+    not seen (build a new ``PlannedLinears`` after one). A call that records gradients, a
+    subclass of ``nn.Linear`` and a module with a forward hook run the module itself."""
 
     def __init__(self, modules: Sequence[nn.Linear], *, narrow: bool = False) -> None:
         if not modules:

@@ -278,14 +278,14 @@ class Eagle3Head(nn.Module):
             attn = attn.repeat_interleave(group, dim=2)
         return self.layer_output(residual, attn.reshape(b, t, c.heads * c.head_dim), project)
 
-    def draft_head(self, vocab_size: int | None = None) -> Eagle3DraftHead:
+    def draft_head(self, vocab_size: int | None = None, *, narrow: bool = True) -> Eagle3DraftHead:
         """This head as a :class:`~specstrat.models.DraftHead` over ``vocab_size`` target ids
         (default: the embedding's rows): an :class:`Eagle3ContextDraftHead` when the head
-        attends over the context."""
+        attends over the context. ``narrow``: see :class:`Eagle3DraftHead`."""
         vocab = self.config.vocab_size if vocab_size is None else vocab_size
         if self.config.context:
-            return Eagle3ContextDraftHead(self, vocab)
-        return Eagle3DraftHead(self, vocab)
+            return Eagle3ContextDraftHead(self, vocab, narrow=narrow)
+        return Eagle3DraftHead(self, vocab, narrow=narrow)
 
 
 class Eagle3DraftHead:
@@ -297,7 +297,9 @@ class Eagle3DraftHead:
     softmax over one key is 1: the attention is ``o_proj(v_proj(x))``), not the earlier
     positions a cached EAGLE-3 head attends to. ``positions`` are not passed, which is exact
     here: RoPE rotates a query and its only key alike. Train with ``causal=False`` (the
-    training loop's default) to train exactly what this drafts.
+    training loop's default) to train exactly what this drafts (in float32; with ``narrow``,
+    the default, its matmuls may run on bfloat16 copies where this machine runs those faster,
+    and its drafts then carry bfloat16's rounding).
     """
 
     def __init__(self, head: Eagle3Head, vocab_size: int, *, narrow: bool = True) -> None:

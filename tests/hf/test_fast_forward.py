@@ -312,7 +312,7 @@ def test_the_plan_takes_the_fastest_way_only_where_it_is_clearly_faster(
     costs["packed"] = {n: 1000.0 for n in linear}
     timed: list[int] = []
 
-    def seconds(weights: Any, rows: int, form: str) -> float:
+    def seconds(weights: Any, rows: int, form: str, dtypes: Any) -> float:
         timed.append(rows)
         return costs[form][rows]
 

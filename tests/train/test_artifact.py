@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.hf.matmul_padding import PlannedLinears
 from specstrat.train import (
     Eagle3DraftHead,
     Eagle3Head,
@@ -127,3 +128,11 @@ def test_a_draft_head_refuses_a_narrow_that_is_not_a_bool(trained: TrainedHead) 
     """Eagle3DraftHead's narrow must be True or False, on any device, refused by name."""
     with pytest.raises(InvalidConfig, match=r"narrow=1: pass True \(a draft model\) or False"):
         Eagle3DraftHead(trained.head, tiny.VOCAB, narrow=1)  # type: ignore[arg-type]
+
+
+def test_a_draft_head_keeps_float32_when_not_narrow(trained: TrainedHead) -> None:
+    """draft_head(narrow=False) plans the head's matmuls without the bfloat16 form, so its
+    drafts are float32's whatever this machine runs faster."""
+    drafted = trained.head.draft_head(tiny.VOCAB, narrow=False)
+    assert isinstance(drafted.project, PlannedLinears)
+    assert drafted.project.plan.packed_form() != "packed-bf16"
