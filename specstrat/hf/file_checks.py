@@ -5,7 +5,9 @@ error, never a raw exception from another library or a model with silently rando
 Before any work: the arguments' types, the dtype, and the device (parsed by torch, and present
 on this machine). Before transformers reads the files: each ``*.safetensors`` file's header
 (through ``safetensors.safe_open``, which checks the header's length, JSON and offsets against
-the file's size) and a ``.gguf`` file's header and tensor table (``gguf.GGUFReader``). After it
+the file's size) and a ``.gguf`` file's header and tensor table (``gguf.GGUFReader``), and
+that the layer count and vocabulary the config declares are no more than the weights hold
+(transformers would exhaust memory building such a model). After it
 reads them: no weight of the model was left out of the files (transformers would initialise it
 at random and go on), and the tokenizer has no id the model's embedding lacks.
 """
@@ -13,7 +15,9 @@ at random and go on), and the tokenizer has no id the model's embedding lacks.
 from __future__ import annotations
 
 import itertools
+import json
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -96,22 +100,53 @@ def check_load_args(path: object, dtype: object, device: object) -> torch.device
 
 def check_safetensors_files(directory: Path) -> None:
     """Each ``*.safetensors`` file in ``directory`` opens: its header is whole, valid JSON, and
-    its tensors' offsets fit the file. A bad one raises
-    :class:`~specstrat.errors.ModelLoadError` naming the file."""
+    its tensors' offsets fit the file; and config.json declares no more layers and no wider a
+    vocabulary than the weights hold (:func:`_beyond_weights`). A bad file raises
+    :class:`~specstrat.errors.ModelLoadError` naming it."""
     try:
         from safetensors import safe_open
     except ImportError:  # transformers then reads no safetensors file either
         return
+    shapes: dict[str, list[int]] = {}
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(str(file), "pt") as opened:
-                opened.keys()
+                names = opened.keys()
+                shapes |= {k: list(opened.get_slice(k).get_shape()) for k in names}
         except Exception as exc:  # SafetensorError, and OSError from the file system
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(
                 f"model={str(directory)!r}: {file.name} ({file.stat().st_size} bytes) is not a "
                 f"readable safetensors file ({message}); {_CORRUPT}"
             ) from exc
+    try:
+        config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):  # transformers names an unreadable config itself
+        return
+    if shapes and isinstance(config, dict):
+        layers, vocab = config.get("num_hidden_layers"), config.get("vocab_size")
+        problem = _beyond_weights(layers, vocab, shapes, "num_hidden_layers", "vocab_size")
+        if problem:
+            raise ModelLoadError(
+                f"model={str(directory)!r}: config.json {problem}; the config is corrupt or "
+                "from another model: copy the model's own config.json"
+            )
+
+
+def _beyond_weights(
+    layers: object, vocab: object, shapes: dict[str, list[int]], layers_key: str, vocab_key: str
+) -> str:
+    """What a config declares beyond its weights, or "": more layers than the weights number
+    (``model.layers.7.mlp...`` is layer 7), or a vocabulary wider than every weight. transformers
+    builds the model the config describes before it compares the weights, so a flipped bit
+    there would have it build thousands of layers or a vocabulary of gigabytes first."""
+    held = len({m.group(1) for k in shapes if (m := re.search(r"\.(\d+)\.", f".{k}"))})
+    if held and isinstance(layers, int) and layers > held:
+        return f"says {layers_key}={layers} but the weights hold {held} layers"
+    widest = max((max(shape, default=0) for shape in shapes.values()), default=0)
+    if isinstance(vocab, int) and vocab > widest:
+        return f"says {vocab_key}={vocab} but no weight is that wide (the widest is {widest})"
+    return ""
 
 
 def check_gguf_file(file: Path) -> None:
@@ -144,8 +179,9 @@ def check_gguf_file(file: Path) -> None:
 
 def _gguf_problem(reader: Any, size: int) -> str:
     """What is wrong with a GGUF file the reader parsed, or "": a string field that is not
-    UTF-8, or tensors that do not tile the data region in order (each starts where the one
-    before ends, rounded up to the alignment; the last ends inside the file)."""
+    UTF-8, a block count or vocabulary beyond the tensors' (:func:`_beyond_weights`), or
+    tensors that do not tile the data region in order (each starts where the one before ends,
+    rounded up to the alignment; the last ends inside the file)."""
     from gguf import GGUFValueType
 
     for field in reader.fields.values():
@@ -155,6 +191,23 @@ def _gguf_problem(reader: Any, size: int) -> str:
                     bytes(field.parts[index]).decode("utf-8")
                 except UnicodeDecodeError as exc:
                     return f"field {field.name} holds a string that is not UTF-8 ({exc.reason})"
+    arch_field = reader.fields.get("general.architecture")
+    arch = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else "llama"
+
+    def number(key: str) -> int | None:
+        field = reader.fields.get(f"{arch}.{key}")
+        return None if field is None else int(field.parts[field.data[0]][0])
+
+    shapes = {str(t.name): [int(n) for n in t.shape] for t in reader.tensors}
+    problem = _beyond_weights(
+        number("block_count"),
+        number("vocab_size"),
+        shapes,
+        f"{arch}.block_count",
+        f"{arch}.vocab_size",
+    )
+    if problem:
+        return f"its metadata {problem}"
     alignment = int(getattr(reader, "alignment", 32))
     tensors = sorted(reader.tensors, key=lambda t: int(t.data_offset))
     for before, after in itertools.pairwise(tensors):

@@ -3,6 +3,7 @@ load whose weights equal the original's, never a raw exception or silently rando
 loader's arguments and a mismatched tokenizer are refused by name before any work."""
 
 import contextlib
+import json
 import os
 import shutil
 import struct
@@ -210,6 +211,60 @@ def test_a_gguf_string_that_is_not_utf8_is_named(
     (tmp_path / "broken.gguf").write_bytes(bytes(data))
     with pytest.raises(ModelLoadError, match=r"field tokenizer\.ggml\.tokens holds a string that"):
         load(tmp_path / "broken.gguf")
+
+
+@pytest.mark.parametrize(
+    ("field", "byte", "bit", "message"),
+    [
+        ("llama.block_count", 1, 6, r"says llama\.block_count=16386 but the weights hold 2 "),
+        ("llama.vocab_size", 2, 4, r"says llama\.vocab_size=1048960 but no weight is that wide"),
+    ],
+    ids=["blocks", "vocabulary"],
+)
+def test_a_gguf_model_beyond_its_tensors_is_refused_before_building(
+    field: str,
+    byte: int,
+    bit: int,
+    message: str,
+    gguf_file: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A block count or vocabulary size with one high bit flipped is named before transformers
+    builds a model of that many layers or rows (a vocabulary of 2**26 ran a test run out of
+    memory; these stay small enough to pass memory if the check went)."""
+    import gguf
+
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    reader = gguf.GGUFReader(str(gguf_file))
+    part = reader.fields[field].parts[-1]
+    at = int(part.ctypes.data - reader.data.ctypes.data)
+    data = bytearray(gguf_file.read_bytes())
+    data[at + byte] ^= 1 << bit
+    (tmp_path / "big.gguf").write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=message):
+        load(tmp_path / "big.gguf")
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "message"),
+    [
+        ("num_hidden_layers", 100_000, r"says num_hidden_layers=100000 but the weights hold 2 "),
+        ("vocab_size", 1 << 20, r"says vocab_size=1048576 but no weight is that wide \(the wid"),
+    ],
+    ids=["layers", "vocabulary"],
+)
+def test_a_config_beyond_its_weights_is_refused(
+    key: str, value: int, message: str, saved: Path, tmp_path: Path
+) -> None:
+    """config.json declaring more layers or a wider vocabulary than the weight files hold is
+    named before transformers builds the model (it would exhaust memory first)."""
+    copy = shutil.copytree(saved, tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    config[key] = value
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(ModelLoadError, match=rf"config\.json {message}.*copy the model's own"):
+        load(copy)
 
 
 def test_a_tokenizer_wider_than_the_model_is_refused(tmp_path: Path) -> None:
