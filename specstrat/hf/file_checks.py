@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import itertools
 import json
+import math
 import os
 import re
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +29,7 @@ from specstrat.errors import InvalidConfig, ModelLoadError
 
 __all__ = [
     "TOKENIZER_FILES",
+    "check_declared_size",
     "check_device",
     "check_gguf_file",
     "check_load_args",
@@ -98,39 +101,58 @@ def check_load_args(path: object, dtype: object, device: object) -> torch.device
     return check_device(device)
 
 
-def check_safetensors_files(directory: Path) -> None:
+def check_safetensors_files(directory: Path) -> int | None:
     """Each ``*.safetensors`` file in ``directory`` opens: its header is whole, valid JSON, and
     its tensors' offsets fit the file; and config.json declares no more layers and no wider a
-    vocabulary than the weights hold (:func:`_beyond_weights`). A bad file raises
-    :class:`~specstrat.errors.ModelLoadError` naming it."""
+    vocabulary than the weights transformers reads hold (:func:`_beyond_weights`). A bad file
+    raises :class:`~specstrat.errors.ModelLoadError` naming it. Returns how many values those
+    weights hold, or None where they are not all safetensors files present."""
     try:
         from safetensors import safe_open
     except ImportError:  # transformers then reads no safetensors file either
-        return
-    shapes: dict[str, list[int]] = {}
+        return None
+    shapes: dict[str, dict[str, list[int]]] = {}
     for file in sorted(directory.glob("*.safetensors")):
         try:
             with safe_open(str(file), "pt") as opened:
                 names = opened.keys()
-                shapes |= {k: list(opened.get_slice(k).get_shape()) for k in names}
+                shapes[file.name] = {k: list(opened.get_slice(k).get_shape()) for k in names}
         except Exception as exc:  # SafetensorError, and OSError from the file system
             message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
             raise ModelLoadError(
                 f"model={str(directory)!r}: {file.name} ({file.stat().st_size} bytes) is not a "
                 f"readable safetensors file ({message}); {_CORRUPT}"
             ) from exc
+    read = _files_read(directory)
     try:
         config = json.loads((directory / "config.json").read_text(encoding="utf-8"))
     except (OSError, ValueError):  # transformers names an unreadable config itself
-        return
-    if shapes and isinstance(config, dict):
-        layers, vocab = config.get("num_hidden_layers"), config.get("vocab_size")
-        problem = _beyond_weights(layers, vocab, shapes, "num_hidden_layers", "vocab_size")
-        if problem:
-            raise ModelLoadError(
-                f"model={str(directory)!r}: config.json {problem}; the config is corrupt or "
-                "from another model: copy the model's own config.json"
-            )
+        return None
+    if read is None or not set(read) <= set(shapes) or not isinstance(config, dict):
+        return None  # transformers reads other weights, or names the shard that is missing
+    weights = {k: v for name in read for k, v in shapes[name].items()}
+    layers, vocab = config.get("num_hidden_layers"), config.get("vocab_size")
+    problem = _beyond_weights(layers, vocab, weights, "num_hidden_layers", "vocab_size")
+    if problem:
+        raise ModelLoadError(
+            f"model={str(directory)!r}: config.json {problem}; the config is corrupt or from "
+            "another model: copy the model's own config.json"
+        )
+    return sum(math.prod(shape) for shape in weights.values())
+
+
+def _files_read(directory: Path) -> list[str] | None:
+    """The safetensors files transformers reads the weights from: the shards
+    ``model.safetensors.index.json`` lists, else ``model.safetensors``; None when neither is
+    there (it reads ``pytorch_model.bin`` or others) or the index is unreadable."""
+    index = directory / "model.safetensors.index.json"
+    if index.is_file():
+        try:
+            weight_map = json.loads(index.read_text(encoding="utf-8"))["weight_map"]
+            return sorted({str(name) for name in weight_map.values()})
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return None  # transformers names the unreadable index itself
+    return ["model.safetensors"] if (directory / "model.safetensors").is_file() else None
 
 
 def _beyond_weights(
@@ -140,6 +162,8 @@ def _beyond_weights(
     (``model.layers.7.mlp...`` is layer 7), or a vocabulary wider than every weight. transformers
     builds the model the config describes before it compares the weights, so a flipped bit
     there would have it build thousands of layers or a vocabulary of gigabytes first."""
+    if isinstance(layers, int) and not isinstance(layers, bool) and layers < 1:
+        return f"says {layers_key}={layers}; a model has at least one layer"
     held = len({m.group(1) for k in shapes if (m := re.search(r"\.(\d+)\.", f".{k}"))})
     if held and isinstance(layers, int) and layers > held:
         return f"says {layers_key}={layers} but the weights hold {held} layers"
@@ -149,13 +173,14 @@ def _beyond_weights(
     return ""
 
 
-def check_gguf_file(file: Path) -> None:
+def check_gguf_file(file: Path) -> int | None:
     """``file``'s GGUF header and tensor table read whole (``gguf.GGUFReader``); otherwise a
-    :class:`~specstrat.errors.ModelLoadError` naming the file and what is wrong."""
+    :class:`~specstrat.errors.ModelLoadError` naming the file and what is wrong. Returns how
+    many values its tensors hold (None without the gguf package)."""
     try:
         from gguf import GGUFReader
     except ImportError:  # transformers refuses the file with its own install hint
-        return
+        return None
     with file.open("rb") as handle:
         magic = handle.read(4)
     if magic != b"GGUF":
@@ -175,6 +200,34 @@ def check_gguf_file(file: Path) -> None:
             f"model={str(file)!r} ({file.stat().st_size} bytes) is not a readable GGUF file "
             f"({problem}); {_CORRUPT}"
         )
+    return sum(int(t.n_elements) for t in reader.tensors)
+
+
+def check_declared_size(source: str, build_config: Callable[[], Any], values: int) -> None:
+    """The model the config describes, built on the meta device (no memory), has no more
+    parameters than its weight files hold ``values``; otherwise a
+    :class:`~specstrat.errors.ModelLoadError`. transformers allocates the model its config
+    describes before it compares the weights, so one corrupt size (an intermediate size of
+    2**24, a position table of 2**24 rows) would have it allocate gigabytes first. Skipped for
+    a quantized checkpoint (a packed value holds several parameters) and for a config
+    transformers cannot build (it refuses that itself, named, when it loads)."""
+    import transformers
+
+    try:
+        config = build_config()
+        if getattr(config, "quantization_config", None) is not None:
+            return
+        with torch.device("meta"):
+            model = transformers.AutoModelForCausalLM.from_config(config)  # type: ignore[no-untyped-call]
+    except Exception:  # refused again, and named, by the load that follows
+        return
+    declared = sum(p.numel() for p in model.parameters())
+    if declared > values:
+        raise ModelLoadError(
+            f"model={source!r}: its config describes a model of {declared:,} parameters but its "
+            f"weights hold {values:,} values; a size in the config is corrupt, or the weights "
+            "are from another model: copy the model's config and weights again"
+        )
 
 
 def _gguf_problem(reader: Any, size: int) -> str:
@@ -184,6 +237,9 @@ def _gguf_problem(reader: Any, size: int) -> str:
     rounded up to the alignment; the last ends inside the file)."""
     from gguf import GGUFValueType
 
+    integers = {
+        getattr(GGUFValueType, f"{sign}INT{bits}") for sign in ("", "U") for bits in (8, 16, 32, 64)
+    }
     for field in reader.fields.values():
         if GGUFValueType.STRING in field.types:
             for index in field.data:
@@ -194,14 +250,23 @@ def _gguf_problem(reader: Any, size: int) -> str:
     arch_field = reader.fields.get("general.architecture")
     arch = bytes(arch_field.parts[arch_field.data[0]]).decode() if arch_field else "llama"
 
-    def number(key: str) -> int | None:
+    def number(key: str) -> int | str | None:
         field = reader.fields.get(f"{arch}.{key}")
-        return None if field is None else int(field.parts[field.data[0]][0])
+        if field is None:
+            return None
+        if len(field.types) != 1 or field.types[0] not in integers:
+            kinds = "/".join(t.name for t in field.types) or "no value"
+            return f"field {arch}.{key} is not one integer ({kinds})"
+        return int(field.parts[field.data[0]][0])
+
+    numbers = number("block_count"), number("vocab_size")
+    for value in numbers:
+        if isinstance(value, str):
+            return value
 
     shapes = {str(t.name): [int(n) for n in t.shape] for t in reader.tensors}
     problem = _beyond_weights(
-        number("block_count"),
-        number("vocab_size"),
+        *numbers,
         shapes,
         f"{arch}.block_count",
         f"{arch}.vocab_size",

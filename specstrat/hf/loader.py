@@ -29,6 +29,7 @@ from specstrat.drafting import GREEDY, SamplingParams
 from specstrat.errors import InvalidConfig, ModelLoadError, SpecstratError
 from specstrat.hf.adapter import HFCausalLM
 from specstrat.hf.file_checks import (
+    check_declared_size,
     check_gguf_file,
     check_load_args,
     check_loading_info,
@@ -161,7 +162,9 @@ def _first_line(exc: BaseException) -> str:
     return f"{line(exc)} (caused by {type(root).__name__}: {line(root)})"
 
 
-def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None) -> tuple[Any, Any]:
+def _from_dir(
+    directory: Path, dtype: torch.dtype, gguf_file: str | None = None, values: int | None = None
+) -> tuple[Any, Any]:
     tf = _transformers()
     if gguf_file is None and not (directory / "config.json").is_file():
         raise ModelLoadError(
@@ -171,7 +174,13 @@ def _from_dir(directory: Path, dtype: torch.dtype, gguf_file: str | None = None)
     extra = {"gguf_file": gguf_file} if gguf_file else {}
     source = str(directory / gguf_file) if gguf_file else str(directory)
     if gguf_file is None:
-        check_safetensors_files(directory)
+        values = check_safetensors_files(directory)
+    if values is not None:
+        check_declared_size(
+            source,
+            lambda: tf.AutoConfig.from_pretrained(directory, local_files_only=True, **extra),
+            values,
+        )
     model, info = _loaded(
         source,
         lambda: tf.AutoModelForCausalLM.from_pretrained(
@@ -230,8 +239,8 @@ def _gguf_cached(file: Path, dtype: torch.dtype) -> tuple[Any, Any]:
     (by any path or environment), converted now otherwise."""
     target = cache_dir() / "models" / f"{file.stem}-{_content_key(file)}"
     if not (target / "config.json").is_file():
-        check_gguf_file(file)
-        model, tokenizer = _from_dir(file.parent, torch.float32, gguf_file=file.name)
+        values = check_gguf_file(file)
+        model, tokenizer = _from_dir(file.parent, torch.float32, gguf_file=file.name, values=values)
         # transformers dequantises GGUF weights at load but keeps the quantizer, which refuses
         # save_pretrained; the weights are plain tensors by now, saved as such.
         model.hf_quantizer = None

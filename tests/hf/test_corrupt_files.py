@@ -246,25 +246,90 @@ def test_a_gguf_model_beyond_its_tensors_is_refused_before_building(
         load(tmp_path / "big.gguf")
 
 
+_OWN_CONFIG = r".*copy the model's own config\.json"
+_SIZES = r"its config describes a model of [\d,]+ parameters but its weights hold [\d,]+ values"
+
+
 @pytest.mark.parametrize(
     ("key", "value", "message"),
     [
-        ("num_hidden_layers", 100_000, r"says num_hidden_layers=100000 but the weights hold 2 "),
+        (
+            "num_hidden_layers",
+            100_000,
+            rf"says num_hidden_layers=100000 but the weights hold 2 {_OWN_CONFIG}",
+        ),
+        (
+            "num_hidden_layers",
+            0,
+            rf"says num_hidden_layers=0; a model has at least one layer{_OWN_CONFIG}",
+        ),
+        ("num_hidden_layers", -1, r"says num_hidden_layers=-1; a model has at least one layer"),
         ("vocab_size", 1 << 20, r"says vocab_size=1048576 but no weight is that wide \(the wid"),
+        ("intermediate_size", 4096, rf"{_SIZES}; a size in the config is corrupt"),
     ],
-    ids=["layers", "vocabulary"],
+    ids=["layers", "no-layers", "negative-layers", "vocabulary", "intermediate-size"],
 )
 def test_a_config_beyond_its_weights_is_refused(
     key: str, value: int, message: str, saved: Path, tmp_path: Path
 ) -> None:
-    """config.json declaring more layers or a wider vocabulary than the weight files hold is
-    named before transformers builds the model (it would exhaust memory first)."""
+    """config.json declaring more (or no) layers, a wider vocabulary, or any size that makes a
+    model larger than the weight files hold is named before transformers builds the model (it
+    would allocate the model the config describes first)."""
     copy = shutil.copytree(saved, tmp_path / "model")
     config = json.loads((copy / "config.json").read_text())
     config[key] = value
     (copy / "config.json").write_text(json.dumps(config))
-    with pytest.raises(ModelLoadError, match=rf"config\.json {message}.*copy the model's own"):
+    with pytest.raises(ModelLoadError, match=message):
         load(copy)
+
+
+def test_a_gguf_feed_forward_size_past_its_tensors_is_refused(
+    gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A GGUF feed-forward size with a bit flipped is named from the model it would build."""
+    import gguf
+
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    reader = gguf.GGUFReader(str(gguf_file))
+    part = reader.fields["llama.feed_forward_length"].parts[-1]
+    data = bytearray(gguf_file.read_bytes())
+    data[int(part.ctypes.data - reader.data.ctypes.data) + 1] ^= 1 << 4
+    (tmp_path / "wide.gguf").write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=rf"wide\.gguf': {_SIZES}"):
+        load(tmp_path / "wide.gguf")
+
+
+def test_a_gguf_block_count_that_is_not_an_integer_is_named(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A block count written as a string is named as such, not read as its first byte."""
+    import gguf
+
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    monkeypatch.setattr(
+        gguf.GGUFWriter,
+        "add_block_count",
+        lambda self, n: self.add_string("llama.block_count", str(n)),
+    )
+    path = tiny.save_gguf(tmp_path / "text.gguf")
+    with pytest.raises(
+        ModelLoadError, match=r"field llama\.block_count is not one integer \(STRING\)"
+    ):
+        load(path)
+
+
+def test_bin_weights_beside_an_unrelated_safetensors_file_load(saved: Path, tmp_path: Path) -> None:
+    """The size checks read the weights transformers reads: a pytorch_model.bin model with an
+    unrelated small safetensors file beside it loads the same weights."""
+    from safetensors.torch import load_file, save_file
+
+    copy = shutil.copytree(saved, tmp_path / "model")
+    torch.save(load_file(str(copy / "model.safetensors")), copy / "pytorch_model.bin")
+    (copy / "model.safetensors").unlink()
+    save_file({"proj.weight": torch.zeros(8, 8)}, str(copy / "extra_head.safetensors"))
+    got, want = _weights(load(copy)), _weights(load(saved))
+    assert got.keys() == want.keys()
+    assert all(torch.equal(got[k], want[k]) for k in want)
 
 
 def test_a_tokenizer_wider_than_the_model_is_refused(tmp_path: Path) -> None:
