@@ -49,6 +49,9 @@ TOKENIZER_FILES = (
     "special_tokens_map.json",
 )
 
+#: A numbered layer in a weight's dotted name (``model.layers.7.mlp.up_proj.weight``: 7).
+_LAYER = re.compile(r"\.(\d+)\.")
+
 _CORRUPT = "it may be cut short or corrupt: copy it again from where the model came from"
 
 
@@ -164,7 +167,7 @@ def _beyond_weights(
     there would have it build thousands of layers or a vocabulary of gigabytes first."""
     if isinstance(layers, int) and not isinstance(layers, bool) and layers < 1:
         return f"says {layers_key}={layers}; a model has at least one layer"
-    held = len({m.group(1) for k in shapes if (m := re.search(r"\.(\d+)\.", f".{k}"))})
+    held = len({m.group(1) for k in shapes if (m := _LAYER.search(f".{k}"))})
     if held and isinstance(layers, int) and layers > held:
         return f"says {layers_key}={layers} but the weights hold {held} layers"
     widest = max((max(shape, default=0) for shape in shapes.values()), default=0)
@@ -289,8 +292,9 @@ def _gguf_problem(reader: Any, size: int) -> str:
 
 def check_loading_info(source: str, info: dict[str, Any]) -> None:
     """transformers' ``output_loading_info``: a weight the files did not hold (``missing_keys``)
-    or held at another shape (``mismatched_keys``) would be left at random; refused naming
-    it."""
+    or held at another shape (``mismatched_keys``) would be left at random, and a layer's
+    weight the model has no place for (``unexpected_keys`` of a numbered layer: the config
+    declares fewer layers than the weights) would be dropped; refused naming it."""
     missing = sorted(info.get("missing_keys") or ())
     mismatched = [
         str(k[0] if isinstance(k, tuple) else k) for k in info.get("mismatched_keys") or ()
@@ -303,6 +307,14 @@ def check_loading_info(source: str, info: dict[str, Any]) -> None:
             + (f" and {more} more" if more > 0 else "")
             + " (missing or of another shape); transformers would start them at random. The "
             "files are corrupt or from another model: copy them again"
+        )
+    unused = sorted(k for k in info.get("unexpected_keys") or () if _LAYER.search(f".{k}"))
+    if unused:
+        raise ModelLoadError(
+            f"model={source!r}: the weight files hold {', '.join(unused[:3])}"
+            + (f" and {len(unused) - 3} more" if len(unused) > 3 else "")
+            + ", which the model its config describes has no place for (fewer layers than the "
+            "weights); the config is corrupt or from another model: copy the model's own config"
         )
 
 

@@ -318,6 +318,21 @@ def test_a_gguf_block_count_that_is_not_an_integer_is_named(
         load(path)
 
 
+def test_a_config_with_fewer_layers_than_the_weights_is_refused(
+    saved: Path, tmp_path: Path
+) -> None:
+    """config.json declaring one layer of the two the weights hold is refused naming the
+    layer's weights, not loaded as a silently truncated model."""
+    copy = shutil.copytree(saved, tmp_path / "model")
+    config = json.loads((copy / "config.json").read_text())
+    config["num_hidden_layers"] = 1
+    (copy / "config.json").write_text(json.dumps(config))
+    with pytest.raises(
+        ModelLoadError, match=r"the weight files hold model\.layers\.1\..*has no place for"
+    ):
+        load(copy)
+
+
 def test_bin_weights_beside_an_unrelated_safetensors_file_load(saved: Path, tmp_path: Path) -> None:
     """The size checks read the weights transformers reads: a pytorch_model.bin model with an
     unrelated small safetensors file beside it loads the same weights."""

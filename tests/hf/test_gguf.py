@@ -31,10 +31,12 @@ def conversions(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     seen: list[str] = []
     real = loader_module._from_dir
 
-    def spy(directory: Path, dtype: torch.dtype, gguf_file: str | None = None) -> Any:
+    def spy(
+        directory: Path, dtype: torch.dtype, gguf_file: str | None = None, values: int | None = None
+    ) -> Any:
         if gguf_file is not None:
             seen.append(gguf_file)
-        return real(directory, dtype, gguf_file)
+        return real(directory, dtype, gguf_file, values)
 
     monkeypatch.setattr(loader_module, "_from_dir", spy)
     return seen
