@@ -75,6 +75,7 @@ def train_head(
     command: str = "",
     checkpoint: str | os.PathLike[str] | None = None,
     resume: Checkpoint | None = None,
+    captured: Checkpoint | None = None,
 ) -> TrainedHead:
     """A head trained for ``model`` (a transformers causal LM, or an
     :class:`~specstrat.hf.HFCausalLM`) on its own responses to ``prompts`` (see the module
@@ -82,7 +83,10 @@ def train_head(
     showing the loss and each unrolled step's accuracy. ``checkpoint``: a file to write the
     run's :class:`~specstrat.train.Checkpoint` to after each epoch; ``resume``: a checkpoint to
     continue from (its data is used, ``prompts`` are not generated again), refused for another
-    target or a config that differs where it matters, before any work."""
+    target or a config that differs where it matters, before any work. ``captured``: a
+    checkpoint whose data to train on instead of generating (its layers, draft vocabulary and
+    context rows must be this config's: :func:`check_head_data`), so heads that differ in
+    training settings alone (TTT steps, learning rate, batch, epochs) compare on the same data."""
     from tqdm.auto import tqdm
 
     if config.kind != "eagle3":
@@ -102,6 +106,11 @@ def train_head(
     if resume is not None:
         resume.check_target(name, digest)
         data, held = resume.data, resume.held
+    elif captured is not None:
+        captured.check_target(name, digest, "data")
+        with raw_model(model) as lm:
+            check_head_data(captured, config, int(lm.config.num_hidden_layers))
+        data, held = captured.data, captured.held
     else:  # outside raw_model: an HFCausalLM generates through the engine's own attention
         data, held = collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
@@ -115,6 +124,31 @@ def train_head(
         (name, digest), (data.positions, data.source), (steps, loss), agreement, command
     )
     return TrainedHead(head=head, **facts)
+
+
+def check_head_data(captured: Checkpoint, config: HeadConfig, num_layers: int) -> None:
+    """Refuses (:class:`~specstrat.errors.InvalidConfig`) a checkpoint's data that a head of
+    ``config`` cannot train on: features of other layers, another draft vocabulary size, or
+    prompt rows captured (or not) other than ``config.context`` reads them."""
+    layers = config.layers if config.layers is not None else default_layers(num_layers)
+    data, where = captured.data, f"data={captured.file!r}"
+    has_context = any(s.context for s in data.sequences)
+    if tuple(layers) != tuple(data.layers):
+        raise InvalidConfig(
+            f"{where} holds the features of layers {list(data.layers)}, not {list(layers)}; pass "
+            f"--layers={','.join(map(str, data.layers))}, or drop --data to capture these"
+        )
+    if config.draft_vocab != data.d2t.numel():
+        raise InvalidConfig(
+            f"{where} holds a draft vocabulary of {data.d2t.numel()} tokens, not "
+            f"{config.draft_vocab}; pass --draft-vocab {data.d2t.numel()}, or drop --data"
+        )
+    if config.context != has_context:
+        flag = "--context" if has_context else "--no-context"
+        raise InvalidConfig(
+            f"{where} holds generations captured {'with' if has_context else 'without'} the "
+            f"prompt's rows; pass {flag} to train on them, or drop --data"
+        )
 
 
 def collect(

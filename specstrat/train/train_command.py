@@ -105,7 +105,7 @@ def train_command(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
-    if args.prompts is None:  # the built-in pool adapts to a short-context model
+    if args.prompts is None and captured is None:  # the pool adapts to a short-context model
         fitting = fitting_prompts(models.target, models.tokenizer, prompts, config.max_new_tokens)
         if len(fitting) < len(prompts):
             print(
@@ -144,7 +144,7 @@ def train_command(args: argparse.Namespace) -> int:
     }
     if config.kind == "eagle3":
         trained: TrainedHead | TrainedDraftLM = train_head(
-            config, models.target, models.tokenizer, prompts, **run
+            config, models.target, models.tokenizer, prompts, captured=captured, **run
         )
     else:
         trainer = train_draft_lm if config.kind == "draft-lm" else train_block_lm
@@ -161,12 +161,10 @@ def train_command(args: argparse.Namespace) -> int:
 
 def _captured(args: argparse.Namespace, config: HeadConfig) -> tuple[Checkpoint, str]:
     """The checkpoint ``--data`` names and its prompts' source, refused with ``--resume``
-    (which brings its own data) or for a head (whose features depend on its layers)."""
+    (which brings its own data) or beside prompts (the checkpoint's are the data's)."""
     why = (
         "--resume brings its own data"
         if args.resume is not None
-        else "a head reads its own layers"
-        if config.kind == "eagle3"
         else "the checkpoint's prompts are the data's"
         if args.prompts is not None or args.self_written
         else None
@@ -174,10 +172,11 @@ def _captured(args: argparse.Namespace, config: HeadConfig) -> tuple[Checkpoint,
     if why is not None:
         raise InvalidConfig(
             f"--data {args.data} cannot be used here ({why}); drop --data, or use it with "
-            "--kind draft-lm or block and none of --resume, --prompts or --self-written"
+            "none of --resume, --prompts or --self-written"
         )
     captured = read_checkpoint(args.data)
-    check_captured(captured)
+    if config.kind != "eagle3":  # a head's data is checked against its layers at load
+        check_captured(captured)
     return captured, captured.data.source
 
 

@@ -209,7 +209,8 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
     train.add_argument(
         "--data",
         metavar="CKPT",
-        help="with --kind draft-lm or block: train on the generations a run captured in its "
-        "checkpoint (another kind's too) instead of generating them again",
+        help="train on the generations a run captured in its checkpoint (another kind's too) "
+        "instead of generating them again; a head needs the same --layers, --draft-vocab and "
+        "--context as the run that captured them",
     )
     train.add_argument("--no-progress", action="store_true", help="no progress bar on stderr")

@@ -385,27 +385,74 @@ def test_kind_block_trains_on_another_runs_data_without_generating(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--kind", "eagle3"], r"a head reads its own layers"),
         (["--kind", "block", "--resume", "RESUME"], r"--resume brings its own data"),
         (["--kind", "block"], r"the checkpoint's prompts are the data's"),
         (["--kind", "draft-lm", "--self-written", "4"], r"the checkpoint's prompts are the"),
     ],
 )
-def test_data_is_refused_with_a_head_a_resume_or_prompts(
+def test_data_is_refused_with_a_resume_or_prompts(
     trained: tuple[list[str], Path, str],
     extra: list[str],
     message: str,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--data trains a draft LM or a block drafter, beside neither --resume nor --prompts;
-    refused before any file is read or model loaded."""
+    """--data is refused beside --resume, --prompts or --self-written, before any file is
+    read or model loaded."""
     argv, out, _ = trained
     ckpt = str(out.with_suffix(".ckpt"))
     monkeypatch.setattr(specstrat.hf, "load", _unreachable)
     extra = [ckpt if a == "RESUME" else a for a in extra]
     err = _refused([*argv, *extra, "--data", ckpt], capsys)
     assert re.search(rf"InvalidConfig: --data .* cannot be used here \({message}", err), err
+
+
+def test_a_head_trains_on_another_runs_data_without_generating(
+    trained: tuple[list[str], Path, str],
+    model_dir: Path,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--data CKPT trains a head of other training settings (TTT steps here) on the data a
+    head's run captured, generating nothing; the head loads and records that data's size."""
+    argv, out, _ = trained
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
+    again = tmp_path / "again.safetensors"
+    argv = [str(again) if a == str(out) else a for a in _without_prompts(argv)]
+    ckpt = read_checkpoint(out.with_suffix(".ckpt"))
+    extra = ["--ttt-steps", "2", "--data", str(out.with_suffix(".ckpt"))]
+    assert main([*argv, *extra]) == 0
+    head = load_head(again, load(model_dir).target)
+    assert head.data_size == ckpt.data.positions
+    assert head.data_source == ckpt.data.source
+    assert tuple(head.layers) == ckpt.data.layers
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--layers=0,1"], r"holds the features of layers \[.*\], not \[0, 1\]; pass --layers="),
+        (["--draft-vocab", "32"], r"holds a draft vocabulary of 64 tokens, not 32; pass --draft-v"),
+        (["--context"], r"holds generations captured without the prompt's rows; pass --no-con"),
+    ],
+    ids=["layers", "draft-vocab", "context"],
+)
+def test_a_head_refuses_data_it_cannot_read(
+    trained: tuple[list[str], Path, str],
+    extra: list[str],
+    message: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """A head's --data must hold its layers' features, its draft vocabulary and its kind of
+    rows: each mismatch names the data's value and the flag that fits, before any training."""
+    argv, out, _ = trained
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
+    argv = [str(tmp_path / "x.safetensors") if a == str(out) else a for a in argv]
+    data = ["--data", str(out.with_suffix(".ckpt"))]
+    err = _refused([*_without_prompts(argv), *data, *extra], capsys)
+    assert re.search(rf"InvalidConfig: data='.*head\.ckpt' {message}", err), err
 
 
 def test_data_without_the_prompts_rows_is_refused(
