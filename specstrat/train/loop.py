@@ -50,7 +50,7 @@ from specstrat.train.head_config import HeadConfig
 from specstrat.train.prompts import interleave
 from specstrat.train.self_written import self_written_prompts, written_source
 
-__all__ = ["TrainingRun", "collect", "train_head"]
+__all__ = ["TrainingRun", "check_head_data", "collect", "train_head"]
 
 #: Prompts generated (as one engine batch) and captured between two checks of the budget.
 _GENERATE_BATCH = 64
