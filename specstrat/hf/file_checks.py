@@ -26,6 +26,7 @@ from typing import Any
 import torch
 
 from specstrat.errors import InvalidConfig, ModelLoadError
+from specstrat.hf.gguf_header import gguf_header_problem
 
 __all__ = [
     "TOKENIZER_FILES",
@@ -193,8 +194,10 @@ def check_gguf_file(file: Path) -> int | None:
             "gguf package"
         )
     try:
-        reader = GGUFReader(str(file))
-        problem = _gguf_problem(reader, file.stat().st_size)
+        problem = gguf_header_problem(file)  # before the reader, which can loop for ever
+        if not problem:
+            reader = GGUFReader(str(file))
+            problem = _gguf_problem(reader, file.stat().st_size)
     except Exception as exc:  # ValueError, struct.error, IndexError, OSError, ... from gguf
         message = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         problem = f"{type(exc).__name__}: {message}"

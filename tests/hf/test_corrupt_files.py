@@ -299,6 +299,30 @@ def test_a_gguf_feed_forward_size_past_its_tensors_is_refused(
         load(tmp_path / "wide.gguf")
 
 
+def test_a_gguf_string_turned_into_an_array_is_refused_before_the_reader(
+    gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """general.architecture's type flipped from string (8) to array (9) makes its length and
+    text an array count of about 2**62: refused by the header scan, before gguf's reader
+    (which looped on it, growing until the machine ran out of memory) is called."""
+    import gguf
+
+    def unreachable(*args: object) -> None:
+        raise AssertionError("the reader ran on a header the scan should refuse")
+
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    data = bytearray(gguf_file.read_bytes())
+    at = data.index(b"general.architecture") + len(b"general.architecture")
+    assert data[at] == 8  # the STRING type
+    data[at] ^= 1
+    (tmp_path / "array.gguf").write_bytes(bytes(data))
+    monkeypatch.setattr(gguf, "GGUFReader", unreachable)
+    with pytest.raises(
+        ModelLoadError, match=r"field general\.architecture: its array of \d+ items runs past"
+    ):
+        load(tmp_path / "array.gguf")
+
+
 def test_a_gguf_block_count_that_is_not_an_integer_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
