@@ -323,6 +323,34 @@ def test_a_gguf_string_turned_into_an_array_is_refused_before_the_reader(
         load(tmp_path / "array.gguf")
 
 
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        ("type-13", r"field general\.architecture: value type 13 is not a GGUF type"),
+        ("string-length", r"field general\.architecture: its string of \d+ bytes runs past"),
+        ("key-length", r"key 0 \(\d+ bytes\) runs past the end of the file"),
+    ],
+    ids=["unknown-type", "string-length", "key-length"],
+)
+def test_a_gguf_header_length_or_type_past_the_file_is_named(
+    edit: str, message: str, gguf_file: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header scan names a value type GGUF lacks, a string length or a key length that
+    runs past the end of the file."""
+    monkeypatch.setenv("SPECSTRAT_CACHE", str(tmp_path / "cache"))
+    data = bytearray(gguf_file.read_bytes())
+    at = data.index(b"general.architecture")
+    if edit == "type-13":
+        data[at + 20] = 13
+    elif edit == "string-length":
+        data[at + 24 + 6] = 0x7F  # a high byte of the value's 8-byte length
+    else:
+        data[at - 8 + 6] = 0x7F  # a high byte of the key's 8-byte length
+    (tmp_path / "edited.gguf").write_bytes(bytes(data))
+    with pytest.raises(ModelLoadError, match=message):
+        load(tmp_path / "edited.gguf")
+
+
 def test_a_gguf_block_count_that_is_not_an_integer_is_named(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
