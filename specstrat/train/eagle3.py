@@ -177,9 +177,16 @@ class Eagle3Head(nn.Module):
 
     @classmethod
     def from_target(
-        cls, model: Any, *, layers: Sequence[int], d2t: torch.Tensor, context: bool = False
+        cls,
+        model: Any,
+        *,
+        layers: Sequence[int],
+        d2t: torch.Tensor,
+        context: bool = False,
+        intermediate_size: int | None = None,
     ) -> Eagle3Head:
-        """A fresh head for a transformers causal LM: its shape from ``model.config``, the
+        """A fresh head for a transformers causal LM: its shape from ``model.config`` (its MLP
+        ``intermediate_size`` wide when given, else the target's own width), the
         frozen embedding copied from the model, and the LM head started from the target's LM
         head rows at ``d2t`` when the target's head reads ``hidden_size`` wide states (random
         otherwise; seed torch before calling for a reproducible start); ``context``: see
@@ -189,6 +196,8 @@ class Eagle3Head(nn.Module):
         )
         embed = model.get_input_embeddings().weight
         config = dataclasses.replace(config, vocab_size=int(embed.shape[0]))  # the rows it has
+        if intermediate_size is not None:
+            config = dataclasses.replace(config, intermediate_size=intermediate_size)
         head = cls(config, d2t.to(torch.int64).cpu(), embed.detach().cpu())
         out = model.get_output_embeddings()
         if out is not None and int(out.weight.shape[1]) == config.hidden_size:

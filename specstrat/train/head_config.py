@@ -43,7 +43,8 @@ class HeadConfig:
     step); ``self_written``: prompts the target writes itself
     (:func:`~specstrat.train.self_written_prompts`, sampled at ``max(temperature,
     repeat_temperature)``, or 1.0 when both are 0, within the first quarter of the budget),
-    answered first, one for one with the prompts (0: none, the default)."""
+    answered first, one for one with the prompts (0: none, the default); ``intermediate_size``:
+    the width of the head's MLP (``None``: the target's own, the default; a head only)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -65,6 +66,7 @@ class HeadConfig:
     block: int = 4
     anchors: int = 16
     self_written: int = 0
+    intermediate_size: int | None = None
 
     def __post_init__(self) -> None:
         counts = ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth")
@@ -76,11 +78,23 @@ class HeadConfig:
             raise InvalidConfig(
                 f"HeadConfig.self_written={self.self_written!r} must be an int >= 0 (0: none)"
             )
+        if self.intermediate_size is not None and (
+            not is_int(self.intermediate_size) or self.intermediate_size < 1
+        ):
+            raise InvalidConfig(
+                f"HeadConfig.intermediate_size={self.intermediate_size!r} must be None (the "
+                "target's own width) or an int >= 1"
+            )
         if not is_int(self.seed):
             raise InvalidConfig(f"HeadConfig.seed={self.seed!r} must be an int")
         if self.kind not in KINDS:
             raise InvalidConfig(
                 f"HeadConfig.kind={self.kind!r} must be one of {', '.join(map(repr, KINDS))}"
+            )
+        if self.intermediate_size is not None and self.kind != "eagle3":
+            raise InvalidConfig(
+                f"HeadConfig.intermediate_size={self.intermediate_size} sets a head's MLP width, "
+                f"but kind={self.kind!r} trains no head; drop it, or train kind='eagle3'"
             )
         least = 2 if self.kind == "eagle3" else 1  # a head fuses two layers or more
         if self.layers is not None and (

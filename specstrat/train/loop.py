@@ -115,7 +115,13 @@ def train_head(
         data, held = collect(config, model, tokenizer, prompts, source, start, progress and tqdm)
     with raw_model(model) as lm, torch.random.fork_rng(devices=[]):
         torch.manual_seed(config.seed)
-        head = Eagle3Head.from_target(lm, layers=data.layers, d2t=data.d2t, context=config.context)
+        head = Eagle3Head.from_target(
+            lm,
+            layers=data.layers,
+            d2t=data.d2t,
+            context=config.context,
+            intermediate_size=config.intermediate_size,
+        )
         order_gen = torch.Generator().manual_seed(config.seed)
     state = TrainingRun(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)

@@ -79,6 +79,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         kind=args.kind,
         block=args.block_size,
         self_written=args.self_written,
+        intermediate_size=args.intermediate_size,
     )
 
 

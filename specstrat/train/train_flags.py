@@ -126,6 +126,13 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         "vocabulary (default %(default)s)",
     )
     train.add_argument(
+        "--intermediate-size",
+        type=positive,
+        default=None,
+        metavar="N",
+        help="the width of the head's MLP (default: the target's own; --kind eagle3 only)",
+    )
+    train.add_argument(
         "--ttt-steps",
         type=positive,
         default=_DEFAULTS.ttt_steps,

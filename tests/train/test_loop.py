@@ -41,6 +41,11 @@ from tests.hf import tiny
         ({"layers": (3,)}, r"layers=\(3,\) must be None"),
         ({"batch_size": True}, r"batch_size=True must be an int"),
         ({"context": 1}, r"HeadConfig\.context=1 must be True or False"),
+        ({"intermediate_size": 0}, r"intermediate_size=0 must be None .* or an int >= 1"),
+        (
+            {"intermediate_size": 64, "kind": "block"},
+            r"intermediate_size=64 sets a head's MLP width, but kind='block' trains no head",
+        ),
     ],
 )
 def test_head_config_refuses_bad_values(change: dict[str, Any], match: str) -> None:

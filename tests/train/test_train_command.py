@@ -413,16 +413,18 @@ def test_a_head_trains_on_another_runs_data_without_generating(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--data CKPT trains a head of other training settings (TTT steps here) on the data a
-    head's run captured, generating nothing; the head loads and records that data's size."""
+    """--data CKPT trains a head of other settings (TTT steps and a wider MLP here) on the data
+    a head's run captured, generating nothing; the head loads, as wide, with that data's size."""
     argv, out, _ = trained
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     again = tmp_path / "again.safetensors"
     argv = [str(again) if a == str(out) else a for a in _without_prompts(argv)]
     ckpt = read_checkpoint(out.with_suffix(".ckpt"))
-    extra = ["--ttt-steps", "2", "--data", str(out.with_suffix(".ckpt"))]
-    assert main([*argv, *extra]) == 0
+    extra = ["--ttt-steps", "2", "--intermediate-size", "40"]
+    assert main([*argv, *extra, "--data", str(out.with_suffix(".ckpt"))]) == 0
     head = load_head(again, load(model_dir).target)
+    assert head.head.config.intermediate_size == 40
+    assert head.head.down_proj.weight.shape[1] == 40
     assert head.data_size == ckpt.data.positions
     assert head.data_source == ckpt.data.source
     assert tuple(head.layers) == ckpt.data.layers
