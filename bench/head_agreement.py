@@ -7,7 +7,9 @@ is measured as ``specstrat.train.evaluate`` measures it after training: τ and a
 (unconditional) by draft position, the glossary's held-out agreement. A head that attends over
 the context reads the prompt's rows; one that does not reads the response's rows only. The
 figures match what the engine measures for an EAGLE chain at the same depth (one run, no
-timing), so heads are compared in minutes rather than in a bench run each.
+timing), so heads are compared in minutes rather than in a bench run each. Last, the share of
+the target's greedy response tokens inside each head's draft vocabulary, by category: a
+token outside it is never drafted, so the share bounds the first position's acceptance.
 
 Usage: ``python bench/head_agreement.py --spec-bench PATH [--per-category 4]
 [--max-new-tokens 64] [--depth 5] HEAD.safetensors [HEAD ...]``; ``shipped`` names the head
@@ -19,6 +21,8 @@ from __future__ import annotations
 import argparse
 import time
 from pathlib import Path
+
+import torch
 
 from specstrat.bench.workloads import (
     MT_BENCH_CATEGORIES,
@@ -82,6 +86,17 @@ def main() -> None:
         agreement = evaluate(head.head, data, depth=args.depth)
         rates = ", ".join(f"{a:.3f}" for a in agreement["acceptance"])
         print(f"{name}: all categories τ {agreement['tau']:.2f}, acceptance {rates}")
+    print("share of the target's greedy response tokens inside each head's draft vocabulary:")
+    for category in (*CATEGORIES, "all"):
+        picked = [
+            s for p, s in zip(prompts, sequences, strict=True) if category in (p.category, "all")
+        ]
+        greedy = torch.cat([s.greedy[s.context :] for s in picked])
+        shares = [float(torch.isin(greedy, h.d2t).float().mean()) for h in heads]
+        print(
+            f"  {category}: "
+            + ", ".join(f"{n} {x:.3f}" for n, x in zip(names, shares, strict=True))
+        )
 
 
 if __name__ == "__main__":

@@ -32,7 +32,15 @@ from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.hf.matmul_padding import PlannedLinears
 
-__all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head", "Project"]
+__all__ = [
+    "WIDEST_MLP",
+    "Eagle3Config",
+    "Eagle3ContextDraftHead",
+    "Eagle3DraftHead",
+    "Eagle3Head",
+    "Project",
+    "mlp_width",
+]
 
 #: ``(linear, x) -> linear(x)``, however computed: the head's matmuls go through one
 #: (:class:`~specstrat.hf.matmul_padding.PlannedLinears` when drafting on the CPU).
@@ -44,6 +52,9 @@ def _call(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
+#: The widest MLP :meth:`Eagle3Head.from_target` builds, in multiples of the target's own.
+WIDEST_MLP = 8
+
 _POSITIVE = (
     "hidden_size",
     "heads",
@@ -53,6 +64,23 @@ _POSITIVE = (
     "vocab_size",
     "draft_vocab_size",
 )
+
+
+def mlp_width(config: Any, asked: int | None = None) -> int:
+    """The width of a head's MLP for a target of transformers ``config``: ``asked``, or the
+    target's own ``intermediate_size`` (``4 * hidden_size`` where the config has none) when
+    ``None``; wider than :data:`WIDEST_MLP` times the target's own is an
+    :class:`~specstrat.errors.InvalidConfig`."""
+    own = int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
+    if asked is None:
+        return own
+    if asked > WIDEST_MLP * own:
+        raise InvalidConfig(
+            f"intermediate_size={asked} is more than {WIDEST_MLP}x the target's own MLP width "
+            f"({own}): a head that wide costs more than the target's layers it stands in for; "
+            f"pass at most {WIDEST_MLP * own}"
+        )
+    return asked
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)
@@ -119,7 +147,7 @@ class Eagle3Config:
             heads=heads,
             kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
             head_dim=int(getattr(config, "head_dim", None) or hidden // heads),
-            intermediate_size=int(getattr(config, "intermediate_size", None) or 4 * hidden),
+            intermediate_size=mlp_width(config),
             rope_theta=float(theta),
             rms_eps=float(eps or 1e-6),
             vocab_size=int(config.vocab_size),
@@ -196,8 +224,8 @@ class Eagle3Head(nn.Module):
         )
         embed = model.get_input_embeddings().weight
         config = dataclasses.replace(config, vocab_size=int(embed.shape[0]))  # the rows it has
-        if intermediate_size is not None:
-            config = dataclasses.replace(config, intermediate_size=intermediate_size)
+        width = mlp_width(model.config, intermediate_size)
+        config = dataclasses.replace(config, intermediate_size=width)
         head = cls(config, d2t.to(torch.int64).cpu(), embed.detach().cpu())
         out = model.get_output_embeddings()
         if out is not None and int(out.weight.shape[1]) == config.hidden_size:

@@ -43,7 +43,7 @@ from specstrat.train.capture import (
     token_counts,
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
-from specstrat.train.eagle3 import Eagle3Head
+from specstrat.train.eagle3 import Eagle3Head, mlp_width
 from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer, fitting_prompts
 from specstrat.train.head_config import HeadConfig
@@ -98,6 +98,8 @@ def train_head(
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
     if resume is not None:
         resume.check_resumes(config, source)
+    with raw_model(model) as lm:
+        mlp_width(lm.config, config.intermediate_size)  # a bad width is refused before any work
     start = time.monotonic()
     budget = config.budget_seconds
     deadline = None if budget is None else start + budget

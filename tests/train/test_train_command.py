@@ -217,6 +217,22 @@ def test_layers_past_the_model_are_refused_before_generating(
     assert "InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]" in err
 
 
+def test_a_head_wider_than_eight_target_mlps_is_refused_before_generating(
+    model_dir: Path,
+    prompts_file: Path,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """--intermediate-size past 8x the target's MLP width (96 here) is refused once it loads,
+    naming the widest it takes, before generation."""
+    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
+    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--intermediate-size", "769")
+    err = _refused(argv, capsys)
+    assert "InvalidConfig: intermediate_size=769 is more than 8x the target's own MLP" in err
+    assert "pass at most 768" in err
+
+
 def test_resume_for_another_target_is_refused(
     trained: tuple[list[str], Path, str],
     prompts_file: Path,
