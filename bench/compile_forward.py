@@ -2,14 +2,17 @@
 
 The engine's step outside its matmuls (norms, RoPE, SiLU, residual adds, reshapes, Python)
 costs 8-13 ms a token on this CPU (``bench/step_overhead.py``); graph capture is torch's way to
-fuse those small ops and drop the Python between them. This times the fast forward alone, as
-loaded (its matmul plan and packed weights), on ``n`` tokens with dense causal attention over
-those tokens (no KV cache), eager and compiled (inductor, static shapes), median of
-``--repeats`` interleaved calls, and prints the compile time of the first call and whether the
-compiled logits pick the same tokens (and how far they lie from the eager ones).
+fuse those small ops and drop the Python between them. This times the fast forward alone on
+``n`` tokens with dense causal attention over those tokens (no KV cache), eager and compiled
+(inductor, static shapes), median of ``--repeats`` interleaved calls, and prints the compile
+time of the first call and whether the compiled logits pick the same tokens (and how far they
+lie from the eager ones). Both run the fast forward as loaded (its matmul plan and oneDNN-packed
+weights), or with ``--linear-only`` ``F.linear`` for every matmul; ``--freezing`` compiles with
+inductor's freezing option, which folds the weights in as constants and, for ``F.linear``
+matmuls (so with ``--linear-only``), packs them itself.
 
 Usage: ``python bench/compile_forward.py [--threads 2] [--repeats 30] [--tokens 1,4]
-[--mode default]``.
+[--mode default] [--linear-only] [--freezing]``.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import torch
 import torch.nn.functional as F
 
 from specstrat.hf import load
+from specstrat.hf.matmul_padding import MatmulPlan
 from specstrat.hf.smollm2 import smollm2_path
 
 
@@ -65,15 +69,38 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=30)
     parser.add_argument("--tokens", default="1,4")
     parser.add_argument("--mode", default="default")
+    parser.add_argument(
+        "--linear-only",
+        action="store_true",
+        help="F.linear for every matmul (no plan, no packed weights) in both forwards",
+    )
+    parser.add_argument(
+        "--freezing",
+        action="store_true",
+        help="inductor's freezing option: weights folded in as constants (and, with "
+        "--linear-only, packed by inductor itself); not with --mode",
+    )
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     models = load(smollm2_path())
     forward = models.target.fast_forward
     if forward is None:
         raise SystemExit("SmolLM2 did not get the fast forward; nothing to compile")
-    print(f"torch {torch.__version__}, threads {args.threads}, mode {args.mode!r}")
+    if args.linear_only:
+        forward.plan, forward.head_plan = MatmulPlan(), MatmulPlan()
+        forward.pack_weights()
+    if args.freezing and args.mode != "default":
+        raise SystemExit(f"--freezing with --mode {args.mode}: torch.compile takes one; drop one")
+    print(
+        f"torch {torch.__version__}, threads {args.threads}, mode {args.mode!r}, "
+        f"freezing {args.freezing}, linear only {args.linear_only}"
+    )
     print(f"matmul plan by rows, layers: {forward.plan.summary()}")
-    compiled = torch.compile(forward.__call__, dynamic=False, mode=args.mode)
+    compiled = (
+        torch.compile(forward.__call__, dynamic=False, options={"freezing": True})
+        if args.freezing
+        else torch.compile(forward.__call__, dynamic=False, mode=args.mode)
+    )
     with torch.inference_mode():
         for n in (int(x) for x in args.tokens.split(",")):
             tokens, positions = torch.arange(n) + 100, torch.arange(n) + 50

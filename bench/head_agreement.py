@@ -91,7 +91,9 @@ def main() -> None:
         picked = [
             s for p, s in zip(prompts, sequences, strict=True) if category in (p.category, "all")
         ]
-        greedy = torch.cat([s.greedy[s.context :] for s in picked])
+        if not picked:
+            continue
+        greedy = torch.cat([s.greedy[s.context :] for s in picked])  # the response, no row past it
         shares = [float(torch.isin(greedy, h.d2t).float().mean()) for h in heads]
         print(
             f"  {category}: "

@@ -33,13 +33,12 @@ from specstrat.errors import InvalidConfig
 from specstrat.hf.matmul_padding import PlannedLinears
 
 __all__ = [
-    "WIDEST_MLP",
     "Eagle3Config",
     "Eagle3ContextDraftHead",
     "Eagle3DraftHead",
     "Eagle3Head",
     "Project",
-    "mlp_width",
+    "head_intermediate_size",
 ]
 
 #: ``(linear, x) -> linear(x)``, however computed: the head's matmuls go through one
@@ -52,8 +51,10 @@ def _call(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-#: The widest MLP :meth:`Eagle3Head.from_target` builds, in multiples of the target's own.
-WIDEST_MLP = 8
+#: The widest MLP :meth:`Eagle3Head.from_target` builds, in multiples of the target's own
+#: ``intermediate_size``: a guard against a mistyped width that would allocate gigabytes (8x
+#: SmolLM2's is 21M parameters, about 340 MB with AdamW's state), not a measured optimum.
+MAX_INTERMEDIATE_MULTIPLE = 8
 
 _POSITIVE = (
     "hidden_size",
@@ -66,19 +67,20 @@ _POSITIVE = (
 )
 
 
-def mlp_width(config: Any, asked: int | None = None) -> int:
-    """The width of a head's MLP for a target of transformers ``config``: ``asked``, or the
-    target's own ``intermediate_size`` (``4 * hidden_size`` where the config has none) when
-    ``None``; wider than :data:`WIDEST_MLP` times the target's own is an
+def head_intermediate_size(config: Any, asked: int | None = None) -> int:
+    """The ``intermediate_size`` of a head's MLP for a target of transformers ``config``:
+    ``asked``, or the target's own (``4 * hidden_size`` where the config has none) when
+    ``None``; more than :data:`MAX_INTERMEDIATE_MULTIPLE` times the target's own is an
     :class:`~specstrat.errors.InvalidConfig`."""
     own = int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
     if asked is None:
         return own
-    if asked > WIDEST_MLP * own:
+    most = MAX_INTERMEDIATE_MULTIPLE * own
+    if asked > most:
         raise InvalidConfig(
-            f"intermediate_size={asked} is more than {WIDEST_MLP}x the target's own MLP width "
-            f"({own}): a head that wide costs more than the target's layers it stands in for; "
-            f"pass at most {WIDEST_MLP * own}"
+            f"HeadConfig.intermediate_size={asked} (--intermediate-size) is more than "
+            f"{MAX_INTERMEDIATE_MULTIPLE}x the target's intermediate_size={own}; pass at most "
+            f"{most}"
         )
     return asked
 
@@ -147,7 +149,7 @@ class Eagle3Config:
             heads=heads,
             kv_heads=int(getattr(config, "num_key_value_heads", None) or heads),
             head_dim=int(getattr(config, "head_dim", None) or hidden // heads),
-            intermediate_size=mlp_width(config),
+            intermediate_size=head_intermediate_size(config),
             rope_theta=float(theta),
             rms_eps=float(eps or 1e-6),
             vocab_size=int(config.vocab_size),
@@ -223,9 +225,11 @@ class Eagle3Head(nn.Module):
             model.config, layers=layers, draft_vocab_size=d2t.numel(), context=context
         )
         embed = model.get_input_embeddings().weight
-        config = dataclasses.replace(config, vocab_size=int(embed.shape[0]))  # the rows it has
-        width = mlp_width(model.config, intermediate_size)
-        config = dataclasses.replace(config, intermediate_size=width)
+        config = dataclasses.replace(
+            config,
+            vocab_size=int(embed.shape[0]),  # the rows it has
+            intermediate_size=head_intermediate_size(model.config, intermediate_size),
+        )
         head = cls(config, d2t.to(torch.int64).cpu(), embed.detach().cpu())
         out = model.get_output_embeddings()
         if out is not None and int(out.weight.shape[1]) == config.hidden_size:

@@ -43,7 +43,7 @@ from specstrat.train.capture import (
     token_counts,
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
-from specstrat.train.eagle3 import Eagle3Head, mlp_width
+from specstrat.train.eagle3 import Eagle3Head, head_intermediate_size
 from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer, fitting_prompts
 from specstrat.train.head_config import HeadConfig
@@ -86,7 +86,8 @@ def train_head(
     target or a config that differs where it matters, before any work. ``captured``: a
     checkpoint whose data to train on instead of generating (its layers, draft vocabulary and
     context rows must be this config's: :func:`check_head_data`), so heads that differ in
-    training settings alone (TTT steps, learning rate, batch, epochs) compare on the same data."""
+    training settings (TTT steps, learning rate, batch, epochs) or MLP width alone compare on
+    the same data."""
     from tqdm.auto import tqdm
 
     if config.kind != "eagle3":
@@ -98,12 +99,11 @@ def train_head(
         raise InvalidConfig(f"prompts={prompts!r}; pass a non-empty sequence of prompt strings")
     if resume is not None:
         resume.check_resumes(config, source)
-    with raw_model(model) as lm:
-        mlp_width(lm.config, config.intermediate_size)  # a bad width is refused before any work
     start = time.monotonic()
     budget = config.budget_seconds
     deadline = None if budget is None else start + budget
     with raw_model(model) as lm:
+        head_intermediate_size(lm.config, config.intermediate_size)  # refused before any work
         name, digest = target_name(model), target_sha256(lm)
     if resume is not None:
         resume.check_target(name, digest)

@@ -130,7 +130,8 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         type=positive,
         default=None,
         metavar="N",
-        help="the width of the head's MLP (default: the target's own; --kind eagle3 only)",
+        help="the head MLP's intermediate size, at most 8x the target's (default: the "
+        "target's own; --kind eagle3 only)",
     )
     train.add_argument(
         "--ttt-steps",

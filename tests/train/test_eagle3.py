@@ -20,6 +20,16 @@ def head(llama: Any) -> Eagle3Head:
     return Eagle3Head.from_target(llama, layers=(0, 1, 1), d2t=D2T)
 
 
+def test_the_mlp_takes_up_to_eight_times_the_targets_intermediate_size(llama: Any) -> None:
+    """intermediate_size= sets the head's MLP (768 = 8x the tiny llama's 96 is built); past
+    8x it is refused, naming the value and the widest that is taken."""
+    head = Eagle3Head.from_target(llama, layers=(0, 1), d2t=D2T, intermediate_size=768)
+    assert head.config.intermediate_size == 768
+    assert head.gate_proj.out_features == head.down_proj.in_features == 768
+    with pytest.raises(InvalidConfig, match=r"intermediate_size=769 .* pass at most 768"):
+        Eagle3Head.from_target(llama, layers=(0, 1), d2t=D2T, intermediate_size=769)
+
+
 def test_config_follows_the_target(head: Eagle3Head) -> None:
     """Widths, heads, rope theta and vocabulary come from the target's config."""
     c = head.config

@@ -42,6 +42,8 @@ from tests.hf import tiny
         ({"batch_size": True}, r"batch_size=True must be an int"),
         ({"context": 1}, r"HeadConfig\.context=1 must be True or False"),
         ({"intermediate_size": 0}, r"intermediate_size=0 must be None .* or an int >= 1"),
+        ({"intermediate_size": True}, r"intermediate_size=True must be None .* or an int"),
+        ({"intermediate_size": 1.5}, r"intermediate_size=1\.5 must be None .* or an int"),
         (
             {"intermediate_size": 64, "kind": "block"},
             r"intermediate_size=64 sets a head's MLP width, but kind='block' trains no head",

@@ -229,7 +229,7 @@ def test_a_head_wider_than_eight_target_mlps_is_refused_before_generating(
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--intermediate-size", "769")
     err = _refused(argv, capsys)
-    assert "InvalidConfig: intermediate_size=769 is more than 8x the target's own MLP" in err
+    assert "HeadConfig.intermediate_size=769 (--intermediate-size) is more than 8x the" in err
     assert "pass at most 768" in err
 
 
