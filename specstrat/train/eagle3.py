@@ -31,6 +31,7 @@ from specstrat._head_attention import rope
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 from specstrat.hf.matmul_padding import PlannedLinears
+from specstrat.train.head_config import head_intermediate_size
 
 __all__ = [
     "Eagle3Config",
@@ -38,7 +39,6 @@ __all__ = [
     "Eagle3DraftHead",
     "Eagle3Head",
     "Project",
-    "head_intermediate_size",
 ]
 
 #: ``(linear, x) -> linear(x)``, however computed: the head's matmuls go through one
@@ -51,11 +51,6 @@ def _call(linear: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return out
 
 
-#: The widest MLP :meth:`Eagle3Head.from_target` builds, in multiples of the target's own
-#: ``intermediate_size``: a guard against a mistyped width that would allocate gigabytes (8x
-#: SmolLM2's is 21M parameters, about 340 MB with AdamW's state), not a measured optimum.
-MAX_INTERMEDIATE_MULTIPLE = 8
-
 _POSITIVE = (
     "hidden_size",
     "heads",
@@ -65,24 +60,6 @@ _POSITIVE = (
     "vocab_size",
     "draft_vocab_size",
 )
-
-
-def head_intermediate_size(config: Any, asked: int | None = None) -> int:
-    """The ``intermediate_size`` of a head's MLP for a target of transformers ``config``:
-    ``asked``, or the target's own (``4 * hidden_size`` where the config has none) when
-    ``None``; more than :data:`MAX_INTERMEDIATE_MULTIPLE` times the target's own is an
-    :class:`~specstrat.errors.InvalidConfig`."""
-    own = int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
-    if asked is None:
-        return own
-    most = MAX_INTERMEDIATE_MULTIPLE * own
-    if asked > most:
-        raise InvalidConfig(
-            f"HeadConfig.intermediate_size={asked} (--intermediate-size) is more than "
-            f"{MAX_INTERMEDIATE_MULTIPLE}x the target's intermediate_size={own}; pass at most "
-            f"{most}"
-        )
-    return asked
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

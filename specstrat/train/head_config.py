@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Any
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
-__all__ = ["KINDS", "HeadConfig"]
+__all__ = ["KINDS", "MAX_INTERMEDIATE_MULTIPLE", "HeadConfig", "head_intermediate_size"]
 
 #: What ``specstrat train --kind`` trains: an EAGLE-3-style head, a draft LM, or a block drafter.
 KINDS = ("eagle3", "draft-lm", "block")
@@ -130,3 +131,28 @@ class HeadConfig:
                 raise InvalidConfig(
                     f"HeadConfig.{name}={value!r} must be a number {side} {low} and < {high}"
                 )
+
+
+#: The widest MLP :meth:`~specstrat.train.Eagle3Head.from_target` builds, in multiples of the
+#: target's own ``intermediate_size``: a guard against a mistyped width that would allocate
+#: gigabytes (8x SmolLM2's is 21M parameters, about 340 MB with AdamW's state), not a measured
+#: optimum.
+MAX_INTERMEDIATE_MULTIPLE = 8
+
+
+def head_intermediate_size(config: Any, asked: int | None = None) -> int:
+    """The ``intermediate_size`` of a head's MLP for a target of transformers ``config``:
+    ``asked``, or the target's own (``4 * hidden_size`` where the config has none) when
+    ``None``; more than :data:`MAX_INTERMEDIATE_MULTIPLE` times the target's own is an
+    :class:`~specstrat.errors.InvalidConfig`."""
+    own = int(getattr(config, "intermediate_size", None) or 4 * int(config.hidden_size))
+    if asked is None:
+        return own
+    most = MAX_INTERMEDIATE_MULTIPLE * own
+    if asked > most:
+        raise InvalidConfig(
+            f"HeadConfig.intermediate_size={asked} (--intermediate-size) is more than "
+            f"{MAX_INTERMEDIATE_MULTIPLE}x the target's intermediate_size={own}; pass at most "
+            f"{most}"
+        )
+    return asked

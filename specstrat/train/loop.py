@@ -43,10 +43,10 @@ from specstrat.train.capture import (
     token_counts,
 )
 from specstrat.train.checkpoint import Checkpoint, save_checkpoint
-from specstrat.train.eagle3 import Eagle3Head, head_intermediate_size
+from specstrat.train.eagle3 import Eagle3Head
 from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer, fitting_prompts
-from specstrat.train.head_config import HeadConfig
+from specstrat.train.head_config import HeadConfig, head_intermediate_size
 from specstrat.train.prompts import interleave
 from specstrat.train.self_written import self_written_prompts, written_source
 
