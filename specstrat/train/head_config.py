@@ -94,8 +94,9 @@ class HeadConfig:
             )
         if self.intermediate_size is not None and self.kind != "eagle3":
             raise InvalidConfig(
-                f"HeadConfig.intermediate_size={self.intermediate_size} sets a head's MLP width, "
-                f"but kind={self.kind!r} trains no head; drop it, or train kind='eagle3'"
+                f"HeadConfig.intermediate_size={self.intermediate_size} (--intermediate-size) "
+                f"sets a head's MLP, but kind={self.kind!r} trains no head; drop it, or train "
+                "kind='eagle3' (--kind eagle3)"
             )
         least = 2 if self.kind == "eagle3" else 1  # a head fuses two layers or more
         if self.layers is not None and (

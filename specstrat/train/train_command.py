@@ -27,7 +27,7 @@ from specstrat.train.checkpoint import Checkpoint, read_checkpoint
 from specstrat.train.draft_lm_file import TrainedDraftLM, save_draft_lm
 from specstrat.train.draft_lm_loop import check_captured, train_draft_lm
 from specstrat.train.generation import fitting_prompts
-from specstrat.train.head_config import HeadConfig
+from specstrat.train.head_config import HeadConfig, head_intermediate_size
 from specstrat.train.loop import train_head
 from specstrat.train.prompts import default_prompts, read_prompts
 
@@ -106,6 +106,7 @@ def train_command(args: argparse.Namespace) -> int:
     path = model_path(args.model)
     print(f"loading {path} ...", file=sys.stderr)
     models = load(path)
+    head_intermediate_size(models.target.model.config, config.intermediate_size)  # before work
     if args.prompts is None and captured is None:  # the pool adapts to a short-context model
         fitting = fitting_prompts(models.target, models.tokenizer, prompts, config.max_new_tokens)
         if len(fitting) < len(prompts):

@@ -46,7 +46,7 @@ from tests.hf import tiny
         ({"intermediate_size": 1.5}, r"intermediate_size=1\.5 must be None .* or an int"),
         (
             {"intermediate_size": 64, "kind": "block"},
-            r"intermediate_size=64 sets a head's MLP width, but kind='block' trains no head",
+            r"intermediate_size=64 \(--intermediate-size\) sets a head's MLP, but kind='block'",
         ),
     ],
 )
