@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import argparse
 import functools
-import statistics
 import time
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.nn.functional as F
+from measure import interleaved_median_ms
 
 from specstrat.hf import load
 from specstrat.hf.fast_llama import FastLlamaForward
@@ -46,7 +46,9 @@ def attention(
     softcap: float | None = None,
 ) -> torch.Tensor:
     """Dense causal attention over the ``n`` tokens given (``[n, heads, d]``), GQA expanded
-    (SmolLM2 has no sliding window or softcap)."""
+    (SmolLM2 has no sliding window or softcap): what
+    :class:`~specstrat.hf.attention_probe.Probe` computes, without its recording of each layer's
+    shapes, a side effect kept out of the compiled graph."""
     groups = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(groups, dim=1), v.repeat_interleave(groups, dim=1)
     out = F.scaled_dot_product_attention(
@@ -111,17 +113,6 @@ def _segmented(forward: FastLlamaForward, options: dict[str, Any]) -> Callable[.
         return (F.linear(final, model.lm_head.weight),)
 
     return run
-
-
-def _median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each call's median time in ms over ``repeats`` interleaved rounds."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 def main() -> None:
@@ -191,7 +182,7 @@ def main() -> None:
             start = time.perf_counter()
             compiled_logits = compiled(tokens, positions, attention)[0]
             compile_s = time.perf_counter() - start
-            ms = _median_ms(
+            ms = interleaved_median_ms(
                 {
                     "eager": functools.partial(forward, tokens, positions, attention),
                     "compiled": functools.partial(compiled, tokens, positions, attention),

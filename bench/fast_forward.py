@@ -17,11 +17,10 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import statistics
-import time
 from collections.abc import Callable
 
 import torch
+from measure import interleaved_median_ms
 
 from specstrat.hf import HFCausalLM, load
 from specstrat.hf.attention_probe import Probe
@@ -29,17 +28,6 @@ from specstrat.hf.code_workload import code_prompts
 from specstrat.hf.matmul_padding import MatmulPlan
 from specstrat.hf.smollm2 import smollm2_path
 from specstrat.runtime import Engine, EngineConfig
-
-
-def _median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
-    """Each call's median time in ms over ``repeats`` interleaved rounds."""
-    times: dict[str, list[float]] = {name: [] for name in calls}
-    for _ in range(repeats):
-        for name, call in calls.items():
-            start = time.perf_counter()
-            call()
-            times[name].append(time.perf_counter() - start)
-    return {name: 1000 * statistics.median(t) for name, t in times.items()}
 
 
 def _forward_line(slow: HFCausalLM, fast: HFCausalLM, n: int, repeats: int) -> str:
@@ -60,7 +48,7 @@ def _forward_line(slow: HFCausalLM, fast: HFCausalLM, n: int, repeats: int) -> s
 
         return call
 
-    ms = _median_ms(
+    ms = interleaved_median_ms(
         {
             "transformers": lambda: slow(tokens, positions, Probe()),
             "fast": with_plan(planned),
@@ -110,7 +98,7 @@ def main() -> None:
         outputs[name] = Engine("NONE", models, config).run(requests)  # type: ignore[arg-type]
 
     run("fast", fast)  # warm-up
-    ms = _median_ms(
+    ms = interleaved_median_ms(
         {"transformers": lambda: run("transformers", slow), "fast": lambda: run("fast", fast)},
         args.rounds,
     )

@@ -71,10 +71,13 @@ def main() -> None:
     names = [Path(p).name for p in paths]
     print("| category | " + " | ".join(f"{n} τ" for n in names) + " |")
     print("|---" * (len(names) + 1) + "|")
-    for category in (*CATEGORIES, "all"):
-        picked = [
+    groups = {
+        category: [
             s for p, s in zip(prompts, sequences, strict=True) if category in (p.category, "all")
         ]
+        for category in (*CATEGORIES, "all")
+    }
+    for category, picked in groups.items():
         cells = []
         for head in heads:
             data = draft_data(models.target, picked, layers=layers, d2t=head.d2t)
@@ -87,10 +90,7 @@ def main() -> None:
         rates = ", ".join(f"{a:.3f}" for a in agreement["acceptance"])
         print(f"{name}: all categories τ {agreement['tau']:.2f}, acceptance {rates}")
     print("share of the target's greedy response tokens inside each head's draft vocabulary:")
-    for category in (*CATEGORIES, "all"):
-        picked = [
-            s for p, s in zip(prompts, sequences, strict=True) if category in (p.category, "all")
-        ]
+    for category, picked in groups.items():
         if not picked:
             continue
         greedy = torch.cat([s.greedy[s.context :] for s in picked])  # the response, no row past it

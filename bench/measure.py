@@ -1,4 +1,4 @@
-"""What the bench scripts measure with: an aten op counter and a median wall-clock timer."""
+"""What the bench scripts measure with: an aten op counter and median wall-clock timers."""
 
 from __future__ import annotations
 
@@ -45,3 +45,14 @@ def median_seconds(fn: Callable[[], object], repeats: int) -> float:
         fn()
         samples.append(time.perf_counter() - start)
     return statistics.median(samples)
+
+
+def interleaved_median_ms(calls: dict[str, Callable[[], object]], repeats: int) -> dict[str, float]:
+    """Each call's median time in ms over ``repeats`` rounds, the calls interleaved in each."""
+    times: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(repeats):
+        for name, call in calls.items():
+            start = time.perf_counter()
+            call()
+            times[name].append(time.perf_counter() - start)
+    return {name: 1000 * statistics.median(t) for name, t in times.items()}

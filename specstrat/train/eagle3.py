@@ -33,13 +33,7 @@ from specstrat.errors import InvalidConfig
 from specstrat.hf.matmul_padding import PlannedLinears
 from specstrat.train.head_config import head_intermediate_size
 
-__all__ = [
-    "Eagle3Config",
-    "Eagle3ContextDraftHead",
-    "Eagle3DraftHead",
-    "Eagle3Head",
-    "Project",
-]
+__all__ = ["Eagle3Config", "Eagle3ContextDraftHead", "Eagle3DraftHead", "Eagle3Head", "Project"]
 
 #: ``(linear, x) -> linear(x)``, however computed: the head's matmuls go through one
 #: (:class:`~specstrat.hf.matmul_padding.PlannedLinears` when drafting on the CPU).

@@ -203,34 +203,35 @@ def test_one_layer_is_refused_for_a_head_before_loading(
     assert "HeadConfig.layers=(3,) must be None (the default rule) or at least 2" in err
 
 
-def test_layers_past_the_model_are_refused_before_generating(
+@pytest.mark.parametrize(
+    ("extra", "messages"),
+    [
+        (["--layers", "0,5"], ["InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]"]),
+        (
+            ["--intermediate-size", "769"],
+            [
+                "HeadConfig.intermediate_size=769 (--intermediate-size) is more than 8x the",
+                "pass at most 768",
+            ],
+        ),
+    ],
+    ids=["layers-past-the-model", "head-wider-than-eight-target-mlps"],
+)
+def test_a_head_the_target_cannot_have_is_refused_before_generating(
+    extra: list[str],
+    messages: list[str],
     model_dir: Path,
     prompts_file: Path,
     tmp_path: Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--layers beyond the target's 2 layers are refused once it loads, before generation."""
+    """--layers beyond the target's 2 layers, or --intermediate-size past 8x its MLP (96 here),
+    are refused once it loads, naming the value and what it takes, before generation."""
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
-    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--layers", "0,5")
+    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, *extra)
     err = _refused(argv, capsys)
-    assert "InvalidConfig: layers=(0, 5) must be non-empty indices in [0, 1]" in err
-
-
-def test_a_head_wider_than_eight_target_mlps_is_refused_before_generating(
-    model_dir: Path,
-    prompts_file: Path,
-    tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """--intermediate-size past 8x the target's MLP width (96 here) is refused once it loads,
-    naming the widest it takes, before generation."""
-    monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
-    argv = _argv(model_dir, tmp_path / "h.safetensors", prompts_file, "--intermediate-size", "769")
-    err = _refused(argv, capsys)
-    assert "HeadConfig.intermediate_size=769 (--intermediate-size) is more than 8x the" in err
-    assert "pass at most 768" in err
+    assert all(m in err for m in messages), err
 
 
 def test_resume_for_another_target_is_refused(
