@@ -17,6 +17,7 @@ import torch
 from specstrat._adaptive import add_adaptive_flag, demo_algorithm
 from specstrat._cli_check import check_command as _check
 from specstrat._cli_check import load_target as _load
+from specstrat._compile_flag import add_compile_flag, compile_target
 from specstrat._module_attr import not_a
 from specstrat._outputs import check_file
 from specstrat.algorithm import HOOKS, SpecAlgorithm
@@ -101,6 +102,7 @@ def _demo(args: argparse.Namespace) -> int:
             )
     if args.model != "embedded":
         return _demo_hf(args, algo, sampling)
+    compile_target(None, args.compile)  # refused: the byte models have nothing to compile
     torch.set_num_threads(args.threads or 1)
     trace = _open_trace(args.trace)
     try:
@@ -169,6 +171,7 @@ def _demo_hf(args: argparse.Namespace, algo: SpecAlgorithm[Any] | str, sampling:
         if file is not None:
             print(f"{kind} {file}", file=sys.stderr)
     models = attach_files(models, *files)
+    compile_target(models, args.compile)
     trace = _open_trace(args.trace)
     try:
         demo = run_hf_demo(
@@ -323,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         type=_positive,
         help="max_running_requests, requests decoded together (default 16)",
     )
+    add_compile_flag(demo)
     demo.add_argument(
         "--threads",
         metavar="N",

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from specstrat._adaptive import with_policy
+from specstrat._compile_flag import add_compile_flag, compile_target, int_list
 from specstrat._module_attr import not_a
 from specstrat._outputs import STDOUT, check_dir, check_json, write_json
 from specstrat.algorithm import SpecAlgorithm
@@ -125,6 +126,7 @@ def bench_command(args: argparse.Namespace, load: Loader) -> int:
 
         _pyplot()  # a missing matplotlib is refused before any run
     models, name = _bench_models(args.model, (args.head, args.draft, args.block), config.algorithms)
+    compile_target(models, args.compile)
     if args.profile:
         return _profile(args, config, models, name, json_path)
     with tqdm(unit="run", file=sys.stderr, dynamic_ncols=True, leave=False) as bar:
@@ -186,19 +188,6 @@ def _profile(
         }
         write_json("--json", json_path, document)
     return 0
-
-
-def _sweep(text: str) -> tuple[int, ...]:
-    """``4`` or ``1,4,16``: one value or a sweep of ints >= 1."""
-    try:
-        values = tuple(int(v) for v in text.split(","))
-    except ValueError:
-        values = ()
-    if not values or any(v < 1 for v in values):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not an int >= 1 or a comma-separated sweep of them (e.g. 1,4,16)"
-        )
-    return tuple(dict.fromkeys(values))
 
 
 def _rate(text: str) -> float:
@@ -290,14 +279,14 @@ def add_bench_parser(
     )
     bench.add_argument(
         "--batch-size",
-        type=_sweep,
+        type=int_list,
         default=(1,),
         metavar="B",
         help="max_running_requests: one value or a sweep such as 1,4,16 (default 1)",
     )
     bench.add_argument(
         "--draft-tokens",
-        type=_sweep,
+        type=int_list,
         default=(4,),
         metavar="D",
         help="D, num_draft_tokens: one value or a sweep such as 2,4,8 (default 4)",
@@ -327,6 +316,7 @@ def add_bench_parser(
         "prompt + max new tokens + what the widest contender's engine reserves past them, "
         "specstrat.runtime.kv_reservation)",
     )
+    add_compile_flag(bench)
     bench.add_argument(
         "--threads",
         type=positive,

@@ -34,6 +34,7 @@ import torch
 from specstrat._ints import is_int
 from specstrat.errors import EngineStateError, InvalidConfig, ModelLoadError
 from specstrat.hf.attention_probe import LayerShape, Probe, attention_class, attention_layers
+from specstrat.hf.compiled_forward import CompiledForward
 from specstrat.hf.early_exit_view import truncated_model
 from specstrat.hf.fast_llama import FastLlamaForward, proven
 from specstrat.hf.layer_features import captured, checked_layers, fused, install_layer_hooks
@@ -191,6 +192,8 @@ class HFCausalLM:
         #: The forward the engine runs in place of transformers' own, where one is proven at
         #: load (:mod:`specstrat.hf.fast_llama`); ``None``: transformers' forward.
         self.fast_forward: FastLlamaForward | None = None
+        #: The fast forward compiled for some token counts (:meth:`compile`); ``None``: eager.
+        self.compiled: CompiledForward | None = None
         current = model.config._attn_implementation
         if current == ATTENTION_NAME:  # wrapped before: transformers' own is the one kept then
             current = getattr(model, "_specstrat_reference_attention", None) or "eager"
@@ -307,10 +310,14 @@ class HFCausalLM:
             )
         fast = self.fast_forward
         if fast is not None and not fast.current():  # moved, cast or changed since: prove anew
-            fast = None  # its packed weights go before new ones are made
+            fast = self.compiled = None  # its packed weights go before new ones are made
             fast = self.fast_forward = self._proven_fast_forward()
+        compiled, keep = self.compiled, self.feature_layers
+        if fast is not None and compiled is not None and compiled.serves(fast, tokens, keep, rows):
+            logits, final, outputs = compiled(tokens, positions, attention)
+        elif fast is not None:
+            logits, final, outputs = fast(tokens, positions, attention, keep, rows)
         if fast is not None:
-            logits, final, outputs = fast(tokens, positions, attention, self.feature_layers, rows)
             if self.feature_layers:
                 final = fused(outputs, self.feature_layers, final[None], self.name)[0]
             return logits[:, : self.vocab_size], final
@@ -334,6 +341,19 @@ class HFCausalLM:
             final = fused(outputs, self.feature_layers, hidden[-1], self.name)[0]
         logits = out.logits[0, :, : self.vocab_size]
         return (logits if rows is None else logits[rows]), final
+
+    def compile(self, token_counts: Sequence[int]) -> None:
+        """Compile the fast forward for forwards of ``token_counts`` tokens returning this
+        wrapper's :attr:`feature_layers` (:mod:`specstrat.hf.compiled_forward`; each count takes
+        seconds); other forwards stay eager. Raises :class:`~specstrat.errors.ModelLoadError`
+        where this model runs transformers' forward or the compile fails."""
+        if self.fast_forward is None:
+            raise ModelLoadError(
+                f"{self.name}: only the fast forward of a plain transformers Llama compiles "
+                "(this model runs transformers' own forward); drop --compile"
+            )
+        fast, keep = self.fast_forward, self.feature_layers
+        self.compiled = CompiledForward.build(fast, token_counts, keep, self.vocab_size)
 
     def with_feature_layers(self, layers: Sequence[int]) -> HFCausalLM:
         """This model (the same weights and attention) returning, in place of the final hidden

@@ -44,6 +44,7 @@ __all__ = [
     "PlannedLinears",
     "matmul_plan",
     "pack",
+    "run_packed",
     "weight_version",
 ]
 
@@ -110,6 +111,14 @@ FORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
 
 #: How each :data:`EXACT` form runs on its packed copy, with the bias.
 _RUN_PACKED = {"packed": _packed, "packed-bf16": _packed_narrow}
+
+
+def run_packed(
+    form: str, x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None
+) -> torch.Tensor:
+    """``x @ W.T (+ bias)`` by the :data:`EXACT` ``form`` on ``packed``, :func:`pack` of ``W``
+    in the form's dtype."""
+    return _RUN_PACKED[form](x, packed, bias)
 
 
 def pack(weight: torch.Tensor, dtype: torch.dtype | None = None) -> torch.Tensor | None:
@@ -197,6 +206,13 @@ class MatmulPlan:
             )
         self._packed_form = packed[0] if packed else None
 
+    def way(self, n: int) -> tuple[str, int] | None:
+        """``(form, rows)``: how :meth:`linear` runs ``n`` rows; ``None``: ``F.linear``."""
+        way = self.ways.get(n)
+        if way is None and self.beyond is not None and n > self._last:
+            way = (self.beyond, n)
+        return way
+
     def packed_form(self) -> str | None:
         """The :data:`EXACT` form this plan runs, if any: what a weight's packed copy is for
         (:func:`pack` it in ``EXACT[form]``)."""
@@ -234,16 +250,14 @@ class MatmulPlan:
         ``n`` rows (an :data:`EXACT` form on ``packed``, :func:`pack` of ``weight`` in the
         form's dtype; without it, ``F.linear``); contiguous ``[n, out]``."""
         n = x.shape[0]
-        way = self.ways.get(n)
-        if way is None and self.beyond is not None and n > self._last:
-            way = (self.beyond, n)
+        way = self.way(n)
         if way is None:
             return F.linear(x, weight, bias)
         form, rows = way
         if form in EXACT:
             if packed is None:
                 return F.linear(x, weight, bias)
-            return _RUN_PACKED[form](x, packed, bias)
+            return run_packed(form, x, packed, bias)
         padded = x if rows == n else F.pad(x, (0, 0, 0, rows - n))
         out = FORMS[form](padded, weight)[:n]
         out = out if bias is None else out + bias

@@ -1,0 +1,209 @@
+"""The compiled forward (``HFCausalLM.compile``): the engine's greedy outputs stay transformers'
+with its graphs serving the forwards of the compiled counts, other forwards run eager, and bad
+counts, a model without the fast forward, a failed or disagreeing compile and the CLI's misuse
+are refused by name, leaving the model as it was."""
+
+import argparse
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+
+import specstrat
+from specstrat import InvalidConfig, ModelLoadError, ModelSet
+from specstrat._compile_flag import compile_target, int_list
+from specstrat.hf import HFCausalLM, compare, generate_reference
+from specstrat.hf import compiled_forward as cf
+from specstrat.hf.attention_probe import Probe
+from specstrat.hf.matmul_padding import MatmulPlan, run_packed
+from specstrat.runtime import Engine, EngineConfig, Request
+from tests.hf import tiny
+
+
+@pytest.fixture(scope="module")
+def compiled() -> HFCausalLM:
+    """A 2-layer tiny llama compiled for forwards of 1 and 4 tokens."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=2), vocab_size=tiny.VOCAB, name="c")
+    lm.compile([4, 1, 4])
+    return lm
+
+
+def _counting(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Token counts of every forward the compiled graphs serve, from now on."""
+    served: list[int] = []
+    call = cf.CompiledForward.__call__
+
+    def spy(self: cf.CompiledForward, tokens: torch.Tensor, *args: Any) -> Any:
+        served.append(int(tokens.shape[0]))
+        return call(self, tokens, *args)
+
+    monkeypatch.setattr(cf.CompiledForward, "__call__", spy)
+    return served
+
+
+@pytest.mark.parametrize("algo", ["NONE", "NGRAM"])
+def test_the_engine_stays_lossless_with_the_graphs_serving_decodes(
+    algo: str, compiled: HFCausalLM, ids: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Target-only and NGRAM on the compiled model give transformers' greedy generate (ties
+    certified), and the graphs serve forwards of the compiled counts, prefill running eager."""
+    assert compiled.compiled is not None
+    assert compiled.compiled.counts == (1, 4)
+    served = _counting(monkeypatch)
+    requests = [Request("a", ids[:20], 12), Request("b", ids[:9], 8)]
+    config = EngineConfig(context_len=64, num_draft_tokens=4)
+    outputs = Engine(algo, ModelSet(target=compiled), config).run(requests)
+    check = compare(compiled, requests, outputs, generate_reference(compiled, requests))
+    assert check.lossless, check.line()
+    assert served
+    assert set(served) <= {1, 4}
+
+
+def test_a_graph_serves_only_its_counts_rows_layers_and_threads(compiled: HFCausalLM) -> None:
+    """A forward of another token count, of some rows' logits, of other layers, or on another
+    thread count than the compile's runs eager."""
+    graph, fast = compiled.compiled, compiled.fast_forward
+    assert graph is not None
+    assert fast is not None
+    one, two = torch.zeros(1, dtype=torch.long), torch.zeros(2, dtype=torch.long)
+    assert graph.serves(fast, one, (), None)
+    assert not graph.serves(fast, two, (), None)
+    assert not graph.serves(fast, one, (), torch.tensor([0]))
+    assert not graph.serves(fast, one, (0,), None)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads + 1)
+    try:
+        assert not graph.serves(fast, one, (), None)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def test_a_model_changed_after_compiling_drops_its_graphs(ids: tuple[int, ...]) -> None:
+    """Weights cast after compiling are proven anew and run eager: the graphs, which hold the
+    old weights, are dropped and the outputs are the new model's."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=1), vocab_size=tiny.VOCAB)
+    lm.compile([1])
+    lm.model.to(torch.float64)
+    tokens, positions = torch.tensor(ids[:1]), torch.tensor([0])
+    with torch.inference_mode():
+        logits, _ = lm(tokens, positions, Probe())
+        with lm.reference() as model:
+            want = model(tokens[None], position_ids=positions[None]).logits[0]
+    assert lm.compiled is None
+    assert logits.dtype == torch.float64
+    torch.testing.assert_close(logits, want[:, : tiny.VOCAB])
+
+
+@pytest.mark.parametrize(
+    ("counts", "match"),
+    [
+        ([0], r"compile=\[0\]: token counts to compile must be ints >= 1"),
+        ([], r"compile=\[\]: token counts to compile must be ints >= 1"),
+        ([1.5], r"compile=\[1.5\]: token counts to compile must be ints >= 1"),
+        (list(range(1, 10)), r"9 token counts; at most 8 compile"),
+    ],
+)
+def test_bad_counts_are_refused_and_the_graphs_kept(
+    counts: list[Any], match: str, compiled: HFCausalLM
+) -> None:
+    """Counts that are not ints >= 1, none, or more than 8 are refused naming them; the graphs
+    compiled before stay."""
+    before = compiled.compiled
+    with pytest.raises(InvalidConfig, match=match):
+        compiled.compile(counts)
+    assert compiled.compiled is before
+
+
+def test_a_model_on_transformers_forward_is_refused() -> None:
+    """A model without the fast forward (Qwen2, or fast=False) cannot compile, saying so."""
+    for lm in (
+        HFCausalLM(tiny.model("qwen2"), vocab_size=tiny.VOCAB, name="q"),
+        HFCausalLM(tiny.model("llama"), vocab_size=tiny.VOCAB, name="q", fast=False),
+    ):
+        with pytest.raises(ModelLoadError, match=r"q: only the fast forward .* drop --compile"):
+            lm.compile([1])
+        assert lm.compiled is None
+
+
+def _broken(result: Callable[..., Any]) -> Callable[..., Any]:
+    """A stand-in for torch.compile whose graphs run ``result`` on the forward's output."""
+
+    def compile_(forward: Callable[..., Any], **kw: Any) -> Callable[..., Any]:
+        return lambda *args: result(forward(*args))
+
+    return compile_
+
+
+def _raise(out: Any) -> Any:
+    raise RuntimeError("InductorError: no C++ compiler found")
+
+
+def _off(out: Any) -> Any:
+    return (out[0] + 1.0, out[1], out[2])
+
+
+@pytest.mark.parametrize(
+    ("result", "match"),
+    [
+        (_raise, r"torch.compile of the forward for 1 token\(s\) failed \(RuntimeError: "),
+        (_off, r"compiled forward's logits for 1 token\(s\) differ .*\(drop --compile\)"),
+    ],
+    ids=["compile-fails", "graph-disagrees"],
+)
+def test_a_failed_or_disagreeing_compile_is_refused_and_the_model_runs_eager(
+    result: Callable[..., Any], match: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A compile that raises or a graph whose logits differ from the eager forward's is a
+    ModelLoadError naming the count; the model keeps its eager forward."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=1), vocab_size=tiny.VOCAB)
+    monkeypatch.setattr(torch, "compile", _broken(result))
+    with pytest.raises(ModelLoadError, match=match):
+        lm.compile([1])
+    assert lm.compiled is None
+    assert lm.fast_forward is not None
+
+
+def test_the_attention_operator_outside_a_compiled_forward_is_refused() -> None:
+    """specstrat::attend called by hand, with no forward's backend set, says where it runs."""
+    q = torch.zeros(1, 2, 4)
+    with pytest.raises(InvalidConfig, match="runs only inside a compiled specstrat forward"):
+        torch.ops.specstrat.attend(q, q, q, 0, None, None, None)
+
+
+def test_the_cli_refuses_compile_where_nothing_compiles() -> None:
+    """``--compile`` on the embedded byte models, and a count that is not an int >= 1, are
+    refused naming the flag and the fix."""
+    with pytest.raises(InvalidConfig, match=r"--compile 1,4: only a Hugging Face model's"):
+        compile_target(specstrat.runtime.EmbeddedModels.load(), (1, 4))
+    with pytest.raises(argparse.ArgumentTypeError, match=r"'0,x' is not an int >= 1"):
+        int_list("0,x")
+    assert int_list("4,1,4") == (4, 1)
+
+
+def test_packed_matmuls_run_in_the_graph_on_the_copies_packed_at_load(
+    ids: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Where the plan runs a count's matmuls on oneDNN-packed copies, the graph calls them
+    through specstrat::packed_linear and gives the eager forward's logits."""
+    if not torch.backends.mkldnn.is_available():  # type: ignore[no-untyped-call]
+        pytest.skip("torch without oneDNN packs no weights")
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=1), vocab_size=tiny.VOCAB)
+    fast = lm.fast_forward
+    assert fast is not None
+    fast.plan = fast.head_plan = MatmulPlan({3: ("packed", 3)})
+    fast.pack_weights()
+    runs: list[str] = []
+    def spy(form: str, *args: Any) -> torch.Tensor:
+        runs.append(form)
+        return run_packed(form, *args)
+
+    monkeypatch.setattr("specstrat.hf.compiled_forward.run_packed", spy)
+    lm.compile([3])
+    tokens, positions = torch.tensor(ids[:3]), torch.arange(3)
+    with torch.inference_mode():
+        got, _ = lm(tokens, positions, Probe())
+        lm.compiled = None
+        want, _ = lm(tokens, positions, Probe())
+    assert runs.count("packed") >= 5  # the layer's four matmuls and the LM head, each call
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
