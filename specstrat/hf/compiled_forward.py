@@ -8,8 +8,8 @@ become constants). Each matmul runs as the load-time plan says for that count
 (:class:`~specstrat.hf.matmul_padding.MatmulPlan`): its ``F.linear`` rows inductor lays out for
 itself (a second copy of those weights, held by the graph), its oneDNN-packed rows through one
 custom operator each, ``specstrat::packed_linear``, on the copies packed at load (inductor
-cannot read a packed layout). With only ``F.linear`` in the graph, 4-token forwards ran 0.93x
-the eager forward on SmolLM2; through the plan, 0.96-1.05x.
+cannot read a packed layout). With only ``F.linear`` in the graph, NGRAM's 4-token verifies ran
+0.93x the eager engine on SmolLM2; through the plan, 1.05x (``bench/compile_engine.py``).
 
 The engine's attention stays outside the graph without splitting it: each layer's call goes
 through one custom operator, ``specstrat::attend``, which hands ``q``, ``k`` and ``v`` to the
@@ -17,7 +17,7 @@ forward's :class:`~specstrat.models.AttentionBackend` (the paged KV cache's writ
 context length), so one graph serves every step of a count however long the context grows.
 
 It is opt-in (:meth:`~specstrat.hf.HFCausalLM.compile`, ``--compile`` on ``specstrat bench`` and
-``specstrat demo``): each count compiles for 5 to 30 seconds at load. Each count's graph is
+``specstrat demo``): each count compiles for 5 to 50 seconds at load. Each count's graph is
 checked at load against the eager fast forward on a probe, like the fast forward against
 transformers' (:data:`~specstrat.hf.fast_llama.PROBE_TOLERANCE`); compiled logits differ from
 eager ones in the last bits (inductor sums in another order), so greedy outputs stay equal to
@@ -173,6 +173,7 @@ class CompiledForward:
         self, fast: FastLlamaForward, counts: tuple[int, ...], keep: tuple[int, ...]
     ) -> None:
         self.fast, self.counts, self.keep = fast, counts, keep
+        self._checked = False  # past the load-time check a graph is never compiled mid-run
         #: torch's thread count at compile time: inductor's loops are built for it.
         self.threads = torch.get_num_threads()
         linear = copy.copy(fast)  # the same weights and packed copies
@@ -198,6 +199,7 @@ class CompiledForward:
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             compiled = cls(fast, unique, tuple(keep))
             compiled._check(vocab_size)
+        compiled._checked = True
         return compiled
 
     def _check(self, vocab_size: int) -> None:
@@ -248,10 +250,15 @@ class CompiledForward:
         self, tokens: torch.Tensor, positions: torch.Tensor, attention: AttentionBackend
     ) -> _Result:
         """The fast forward's ``(logits, final hidden, kept layers' outputs)`` through the
-        graph, ``attention`` serving each layer's ``specstrat::attend``."""
+        graph, ``attention`` serving each layer's ``specstrat::attend``. Once built, inputs no
+        graph was compiled for (another dtype, say) run the same arithmetic eagerly rather than
+        compile an unchecked graph mid-run."""
         token = _BACKEND.set(attention)
         try:
-            return self._graph(tokens, positions)
+            if not self._checked:
+                return self._graph(tokens, positions)
+            with torch.compiler.set_stance("eager_on_recompile"):
+                return self._graph(tokens, positions)
         finally:
             _BACKEND.reset(token)
 

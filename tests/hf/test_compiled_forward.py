@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 import torch
+from torch._dynamo.utils import counters
 
 import specstrat
 from specstrat import InvalidConfig, ModelLoadError, ModelSet
@@ -194,6 +195,7 @@ def test_packed_matmuls_run_in_the_graph_on_the_copies_packed_at_load(
     fast.plan = fast.head_plan = MatmulPlan({3: ("packed", 3)})
     fast.pack_weights()
     runs: list[str] = []
+
     def spy(form: str, *args: Any) -> torch.Tensor:
         runs.append(form)
         return run_packed(form, *args)
@@ -206,4 +208,21 @@ def test_packed_matmuls_run_in_the_graph_on_the_copies_packed_at_load(
         lm.compiled = None
         want, _ = lm(tokens, positions, Probe())
     assert runs.count("packed") >= 5  # the layer's four matmuls and the LM head, each call
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_inputs_no_graph_was_compiled_for_run_eagerly_without_compiling(
+    compiled: HFCausalLM, ids: tuple[int, ...]
+) -> None:
+    """A forward of a compiled count with int32 tokens and positions (the graphs were compiled
+    for int64) compiles nothing mid-run and gives the eager forward's logits."""
+    graphs = dict(counters["stats"]).get("unique_graphs", 0)
+    tokens = torch.tensor(ids[:1], dtype=torch.int32)
+    positions = torch.tensor([7], dtype=torch.int32)
+    with torch.inference_mode():
+        got, _ = compiled(tokens, positions, Probe())
+        fast = compiled.fast_forward
+        assert fast is not None
+        want = fast(tokens.long(), positions.long(), Probe())[0][:, : tiny.VOCAB]
+    assert dict(counters["stats"]).get("unique_graphs", 0) == graphs
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
