@@ -46,6 +46,8 @@ def bench_command(setup: Mapping[str, Any], threads: int | None = None) -> str:
     words += ["--warmup", str(setup["warmup"]), "--repeats", str(setup["repeats"])]
     if setup.get("baseline"):
         words += ["--baseline", str(setup["baseline"])]
+    if setup.get("compile"):
+        words += ["--compile", ",".join(str(n) for n in setup["compile"])]
     if threads is not None:
         words += ["--threads", str(threads)]
     return shlex.join(words)

@@ -254,6 +254,7 @@ def run_bench(
         "baseline": "hf" if config.baseline_hf else None,
         "force_accept": config.force_accept,
         "stop_tokens": stops,
+        "compile": _compiled_counts(models),
     }
     from specstrat.bench.environment import environment
 
@@ -376,3 +377,9 @@ def _cells(
                         Cell(name, algo.name, cat, bs, d, reqs, shaped.lossless, base, shaped)
                     )
     return cells
+
+
+def _compiled_counts(models: LoadedModels) -> list[int] | None:
+    """The token counts the target's forward is compiled for (``--compile``), else ``None``."""
+    compiled = getattr(models.target, "compiled", None)
+    return None if compiled is None else list(compiled.counts)

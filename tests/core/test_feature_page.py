@@ -81,3 +81,11 @@ def test_the_committed_page_is_its_documents_rendering(tmp_path: Path) -> None:
 def test_usage_errors_exit_2() -> None:
     """Anything but two paths is a usage error."""
     assert main(["only-one"]) == 2
+
+
+def test_a_compiled_run_rebuilds_its_compile_flag() -> None:
+    """A document whose target ran compiled gives --compile with its counts; one that ran
+    eager (``compile`` null) gives none."""
+    words = shlex.split(bench_command({**SETUP, "compile": [1, 4]}))
+    assert words[words.index("--compile") + 1] == "1,4"
+    assert "--compile" not in shlex.split(bench_command({**SETUP, "compile": None}))

@@ -14,7 +14,8 @@ from torch._dynamo.utils import counters
 import specstrat
 from specstrat import InvalidConfig, ModelLoadError, ModelSet
 from specstrat._compile_flag import compile_target, int_list
-from specstrat.hf import HFCausalLM, compare, generate_reference
+from specstrat.bench.run import BenchConfig, run_bench
+from specstrat.hf import HFCausalLM, HFModels, compare, generate_reference
 from specstrat.hf import compiled_forward as cf
 from specstrat.hf.attention_probe import Probe
 from specstrat.hf.matmul_padding import MatmulPlan, run_packed
@@ -226,3 +227,15 @@ def test_inputs_no_graph_was_compiled_for_run_eagerly_without_compiling(
         want = fast(tokens.long(), positions.long(), Probe())[0][:, : tiny.VOCAB]
     assert dict(counters["stats"]).get("unique_graphs", 0) == graphs
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
+def test_the_bench_records_the_compiled_counts(compiled: HFCausalLM, tokenizer: Any) -> None:
+    """A bench run on a compiled target records its counts in ``setup["compile"]``; on the
+    eager embedded models, ``None``."""
+    config = BenchConfig(
+        algorithms=("NGRAM",), workload="code", requests=1, max_new_tokens=4, repeats=1
+    )
+    models = HFModels(target=compiled, tokenizer=tokenizer, eos_token_ids=frozenset({0}))
+    assert run_bench(config, models).setup["compile"] == [1, 4]
+    embedded = specstrat.runtime.EmbeddedModels.load()
+    assert run_bench(config, embedded).setup["compile"] is None
