@@ -16,42 +16,22 @@ from __future__ import annotations
 
 import argparse
 import time
-from dataclasses import replace
-from typing import Any
 
 import torch
-from hf_speed import hf_generate
+from hf_speed import engine_run, hf_generate
 
 from specstrat.bench import Contender, interleaved, ratio
 from specstrat.hf import compare, load
-from specstrat.hf.hf_demo import code_requests, default_context_len
+from specstrat.hf.hf_demo import code_requests
 from specstrat.hf.loader import HFModels
 from specstrat.hf.smollm2 import smollm2_path
-from specstrat.runtime import Engine, EngineConfig, Request
+from specstrat.registry import default_registry
 from specstrat.train import attach_files, trained_files
 
 
 def _models(algos: list[str]) -> HFModels:
     """SmolLM2, with the files the algorithms draft with attached."""
     return attach_files(load(smollm2_path()), *trained_files("smollm2", None, None, None, algos))
-
-
-def _runner(models: HFModels, algo: str, requests: list[Request], d: int) -> Any:
-    """One engine at batch size 1; each round submits the requests under fresh ids."""
-    config = EngineConfig(
-        num_draft_tokens=d,
-        max_running_requests=1,
-        context_len=default_context_len(requests, algo, d),
-    )
-    engine = Engine(algo, models, config)
-    rounds = iter(range(1 << 30))
-
-    def run() -> dict[str, list[int]]:
-        n = next(rounds)
-        out = engine.run([replace(r, rid=f"{r.rid}~{n}") for r in requests])
-        return {r.rid: out[f"{r.rid}~{n}"] for r in requests}
-
-    return run
 
 
 def main() -> None:
@@ -76,10 +56,12 @@ def main() -> None:
         f"in {time.perf_counter() - start:.1f} s"
     )
     requests = code_requests(eager, args.requests, args.max_new_tokens)
+    d = args.draft_tokens
     for algo in algos:
+        spec = default_registry().get(algo)
         contenders = [
-            Contender(f"{algo} eager", _runner(eager, algo, requests, args.draft_tokens)),
-            Contender(f"{algo} compiled", _runner(compiled, algo, requests, args.draft_tokens)),
+            Contender(f"{algo} eager", engine_run(eager, spec, requests, bs=1, d=d)[1]),
+            Contender(f"{algo} compiled", engine_run(compiled, spec, requests, bs=1, d=d)[1]),
         ]
         if algo == "NONE":
             contenders.append(Contender("hf generate", hf_generate(eager, requests)))
