@@ -40,7 +40,10 @@ def compile_target(models: Any, counts: tuple[int, ...] | None) -> None:
             "compiles; pass --model smollm2 or --model PATH, or drop --compile"
         )
     start = time.perf_counter()
-    target.compile(counts)
+    try:
+        target.compile(counts)
+    except InvalidConfig as exc:
+        raise InvalidConfig(f"--compile {','.join(map(str, counts))}: {exc}") from exc
     took = time.perf_counter() - start
     print(f"compiled the forward for {list(counts)} token(s) in {took:.1f} s", file=sys.stderr)
 

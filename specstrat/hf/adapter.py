@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import copy
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -308,10 +308,7 @@ class HFCausalLM:
                 f"{self.name}: the model is in training mode (dropout would make every forward "
                 "differ); call model.eval() first"
             )
-        fast = self.fast_forward
-        if fast is not None and not fast.current():  # moved, cast or changed since: prove anew
-            fast = self.compiled = None  # its packed weights go before new ones are made
-            fast = self.fast_forward = self._proven_fast_forward()
+        fast = self._current_fast()
         compiled, keep = self.compiled, self.feature_layers
         if fast is not None and compiled is not None and compiled.serves(fast, tokens, keep, rows):
             logits, final, outputs = compiled(tokens, positions, attention)
@@ -342,18 +339,24 @@ class HFCausalLM:
         logits = out.logits[0, :, : self.vocab_size]
         return (logits if rows is None else logits[rows]), final
 
-    def compile(self, token_counts: Sequence[int]) -> None:
+    def _current_fast(self) -> FastLlamaForward | None:
+        """The fast forward, proven anew (its graphs dropped) where the model was moved, cast
+        or changed since."""
+        fast = self.fast_forward
+        if fast is not None and not fast.current():
+            fast = self.compiled = None  # its packed weights go before new ones are made
+            fast = self.fast_forward = self._proven_fast_forward()
+        return fast
+
+    def compile(self, token_counts: Iterable[int]) -> None:
         """Compile the fast forward for forwards of ``token_counts`` tokens returning this
         wrapper's :attr:`feature_layers` (:mod:`specstrat.hf.compiled_forward`; each count takes
         seconds); other forwards stay eager. Raises :class:`~specstrat.errors.ModelLoadError`
         where this model runs transformers' forward or the compile fails."""
-        if self.fast_forward is None:
-            raise ModelLoadError(
-                f"{self.name}: only the fast forward of a plain transformers Llama compiles "
-                "(this model runs transformers' own forward); drop --compile"
-            )
-        fast, keep = self.fast_forward, self.feature_layers
-        self.compiled = CompiledForward.build(fast, token_counts, keep, self.vocab_size)
+        fast, keep, limit = self._current_fast(), self.feature_layers, self.shape.max_positions
+        self.compiled = CompiledForward.build(
+            fast, token_counts, keep, self.vocab_size, limit, self.name
+        )
 
     def with_feature_layers(self, layers: Sequence[int]) -> HFCausalLM:
         """This model (the same weights and attention) returning, in place of the final hidden

@@ -30,14 +30,14 @@ import contextvars
 import copy
 import types
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 
 import torch
 
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf.attention_probe import Probe
-from specstrat.hf.fast_llama import PROBE_TOLERANCE, FastLlamaForward
+from specstrat.hf.fast_llama import FastLlamaForward, probe_tolerance
 from specstrat.hf.matmul_padding import EXACT, MatmulPlan, run_packed
 from specstrat.models import AttentionBackend
 
@@ -144,17 +144,22 @@ def _through_op(
     return out
 
 
-def check_token_counts(counts: Sequence[int], where: str) -> tuple[int, ...]:
+def check_token_counts(counts: Iterable[int], where: str, limit: int) -> tuple[int, ...]:
     """``counts`` sorted without repeats, or :class:`~specstrat.errors.InvalidConfig` naming
-    ``where`` they came from when one is not an int >= 1, none is given, or there are more than
-    :data:`MAX_COMPILED_COUNTS`."""
+    ``where`` they came from when they are not a collection of ints from 1 to ``limit`` (the
+    most tokens a forward can hold: the model's positions), none is given, or there are more
+    than :data:`MAX_COMPILED_COUNTS`."""
+    if isinstance(counts, (str, bytes)) or not isinstance(counts, Iterable):
+        raise InvalidConfig(
+            f"{where}={counts!r}: pass the token counts to compile as a list of ints, e.g. [1, 4]"
+        )
     values = tuple(counts)
-    bad = [c for c in values if not is_int(c) or c < 1]
+    bad = [c for c in values if not is_int(c) or not 1 <= c <= limit]
     if bad or not values:
         raise InvalidConfig(
-            f"{where}={list(values)!r}: token counts to compile must be ints >= 1 (the tokens of "
-            "one forward: the batch size for decode, batch size x verify tokens for a verify), "
-            "e.g. 1"
+            f"{where}={list(values)!r}: token counts to compile must be ints from 1 to {limit} "
+            "(the tokens of one forward: the batch size for decode, batch size x verify tokens "
+            "for a verify; at most the model's positions), e.g. 1"
         )
     unique = tuple(sorted(set(values)))
     if len(unique) > MAX_COMPILED_COUNTS:
@@ -188,13 +193,27 @@ class CompiledForward:
 
     @classmethod
     def build(
-        cls, fast: FastLlamaForward, counts: Sequence[int], keep: Sequence[int], vocab_size: int
+        cls,
+        fast: FastLlamaForward | None,
+        counts: Iterable[int],
+        keep: Sequence[int],
+        vocab_size: int,
+        limit: int,
+        name: str = "model",
     ) -> CompiledForward:
-        """Compile ``fast`` for each of ``counts`` (checked by :func:`check_token_counts`) and
+        """Compile ``fast`` (the fast forward of the model called ``name``; ``None``: it runs
+        transformers' forward, refused) for each of ``counts`` (checked by
+        :func:`check_token_counts` against ``limit``) and
         check each graph against the eager forward on a probe of that many tokens; a compile
         that fails (no C++ compiler, an op inductor cannot lower) or a graph that disagrees is
         a :class:`~specstrat.errors.ModelLoadError` saying so."""
-        unique = check_token_counts(counts, "compile")
+        if fast is None:
+            raise ModelLoadError(
+                f"{name}: only the fast forward of a plain transformers Llama compiles "
+                "(this model runs transformers' own forward; one hooked or changed after "
+                "wrapping keeps it until wrapped anew with HFCausalLM); drop --compile"
+            )
+        unique = check_token_counts(counts, "compile", limit)
         with warnings.catch_warnings():  # inductor imports torch.jit's deprecated parts
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             compiled = cls(fast, unique, tuple(keep))
@@ -222,10 +241,11 @@ class CompiledForward:
                 ) from exc
             for name, a, b in _pairs(want, got, vocab_size):
                 gap = float((a.float() - b.float()).abs().max())
-                if not gap <= PROBE_TOLERANCE * float(a.float().abs().max()):
+                tolerance = probe_tolerance(a.dtype)
+                if not gap <= tolerance * float(a.float().abs().max()):
                     raise ModelLoadError(
                         f"the compiled forward's {name} for {n} token(s) differ from the eager "
-                        f"forward's by {gap:.3g}, past {PROBE_TOLERANCE:g} of their range; run "
+                        f"forward's by {gap:.3g}, past {tolerance:g} of their range; run "
                         "without compiling (drop --compile)"
                     )
 

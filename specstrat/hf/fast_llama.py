@@ -42,7 +42,14 @@ AttentionCall = Callable[
     [torch.Tensor, torch.Tensor, AttentionBackend], tuple[torch.Tensor, torch.Tensor]
 ]
 
-__all__ = ["PLAN_LAYERS", "PROBE_TOLERANCE", "AttentionCall", "FastLlamaForward", "proven"]
+__all__ = [
+    "PLAN_LAYERS",
+    "PROBE_TOLERANCE",
+    "AttentionCall",
+    "FastLlamaForward",
+    "probe_tolerance",
+    "proven",
+]
 
 #: The largest difference between the fast forward's logits (and hidden state) and
 #: transformers' on the probe sequence, relative to their largest magnitude, at which the fast
@@ -54,6 +61,12 @@ PROBE_TOLERANCE = 1e-4
 #: Decoder layers whose matmuls the layers' plan is timed on: enough weights (SmolLM2: 113 MB)
 #: to be read from memory, as a forward reads them, in a fraction of a second.
 PLAN_LAYERS = 8
+
+
+def probe_tolerance(dtype: torch.dtype) -> float:
+    """The largest probe difference, relative to the range, kept for outputs in ``dtype``:
+    :data:`PROBE_TOLERANCE`, or 8 of the dtype's epsilons where that is more."""
+    return max(PROBE_TOLERANCE, 8 * torch.finfo(dtype).eps)
 
 
 def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaForward | None:
@@ -93,7 +106,7 @@ def _agrees(fast: FastLlamaForward, reference: AttentionCall, n: int, vocab_size
         want_logits, want_hidden = reference(tokens, positions, Probe())
         logits, hidden, _ = fast(tokens, positions, Probe())
     for want, got in ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden)):
-        tolerance = max(PROBE_TOLERANCE, 8 * torch.finfo(want.dtype).eps)
+        tolerance = probe_tolerance(want.dtype)
         gap = float((got.float() - want.float()).abs().max())
         if not gap <= tolerance * float(want.float().abs().max()):
             return False

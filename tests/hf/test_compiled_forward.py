@@ -100,17 +100,21 @@ def test_a_model_changed_after_compiling_drops_its_graphs(ids: tuple[int, ...]) 
 @pytest.mark.parametrize(
     ("counts", "match"),
     [
-        ([0], r"compile=\[0\]: token counts to compile must be ints >= 1"),
-        ([], r"compile=\[\]: token counts to compile must be ints >= 1"),
-        ([1.5], r"compile=\[1.5\]: token counts to compile must be ints >= 1"),
+        ([0], r"compile=\[0\]: token counts to compile must be ints from 1 to 512"),
+        ([], r"compile=\[\]: token counts to compile must be ints from 1 to 512"),
+        ([1.5], r"compile=\[1.5\]: token counts to compile must be ints from 1 to 512"),
+        ([2**70], r"compile=\[1180591620717411303424\]: .* ints from 1 to 512"),
+        ([513], r"compile=\[513\]: token counts to compile must be ints from 1 to 512"),
         (list(range(1, 10)), r"9 token counts; at most 8 compile"),
+        (4, r"compile=4: pass the token counts to compile as a list of ints"),
+        ("14", r"compile='14': pass the token counts to compile as a list of ints"),
     ],
 )
 def test_bad_counts_are_refused_and_the_graphs_kept(
     counts: list[Any], match: str, compiled: HFCausalLM
 ) -> None:
-    """Counts that are not ints >= 1, none, or more than 8 are refused naming them; the graphs
-    compiled before stay."""
+    """Counts that are not ints from 1 to the model's positions, none, more than 8, or not a
+    collection are refused naming them, before any compiling; the graphs compiled before stay."""
     before = compiled.compiled
     with pytest.raises(InvalidConfig, match=match):
         compiled.compile(counts)
@@ -239,3 +243,41 @@ def test_the_bench_records_the_compiled_counts(compiled: HFCausalLM, tokenizer: 
     assert run_bench(config, models).setup["compile"] == [1, 4]
     embedded = specstrat.runtime.EmbeddedModels.load()
     assert run_bench(config, embedded).setup["compile"] is None
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_a_narrow_model_compiles_within_its_dtypes_tolerance(dtype: torch.dtype) -> None:
+    """A bfloat16 or float16 model's graph is checked against the eager forward within the
+    tolerance the fast forward itself is held to in that dtype (8 of its epsilons)."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=1).to(dtype), vocab_size=tiny.VOCAB)
+    lm.compile([1])
+    assert lm.compiled is not None
+
+
+def test_compiling_a_model_changed_since_wrapping_compiles_the_changed_model(
+    ids: tuple[int, ...],
+) -> None:
+    """A weight written in place before compile() is proven into a new fast forward first, so
+    the graphs compute the changed model and are kept."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=1), vocab_size=tiny.VOCAB)
+    with torch.no_grad():
+        lm.model.lm_head.weight.mul_(2)
+    lm.compile([1])
+    tokens, positions = torch.tensor(ids[:1]), torch.tensor([0])
+    with torch.inference_mode():
+        logits, _ = lm(tokens, positions, Probe())
+        with lm.reference() as model:
+            want = model(tokens[None], position_ids=positions[None]).logits[0]
+    assert lm.compiled is not None
+    torch.testing.assert_close(logits, want[:, : tiny.VOCAB], rtol=1e-5, atol=1e-5)
+
+
+def test_the_cli_names_the_flag_for_counts_the_model_refuses(
+    compiled: HFCausalLM, tokenizer: Any
+) -> None:
+    """Counts past what the model holds, given as --compile, are refused naming the flag."""
+    models = HFModels(target=compiled, tokenizer=tokenizer)
+    with pytest.raises(InvalidConfig, match=r"--compile 1,513: compile=\[1, 513\]: .* 1 to 512"):
+        compile_target(models, (1, 513))
+    assert compiled.compiled is not None
+    assert compiled.compiled.counts == (1, 4)
