@@ -21,7 +21,7 @@ def add_compile_flag(parser: argparse.ArgumentParser) -> None:
         type=int_list,
         metavar="N[,N..]",
         help="a Hugging Face model's forward compiled with torch.compile for forwards of these "
-        "token counts (1: bs-1 decode; bs x (D+1) for a verify), each 5-30 s at load; other "
+        "token counts (1: a bs-1 decode; bs x D for a verify at D), each 5-50 s at load; other "
         "forwards stay eager (default: none compiled)",
     )
 

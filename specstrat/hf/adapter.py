@@ -349,10 +349,10 @@ class HFCausalLM:
         return fast
 
     def compile(self, token_counts: Iterable[int]) -> None:
-        """Compile the fast forward for forwards of ``token_counts`` tokens returning this
-        wrapper's :attr:`feature_layers` (:mod:`specstrat.hf.compiled_forward`; each count takes
-        seconds); other forwards stay eager. Raises :class:`~specstrat.errors.ModelLoadError`
-        where this model runs transformers' forward or the compile fails."""
+        """Compile the fast forward for ``token_counts`` (:mod:`specstrat.hf.compiled_forward`,
+        :meth:`~specstrat.hf.compiled_forward.CompiledForward.build`: what it refuses; 5-50 s a
+        count), returning :attr:`feature_layers`; other forwards stay eager, and a model moved,
+        cast or changed later drops the graphs."""
         fast, keep, limit = self._current_fast(), self.feature_layers, self.shape.max_positions
         self.compiled = CompiledForward.build(
             fast, token_counts, keep, self.vocab_size, limit, self.name

@@ -19,7 +19,7 @@ context length), so one graph serves every step of a count however long the cont
 It is opt-in (:meth:`~specstrat.hf.HFCausalLM.compile`, ``--compile`` on ``specstrat bench`` and
 ``specstrat demo``): each count compiles for 5 to 50 seconds at load. Each count's graph is
 checked at load against the eager fast forward on a probe, like the fast forward against
-transformers' (:data:`~specstrat.hf.fast_llama.PROBE_TOLERANCE`); compiled logits differ from
+transformers' (:func:`~specstrat.hf.fast_llama.probe_tolerance`); compiled logits differ from
 eager ones in the last bits (inductor sums in another order), so greedy outputs stay equal to
 transformers' within the certified-tie rule (:func:`~specstrat.hf.compare`), not bit for bit.
 """
@@ -46,6 +46,9 @@ __all__ = ["MAX_COMPILED_COUNTS", "CompiledForward", "check_token_counts"]
 #: The most token counts one forward compiles (dynamo keeps 8 graphs per code object).
 MAX_COMPILED_COUNTS = 8
 
+#: The fix every refusal ends with.
+_NO_COMPILE = "run without compiling (drop --compile, or leave HFCausalLM.compile uncalled)"
+
 _BACKEND: contextvars.ContextVar[AttentionBackend | None] = contextvars.ContextVar(
     "specstrat_compiled_attention", default=None
 )
@@ -53,6 +56,9 @@ _BACKEND: contextvars.ContextVar[AttentionBackend | None] = contextvars.ContextV
 _Result = tuple[torch.Tensor, torch.Tensor, dict[int, torch.Tensor]]
 
 
+# Declared pure although the backend writes the KV cache: the cache is state outside the graph,
+# and each layer's output feeds the next layer's input, so inductor can neither drop nor reorder
+# the calls.
 @torch.library.custom_op("specstrat::attend", mutates_args=())
 def _attend(
     q: torch.Tensor,
@@ -177,7 +183,12 @@ class CompiledForward:
     def __init__(
         self, fast: FastLlamaForward, counts: tuple[int, ...], keep: tuple[int, ...]
     ) -> None:
-        self.fast, self.counts, self.keep = fast, counts, keep
+        #: The eager forward compiled (a graph serves only forwards of it).
+        self.fast = fast
+        #: The token counts with a graph, sorted.
+        self.counts = counts
+        #: The decoder layers whose outputs the graphs return (the wrapper's feature layers).
+        self.keep = keep
         self._checked = False  # past the load-time check a graph is never compiled mid-run
         #: torch's thread count at compile time: inductor's loops are built for it.
         self.threads = torch.get_num_threads()
@@ -206,22 +217,28 @@ class CompiledForward:
         :func:`check_token_counts` against ``limit``) and
         check each graph against the eager forward on a probe of that many tokens; a compile
         that fails (no C++ compiler, an op inductor cannot lower) or a graph that disagrees is
-        a :class:`~specstrat.errors.ModelLoadError` saying so."""
+        a :class:`~specstrat.errors.ModelLoadError` saying so, as is a torch without
+        ``torch.compiler.set_stance`` (before 2.6)."""
         if fast is None:
             raise ModelLoadError(
-                f"{name}: only the fast forward of a plain transformers Llama compiles "
-                "(this model runs transformers' own forward; one hooked or changed after "
-                "wrapping keeps it until wrapped anew with HFCausalLM); drop --compile"
+                f"{name}: only the fast forward of a plain transformers Llama compiles (this "
+                "model runs transformers' own forward: another class, HFCausalLM(fast=False), or "
+                f"hooked or changed after wrapping, which lasts until wrapped anew); {_NO_COMPILE}"
             )
-        unique = check_token_counts(counts, "compile", limit)
+        if not hasattr(torch.compiler, "set_stance"):
+            raise ModelLoadError(
+                f"{name}: compiling the forward needs torch >= 2.6 (torch.compiler.set_stance); "
+                f"this is torch {torch.__version__}: upgrade torch, or {_NO_COMPILE}"
+            )
+        unique = check_token_counts(counts, "token_counts", limit)
         with warnings.catch_warnings():  # inductor imports torch.jit's deprecated parts
             warnings.filterwarnings("ignore", category=DeprecationWarning, module=r"torch\.")
             compiled = cls(fast, unique, tuple(keep))
-            compiled._check(vocab_size)
+            compiled._check(vocab_size, name)
         compiled._checked = True
         return compiled
 
-    def _check(self, vocab_size: int) -> None:
+    def _check(self, vocab_size: int, name: str) -> None:
         """Compile each count's graph and compare it with the eager forward on a probe."""
         fast = self.fast
         for n in self.counts:
@@ -233,20 +250,20 @@ class CompiledForward:
                     want = fast(tokens, positions, Probe(), self.keep)
                     got = self(tokens, positions, Probe())
             except Exception as exc:
+                first = str(exc).splitlines()[0] if str(exc) else ""
+                hint = "; inductor needs a C++ compiler (g++)" if "compiler" in first else ""
                 raise ModelLoadError(
-                    f"torch.compile of the forward for {n} token(s) failed "
-                    f"({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}); "
-                    "run without compiling (drop --compile), or install a C++ compiler for "
-                    "inductor"
+                    f"{name}: torch.compile of the forward for {n} token(s) failed "
+                    f"({type(exc).__name__}: {first}){hint}; {_NO_COMPILE}"
                 ) from exc
-            for name, a, b in _pairs(want, got, vocab_size):
+            for what, a, b in _pairs(want, got, vocab_size):
                 gap = float((a.float() - b.float()).abs().max())
                 tolerance = probe_tolerance(a.dtype)
                 if not gap <= tolerance * float(a.float().abs().max()):
                     raise ModelLoadError(
-                        f"the compiled forward's {name} for {n} token(s) differ from the eager "
-                        f"forward's by {gap:.3g}, past {tolerance:g} of their range; run "
-                        "without compiling (drop --compile)"
+                        f"{name}: the compiled forward's {what} for {n} token(s) differ from the "
+                        f"eager forward's by {gap:.3g}, past {tolerance:g} of their range; "
+                        f"{_NO_COMPILE}"
                     )
 
     def serves(
