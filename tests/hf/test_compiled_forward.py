@@ -20,6 +20,7 @@ from specstrat.hf import compiled_forward as cf
 from specstrat.hf.attention_probe import Probe
 from specstrat.hf.matmul_padding import MatmulPlan, run_packed
 from specstrat.runtime import Engine, EngineConfig, Request
+from specstrat.runtime._attention import PagedAttention
 from tests.hf import tiny
 
 
@@ -323,3 +324,35 @@ def test_a_torch_without_set_stance_is_refused(monkeypatch: pytest.MonkeyPatch) 
     with pytest.raises(ModelLoadError, match=r"needs torch >= 2.6 .* upgrade torch, or run"):
         lm.compile([1])
     assert lm.compiled is None
+
+
+def test_a_fault_inside_a_graphs_attention_leaks_nothing_and_the_next_run_is_lossless(
+    ids: tuple[int, ...], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An attention that raises mid-decode inside a graph fails the run with its own error,
+    leaves no backend set for the operator, and a new engine on the same graphs is lossless."""
+    lm = HFCausalLM(tiny.model("llama", num_hidden_layers=2), vocab_size=tiny.VOCAB)
+    with monkeypatch.context() as patch:  # graphs that run the forward through the operators
+        patch.setattr(torch, "compile", _broken(lambda out: out))
+        lm.compile([1])
+    served = _counting(monkeypatch)
+    attend, calls = PagedAttention.__call__, [0]
+
+    def faulty(self: PagedAttention, *args: Any, **kw: Any) -> torch.Tensor:
+        calls[0] += 1
+        if served and calls[0] > 8:
+            raise RuntimeError("planted attention fault")
+        return attend(self, *args, **kw)
+
+    requests = [Request("a", ids[:12], 8)]
+    config = EngineConfig(context_len=64, max_running_requests=1)
+    with monkeypatch.context() as patch:
+        patch.setattr(PagedAttention, "__call__", faulty)
+        with pytest.raises(RuntimeError, match="planted attention fault"):
+            Engine("NONE", ModelSet(target=lm), config).run(requests)
+    assert served
+    assert cf._BACKEND.get() is None
+    outputs = Engine("NONE", ModelSet(target=lm), config).run(requests)
+    check = compare(lm, requests, outputs, generate_reference(lm, requests))
+    assert check.lossless, check.line()
+    assert len(served) > 1
