@@ -308,13 +308,12 @@ class HFCausalLM:
                 f"{self.name}: the model is in training mode (dropout would make every forward "
                 "differ); call model.eval() first"
             )
-        fast = self._current_fast()
-        compiled, keep = self.compiled, self.feature_layers
-        if fast is not None and compiled is not None and compiled.serves(fast, tokens, keep, rows):
-            logits, final, outputs = compiled(tokens, positions, attention)
-        elif fast is not None:
-            logits, final, outputs = fast(tokens, positions, attention, keep, rows)
+        fast, compiled, keep = self._current_fast(), self.compiled, self.feature_layers
         if fast is not None:
+            if compiled is not None and compiled.serves(fast, tokens, keep, rows):
+                logits, final, outputs = compiled(tokens, positions, attention)
+            else:
+                logits, final, outputs = fast(tokens, positions, attention, keep, rows)
             if self.feature_layers:
                 final = fused(outputs, self.feature_layers, final[None], self.name)[0]
             return logits[:, : self.vocab_size], final

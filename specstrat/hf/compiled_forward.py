@@ -37,7 +37,12 @@ import torch
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig, ModelLoadError
 from specstrat.hf.attention_probe import Probe
-from specstrat.hf.fast_llama import FastLlamaForward, probe_tolerance
+from specstrat.hf.fast_llama import (
+    FastLlamaForward,
+    disagreement,
+    probe_inputs,
+    probe_tolerance,
+)
 from specstrat.hf.matmul_padding import EXACT, MatmulPlan, run_packed
 from specstrat.models import AttentionBackend
 
@@ -242,9 +247,7 @@ class CompiledForward:
         """Compile each count's graph and compare it with the eager forward on a probe."""
         fast = self.fast
         for n in self.counts:
-            device = fast.device
-            tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
-            positions = torch.arange(n, device=device) + 3
+            tokens, positions = probe_inputs(n, vocab_size, fast.device)
             try:
                 with torch.inference_mode():
                     want = fast(tokens, positions, Probe(), self.keep)
@@ -257,13 +260,12 @@ class CompiledForward:
                     f"({type(exc).__name__}: {first}){hint}; {_NO_COMPILE}"
                 ) from exc
             for what, a, b in _pairs(want, got, vocab_size):
-                gap = float((a.float() - b.float()).abs().max())
-                tolerance = probe_tolerance(a.dtype)
-                if not gap <= tolerance * float(a.float().abs().max()):
+                gap = disagreement(a, b)
+                if gap is not None:
                     raise ModelLoadError(
                         f"{name}: the compiled forward's {what} for {n} token(s) differ from the "
-                        f"eager forward's by {gap:.3g}, past {tolerance:g} of their range; "
-                        f"{_NO_COMPILE}"
+                        f"eager forward's by {gap:.3g}, past {probe_tolerance(a.dtype):g} of "
+                        f"their range; {_NO_COMPILE}"
                     )
 
     def serves(

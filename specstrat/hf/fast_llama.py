@@ -47,6 +47,8 @@ __all__ = [
     "PROBE_TOLERANCE",
     "AttentionCall",
     "FastLlamaForward",
+    "disagreement",
+    "probe_inputs",
     "probe_tolerance",
     "proven",
 ]
@@ -67,6 +69,22 @@ def probe_tolerance(dtype: torch.dtype) -> float:
     """The largest probe difference, relative to the range, kept for outputs in ``dtype``:
     :data:`PROBE_TOLERANCE`, or 8 of the dtype's epsilons where that is more."""
     return max(PROBE_TOLERANCE, 8 * torch.finfo(dtype).eps)
+
+
+def probe_inputs(
+    n: int, vocab_size: int, device: torch.device
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The probe sequence of ``n`` tokens (spread over the first ``vocab_size`` ids) and its
+    positions, on which a forward is checked against another."""
+    tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
+    return tokens, torch.arange(n, device=device) + 3
+
+
+def disagreement(want: torch.Tensor, got: torch.Tensor) -> float | None:
+    """``got``'s largest difference from ``want`` where it is past :func:`probe_tolerance` of
+    ``want``'s range; ``None`` where they agree."""
+    gap = float((got.float() - want.float()).abs().max())
+    return None if gap <= probe_tolerance(want.dtype) * float(want.float().abs().max()) else gap
 
 
 def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaForward | None:
@@ -99,18 +117,12 @@ def proven(model: Any, reference: AttentionCall, vocab_size: int) -> FastLlamaFo
 def _agrees(fast: FastLlamaForward, reference: AttentionCall, n: int, vocab_size: int) -> bool:
     """Whether ``fast`` gives ``reference``'s logits and hidden state on a probe of ``n``
     tokens, within :data:`PROBE_TOLERANCE` of their range."""
-    device = fast.device
-    tokens = (torch.arange(n, device=device) * 7919 + 13) % vocab_size
-    positions = torch.arange(n, device=device) + 3
+    tokens, positions = probe_inputs(n, vocab_size, fast.device)
     with torch.inference_mode():
         want_logits, want_hidden = reference(tokens, positions, Probe())
         logits, hidden, _ = fast(tokens, positions, Probe())
-    for want, got in ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden)):
-        tolerance = probe_tolerance(want.dtype)
-        gap = float((got.float() - want.float()).abs().max())
-        if not gap <= tolerance * float(want.float().abs().max()):
-            return False
-    return True
+    pairs = ((want_logits, logits[:, :vocab_size]), (want_hidden, hidden))
+    return all(disagreement(want, got) is None for want, got in pairs)
 
 
 def _first_rows(plan: MatmulPlan) -> set[int]:
