@@ -111,7 +111,8 @@ from specstrat.train.generation import (
     generate,
     generate_captured,
 )
-from specstrat.train.head_config import KINDS, HeadConfig
+from specstrat.train.head_config import INITS, KINDS, HeadConfig
+from specstrat.train.head_init import start_from_target
 from specstrat.train.loop import train_head
 from specstrat.train.prompt_documents import (
     SOURCE_MODULES,
@@ -142,6 +143,7 @@ __all__ = [
     "CHECKPOINT_FORMAT",
     "DRAFT_LM_FORMAT",
     "FORMAT",
+    "INITS",
     "KINDS",
     "MAY_DIFFER",
     "SHIPPED_BLOCKS",
@@ -227,6 +229,7 @@ __all__ = [
     "self_written_prompts",
     "shipped_draft",
     "shipped_head",
+    "start_from_target",
     "stdlib_prompts",
     "target_name",
     "target_sha256",

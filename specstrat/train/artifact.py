@@ -61,7 +61,9 @@ class TrainedHead:
     data (``data_size`` captured positions from ``data_source``), ``steps`` optimiser steps, the
     ``final_loss``, the held-out ``tau`` (NaN when none was measured) and ``acceptance``
     (unconditional) by position (:func:`~specstrat.train.evaluate`'s; empty when none was
-    measured), and the ``command``; :attr:`conditional` derives from ``acceptance``."""
+    measured), the ``command``, and ``start``: how its weights began (``"random"``, or the
+    target layer :func:`~specstrat.train.start_from_target` copied); :attr:`conditional`
+    derives from ``acceptance``."""
 
     head: Eagle3Head
     target: str
@@ -73,6 +75,7 @@ class TrainedHead:
     tau: float
     acceptance: tuple[float, ...] = ()
     command: str = ""
+    start: str = "random"
 
     @property
     def conditional(self) -> tuple[float | None, ...]:
@@ -193,6 +196,7 @@ def save_head(path: str | os.PathLike[str], trained: TrainedHead) -> Path:
         "config": json.dumps(dataclasses.asdict(config)),
         "layers": json.dumps(list(config.layers)),
         "draft_vocab_size": str(config.draft_vocab_size),
+        "start": trained.start,
         **run_metadata(trained),
     }
     file = Path(path)
@@ -270,7 +274,8 @@ def load_head(path: str | os.PathLike[str], target_model: Any) -> TrainedHead:
                 f"head={str(file)!r} lacks tensors {sorted(missing)} or has unknown ones "
                 f"{sorted(unexpected)}; it is incomplete: save it again, or {_TRAIN_HINT}"
             )
-        return TrainedHead(head=head, **run_facts(meta, ours))
+        start = meta.get("start", "random")  # heads saved before the key started at random
+        return TrainedHead(head=head, start=start, **run_facts(meta, ours))
     except (KeyError, ValueError, TypeError, RuntimeError) as exc:
         if isinstance(exc, ModelLoadError):
             raise

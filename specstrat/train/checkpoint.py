@@ -36,6 +36,8 @@ __all__ = ["CHECKPOINT_FORMAT", "MAY_DIFFER", "Checkpoint", "read_checkpoint", "
 CHECKPOINT_FORMAT = "specstrat-train-checkpoint/2"
 #: The HeadConfig fields a resumed run may change.
 MAY_DIFFER = frozenset({"budget_seconds", "eval_depth"})
+#: What a setting a checkpoint does not record was when it was written: its default then.
+_BEFORE = {"init": "random"}
 _FIX = "pass the checkpoint the same run wrote, or start afresh without --resume"
 
 
@@ -64,9 +66,10 @@ class Checkpoint:
         """Refuses (:class:`~specstrat.errors.InvalidConfig`) a run whose ``config`` (a
         HeadConfig) or prompt ``source`` differs from this checkpoint's where it matters. A
         setting the checkpoint does not record (written before the setting existed) counts as
-        its default."""
+        its default then (:data:`_BEFORE`), else its default now."""
         where = self.file
-        ours, theirs = _config_dict(config), {**_config_dict(type(config)()), **self.config}
+        ours = _config_dict(config)
+        theirs = {**_config_dict(type(config)()), **_BEFORE, **self.config}
         changed = [k for k in sorted(ours) if k not in MAY_DIFFER and ours[k] != theirs.get(k)]
         if changed:
             diffs = ", ".join(f"{k}={theirs.get(k)!r} (this run: {ours[k]!r})" for k in changed)

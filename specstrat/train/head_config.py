@@ -9,10 +9,13 @@ from typing import Any
 from specstrat._ints import is_int
 from specstrat.errors import InvalidConfig
 
-__all__ = ["KINDS", "MAX_INTERMEDIATE_MULTIPLE", "HeadConfig", "head_intermediate_size"]
+__all__ = ["INITS", "KINDS", "MAX_INTERMEDIATE_MULTIPLE", "HeadConfig", "head_intermediate_size"]
 
 #: What ``specstrat train --kind`` trains: an EAGLE-3-style head, a draft LM, or a block drafter.
 KINDS = ("eagle3", "draft-lm", "block")
+
+#: How ``specstrat train --init`` starts a head: from the target's layer, or at random.
+INITS = ("target", "random")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -45,7 +48,10 @@ class HeadConfig:
     (:func:`~specstrat.train.self_written_prompts`, sampled at ``max(temperature,
     repeat_temperature)``, or 1.0 when both are 0, within the first quarter of the budget),
     answered first, one for one with the prompts (0: none, the default); ``intermediate_size``:
-    the width of the head's MLP (``None``: the target's own, the default; a head only)."""
+    the width of the head's MLP (``None``: the target's own, the default; a head only);
+    ``init``: how a head's weights start, ``"target"`` (from the target's decoder layer after
+    the highest fused one, :func:`~specstrat.train.start_from_target`, the default) or
+    ``"random"``."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -68,6 +74,7 @@ class HeadConfig:
     anchors: int = 16
     self_written: int = 0
     intermediate_size: int | None = None
+    init: str = "target"
 
     def __post_init__(self) -> None:
         counts = ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth")
@@ -97,6 +104,17 @@ class HeadConfig:
                 f"HeadConfig.intermediate_size={self.intermediate_size} (--intermediate-size) "
                 f"sets a head's MLP, but kind={self.kind!r} trains no head; drop it, or train "
                 "kind='eagle3' (--kind eagle3)"
+            )
+        if self.init not in INITS:
+            raise InvalidConfig(
+                f"HeadConfig.init={self.init!r} (--init) must be one of "
+                f"{', '.join(map(repr, INITS))}"
+            )
+        if self.init != "target" and self.kind != "eagle3":
+            raise InvalidConfig(
+                f"HeadConfig.init={self.init!r} (--init) sets how a head starts, but "
+                f"kind={self.kind!r} trains no head; drop it, or train kind='eagle3' (--kind "
+                "eagle3)"
             )
         least = 2 if self.kind == "eagle3" else 1  # a head fuses two layers or more
         if self.layers is not None and (

@@ -47,6 +47,7 @@ from specstrat.train.eagle3 import Eagle3Head
 from specstrat.train.fit import FitState, fit
 from specstrat.train.generation import GenerationCapturer, fitting_prompts
 from specstrat.train.head_config import HeadConfig, head_intermediate_size
+from specstrat.train.head_init import start_from_target
 from specstrat.train.prompts import interleave
 from specstrat.train.self_written import self_written_prompts, written_source
 
@@ -124,6 +125,7 @@ def train_head(
             context=config.context,
             intermediate_size=config.intermediate_size,
         )
+        began = start_from_target(head, lm) if config.init == "target" else "random"
         order_gen = torch.Generator().manual_seed(config.seed)
     state = TrainingRun(config, name, digest, data, held, checkpoint, resume)
     steps, loss = _fit(head, state, deadline, order_gen, progress and tqdm)
@@ -131,7 +133,7 @@ def train_head(
     facts = trained_fields(
         (name, digest), (data.positions, data.source), (steps, loss), agreement, command
     )
-    return TrainedHead(head=head, **facts)
+    return TrainedHead(head=head, start=began, **facts)
 
 
 def check_head_data(captured: Checkpoint, config: HeadConfig, num_layers: int) -> None:

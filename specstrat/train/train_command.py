@@ -80,6 +80,7 @@ def _config(args: argparse.Namespace) -> HeadConfig:
         block=args.block_size,
         self_written=args.self_written,
         intermediate_size=args.intermediate_size,
+        **({} if args.init is None else {"init": args.init}),
     )
 
 
@@ -193,6 +194,7 @@ def _summary(trained: TrainedHead | TrainedDraftLM, out: Path, ckpt: Path) -> st
         ("held-out acceptance (unconditional)", _rates(trained.acceptance)),
         ("held-out acceptance (conditional)", _rates(trained.conditional)),
         ("layers", ",".join(str(x) for x in trained.layers)),
+        *([("started from", trained.start)] if isinstance(trained, TrainedHead) else []),
         (_what(trained), str(out)),
         ("checkpoint", f"{ckpt} (--resume it to continue; delete it once done)"),
     ]

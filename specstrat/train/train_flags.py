@@ -8,7 +8,7 @@ import math
 from collections.abc import Callable
 from typing import Any
 
-from specstrat.train.head_config import KINDS, HeadConfig
+from specstrat.train.head_config import INITS, KINDS, HeadConfig
 
 __all__ = ["add_train_parser"]
 
@@ -132,6 +132,13 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         metavar="N",
         help="the head MLP's intermediate size, at most 8x the target's (default: the "
         "target's own; --kind eagle3 only)",
+    )
+    train.add_argument(
+        "--init",
+        choices=INITS,
+        default=None,
+        help="how the head's weights start: target (from the target's decoder layer after the "
+        f"highest fused one) or random (default {_DEFAULTS.init}; --kind eagle3 only)",
     )
     train.add_argument(
         "--ttt-steps",

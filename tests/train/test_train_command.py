@@ -74,7 +74,8 @@ def test_train_writes_the_head_its_checkpoint_and_a_summary(
 ) -> None:
     """The head loads for its target and records the command line and the prompts file; the
     checkpoint of the last epoch lies beside it; the summary names data, steps, loss, the
-    held-out τ and acceptance by position (unconditional and conditional) and the path."""
+    held-out τ and acceptance by position (unconditional and conditional), the layer the head
+    started from and the path."""
     argv, out, printed = trained
     head = load_head(out, load(model_dir).target)
     assert head.command == shlex.join(["specstrat", *argv])
@@ -93,9 +94,11 @@ def test_train_writes_the_head_its_checkpoint_and_a_summary(
         "held-out acceptance (unconditional)",
         "held-out acceptance (conditional)",
         "layers",
+        "started from",
         "head",
         "checkpoint",
     ]
+    assert rows["started from"] == head.start == "layer 1 (attention, MLP, norms)"
     assert rows["head"] == str(out)
     assert rows["data"] == f"{head.data_size} positions from {prompts_file.resolve()}"
     assert rows["held-out τ"].startswith(f"{head.tau:.3f} ")
@@ -430,16 +433,18 @@ def test_a_head_trains_on_another_runs_data_without_generating(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--data CKPT trains a head of other settings (TTT steps and a wider MLP here) on the data
-    a head's run captured, generating nothing; the head loads, as wide, with that data's size."""
+    """--data CKPT trains a head of other settings (TTT steps, a wider MLP and a random start
+    here) on the data a head's run captured, generating nothing; the head loads, as wide, with
+    that data's size and its start recorded."""
     argv, out, _ = trained
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     again = tmp_path / "again.safetensors"
     argv = [str(again) if a == str(out) else a for a in _without_prompts(argv)]
     ckpt = read_checkpoint(out.with_suffix(".ckpt"))
-    extra = ["--ttt-steps", "2", "--intermediate-size", "40"]
+    extra = ["--ttt-steps", "2", "--intermediate-size", "40", "--init", "random"]
     assert main([*argv, *extra, "--data", str(out.with_suffix(".ckpt"))]) == 0
     head = load_head(again, load(model_dir).target)
+    assert head.start == "random"
     assert head.head.config.intermediate_size == 40
     assert head.head.down_proj.weight.shape[1] == 40
     assert head.data_size == ckpt.data.positions
