@@ -225,6 +225,36 @@ def test_a_request_alone_reads_its_keys_as_a_slice_and_matches_dense(
     torch.testing.assert_close(decode[0], ref[9])
 
 
+def test_a_prefill_with_nothing_cached_attends_causally_per_request(
+    tiny: TinyLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Requests prefilled together from an empty cache (lengths 7, 10 and 4: padded rows, keys
+    gathered) attend causally request by request, with the logits of dense attention; a second
+    chunk on top of cached tokens does not (its queries see the cached keys)."""
+    from specstrat.runtime import _attention
+
+    fresh: list[list[int] | None] = []
+    real_init = _attention.PagedAttention.__init__
+
+    def spy(self: _attention.PagedAttention, *args: object, **kwargs: object) -> None:
+        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
+        fresh.append(self._fresh)
+
+    monkeypatch.setattr(_attention.PagedAttention, "__init__", spy)
+    worker = make_worker(tiny)
+    slots = [worker.alloc_request() for _ in SEQS]
+    logits, _ = worker.forward(M.EXTEND, slots, SEQS)
+    start = 0
+    for seq in SEQS:
+        torch.testing.assert_close(logits[start : start + len(seq)], dense(tiny, seq))
+        start += len(seq)
+    again = worker.alloc_request()
+    worker.forward(M.EXTEND, [again], [SEQS[1][:4]])
+    chunk, _ = worker.forward(M.EXTEND, [again], [SEQS[1][4:]])
+    torch.testing.assert_close(chunk, dense(tiny, SEQS[1])[4:])
+    assert fresh == [[7, 10, 4], [4], None]
+
+
 def test_the_kv_pool_hands_out_ascending_indices_and_takes_the_lowest_freed_first() -> None:
     """alloc gives ascending indices; indices freed in any order come back lowest first, so a
     request that gives back its rejected drafts' indices gets consecutive ones next."""
