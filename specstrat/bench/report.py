@@ -27,11 +27,11 @@ def _mark(row: BenchRow) -> str:
 
 def rows_table(rows: Sequence[BenchRow]) -> str:
     """Every row on one line: speed, the share of this machine's limit it reached (the
-    roofline), speedup (min-max over rounds), tau (τ), verified tokens per step, TTFT and TPOT
-    (median/p90 ms), lossless, acceptance (conditional) by position; the labels are
-    ``docs/glossary.md``'s."""
+    roofline: the whole run's, then its decode steps' alone), speedup (min-max over rounds),
+    tau (τ), verified tokens per step, TTFT and TPOT (median/p90 ms), lossless, acceptance
+    (conditional) by position; the labels are ``docs/glossary.md``'s."""
     head = (
-        f"{'algorithm':<18} {'category':<15} {'bs':>3} {'D':>2} {'tok/s':>8} {'of limit':>8} "
+        f"{'algorithm':<18} {'category':<15} {'bs':>3} {'D':>2} {'tok/s':>8} {'of limit':>9} "
         f"{'speedup (range)':>19} {'tau':>5} {'verif/step':>10} {'TTFT ms':>13} "
         f"{'TPOT ms':>11}  {'lossless':<8} acceptance (conditional)"
     )
@@ -40,10 +40,13 @@ def rows_table(rows: Sequence[BenchRow]) -> str:
         lo, hi = r.speedup_range
         speed = f"{r.speedup:.2f}x{'~' if r.noisy else ''} ({lo:.2f}-{hi:.2f})"
         width = "-" if r.verified_per_step is None else f"{r.verified_per_step:.2f}"
-        limit = "-" if r.roofline_fraction is None else f"{r.roofline_fraction:.0%}"
+        limit = "/".join(
+            "-" if f is None else f"{f:.0%}"
+            for f in (r.roofline_fraction, r.decode_roofline_fraction)
+        )
         lines.append(
             f"{r.algorithm + _mark(r):<18} {r.category:<15} {r.batch_size:>3} {r.draft_tokens:>2} "
-            f"{r.tokens_per_s:>8.1f} {limit:>8} {speed:>19} {r.tau:>5.2f} {width:>10} "
+            f"{r.tokens_per_s:>8.1f} {limit:>9} {speed:>19} {r.tau:>5.2f} {width:>10} "
             f"{_q(r.ttft_ms):>13} {_q(r.tpot_ms):>11}  {'yes' if r.lossless else 'NO':<8} "
             f"{_rates(r.acceptance_conditional)}"
         )

@@ -13,11 +13,14 @@ bench run (a STREAM-style triad and a square float32 matmul on torch's threads),
   tokens_per_forward / (2 * weights * verified))``: the memory-bound limit, or the compute-bound
   one when ``verified`` tokens per request per forward cost more matmul time than the weights'
   bytes do;
-- ``roofline_fraction = tokens_per_s / roofline_tokens_per_s``.
+- ``roofline_fraction = tokens_per_s / roofline_tokens_per_s``;
+- ``decode_roofline_fraction = batch * 1000 / tpot_ms["median"] / roofline_tokens_per_s``: the
+  decode steps alone, each request's prefill (its time to first token) left out; exact at batch
+  size 1, an upper estimate above it (it assumes ``batch`` requests decode at once).
 
 Only the target's weights count (a drafter's own reads are left out, so the limit is an upper
-bound for any drafter), and prefill is not modelled: a short run's fraction is lower than its
-decode steps alone reach.
+bound for any drafter), and prefill is not modelled in ``roofline_fraction``: a short run's
+fraction is lower than its decode steps alone reach, which ``decode_roofline_fraction`` gives.
 """
 
 from __future__ import annotations
@@ -183,11 +186,12 @@ def with_roofline(
     share of plain steps (τ for transformers' prompt lookup, whose share is unknown)."""
     plain = row.plain_step_share or 0.0
     verified = plain + (1 - plain) * (row.verified_per_step or max(row.draft_tokens, 1))
+    batch = max(1, min(row.batch_size, requests))
     limit = roofline(
         machine,
         weights=weights.weight_bytes,
         element_size=weights.element_size,
-        batch=max(1, min(row.batch_size, requests)),
+        batch=batch,
         tokens_per_forward=row.gained_per_step,
         verified=verified,
         tokens_per_s=row.tokens_per_s,
@@ -197,5 +201,15 @@ def with_roofline(
         weight_bytes_per_token=limit.weight_bytes_per_token,
         roofline_tokens_per_s=limit.roofline_tokens_per_s,
         roofline_fraction=limit.roofline_fraction,
+        decode_roofline_fraction=_decode_fraction(row, batch, limit.roofline_tokens_per_s),
         roofline_bound=limit.bound,
     )
+
+
+def _decode_fraction(row: BenchRow, batch: int, limit: float) -> float | None:
+    """The decode steps' share of ``limit``: ``batch`` requests a token per median TPOT each
+    (``None`` where no request had two tokens)."""
+    tpot = row.tpot_ms.get("median")
+    if tpot is None or tpot <= 0 or limit <= 0:
+        return None
+    return batch * 1000.0 / tpot / limit

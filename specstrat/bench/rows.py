@@ -76,6 +76,7 @@ class BenchRow:
     weight_bytes_per_token: float | None = None
     roofline_tokens_per_s: float | None = None
     roofline_fraction: float | None = None
+    decode_roofline_fraction: float | None = None
     roofline_bound: str | None = None
     speedup_ceiling: float | None = None
     noisy: bool = False

@@ -49,6 +49,7 @@ ROW_KEYS = [
     "weight_bytes_per_token",
     "roofline_tokens_per_s",
     "roofline_fraction",
+    "decode_roofline_fraction",
     "roofline_bound",
     "speedup_ceiling",
     "noisy",

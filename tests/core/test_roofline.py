@@ -133,7 +133,8 @@ def test_weight_bytes_count_a_tied_table_once_and_skip_an_untied_input_embedding
 
 
 def test_every_bench_row_carries_its_roofline_and_the_run_its_machine() -> None:
-    """The JSON has the machine's two rates once and each row's limit, consistent with them."""
+    """The JSON has the machine's two rates once and each row's limit, consistent with them,
+    and the decode steps' own fraction of it from the median TPOT."""
     config = BenchConfig(algorithms=(NGRAM,), requests=2, max_new_tokens=8, repeats=1, warmup=0)
     models = EmbeddedModels.load()
     result = run_bench(config, models)
@@ -144,6 +145,10 @@ def test_every_bench_row_carries_its_roofline_and_the_run_its_machine() -> None:
         assert row.weight_bytes_per_token is not None
         assert row.roofline_tokens_per_s is not None
         assert row.roofline_fraction == pytest.approx(row.tokens_per_s / row.roofline_tokens_per_s)
+        tpot = row.tpot_ms["median"]
+        assert tpot is not None
+        decode = min(row.batch_size, 2) * 1000 / tpot / row.roofline_tokens_per_s
+        assert row.decode_roofline_fraction == pytest.approx(decode)
         assert row.roofline_bound in ("memory", "compute")
     none = result.rows[0]
     assert none.weight_bytes_per_token == weight_bytes(models.target)
@@ -151,3 +156,7 @@ def test_every_bench_row_carries_its_roofline_and_the_run_its_machine() -> None:
     weights = TargetWeights.of(models.target)
     again = with_roofline(replace(none, roofline_fraction=None), machine, weights, 2)
     assert again.roofline_tokens_per_s == pytest.approx(none.roofline_tokens_per_s)
+    single = with_roofline(
+        replace(none, tpot_ms={"median": None, "p90": None}), machine, weights, 2
+    )
+    assert single.decode_roofline_fraction is None  # no request had two tokens
