@@ -16,7 +16,8 @@ bench run (a STREAM-style triad and a square float32 matmul on torch's threads),
 - ``roofline_fraction = tokens_per_s / roofline_tokens_per_s``;
 - ``decode_roofline_fraction = batch * 1000 / tpot_ms["median"] / roofline_tokens_per_s``: the
   decode steps alone, each request's prefill (its time to first token) left out; exact at batch
-  size 1, an upper estimate above it (it assumes ``batch`` requests decode at once).
+  size 1, an estimate above it (it assumes ``batch`` requests decode at once, while other
+  requests' prefills inside a request's decode lengthen its TPOT).
 
 Only the target's weights count (a drafter's own reads are left out, so the limit is an upper
 bound for any drafter), and prefill is not modelled in ``roofline_fraction``: a short run's

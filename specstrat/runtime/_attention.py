@@ -87,7 +87,8 @@ class PagedAttention:
         self._fresh: list[int] | None = None
         if cu_q.device.type == "cpu":
             self._unmasked = bool(visible.all())
-            if batch.tree is None and batch.max_q > 1 and bool((cache == q_len).all()):
+            fresh = bool((cache == q_len).all()) and bool((q_len > 0).all())
+            if batch.tree is None and batch.max_q > 1 and fresh:
                 self._fresh = q_len.tolist()
             if self.slots.shape[0] == 1 and batch.max_k > 0:
                 first = int(self.slots[0, 0])
@@ -159,7 +160,7 @@ class PagedAttention:
                 f"{kv_heads} key/value heads; set ModelShape.kv_heads to the model's"
             )
         max_k = self.slots.shape[1]
-        # [rows, kv_heads, max_k, dim]: each request's keys through its page-table row.
+        # [rows, max_k, kv_heads, dim]: each request's keys through its page-table row.
         if self._run is not None:
             span = slice(self._run, self._run + max_k)
             keys, values = pool_k[span].unsqueeze(0), pool_v[span].unsqueeze(0)

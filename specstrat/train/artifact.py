@@ -4,7 +4,8 @@ The file holds the head's weights in float16 storage, its ``d2t`` map (int64), a
 metadata: the format, the head's shape, the target's name and the sha256 of its weights, the
 fused layers, the draft vocabulary size, the data's size and source, the training steps, the
 final loss, the held-out τ and acceptance (unconditional) by position (the held-out agreement
-of ``docs/glossary.md``), the command line and specstrat's version. :func:`load_head` refuses
+of ``docs/glossary.md``), how its weights started (``start``), the command line and
+specstrat's version. :func:`load_head` refuses
 a head whose target hash differs from the model it is loaded for (:class:`HeadMismatch`) and a
 file that is not a whole head (``ModelLoadError`` naming the file).
 

@@ -255,6 +255,29 @@ def test_a_prefill_with_nothing_cached_attends_causally_per_request(
     assert fresh == [[7, 10, 4], [4], None]
 
 
+def test_causal_rows_share_each_key_head_among_its_group_of_query_heads() -> None:
+    """With 4 query heads over 2 key/value heads, request by request (lengths 5 and 3, the
+    second's rows past 3 padding), the causal path gives naive masked attention's output, query
+    head h reading key/value head h // 2, and zeros on padded rows."""
+    from specstrat.runtime._attention import _causal_rows
+
+    torch.manual_seed(0)
+    queries, keys, values = (
+        torch.randn(2, 5, 4, 8),
+        torch.randn(2, 5, 2, 8),
+        torch.randn(2, 5, 2, 8),
+    )
+    out = _causal_rows([5, 3], queries, keys, values, 2, None)
+    for i, length in enumerate([5, 3]):
+        for head in range(4):
+            q, k = queries[i, :length, head], keys[i, :length, head // 2]
+            scores = (q @ k.T) / 8**0.5
+            scores = scores.masked_fill(~torch.ones(length, length).tril().bool(), float("-inf"))
+            want = scores.softmax(-1) @ values[i, :length, head // 2]
+            torch.testing.assert_close(out[i, :length, head], want)
+    assert not out[1, 3:].any()
+
+
 def test_the_kv_pool_hands_out_ascending_indices_and_takes_the_lowest_freed_first() -> None:
     """alloc gives ascending indices; indices freed in any order come back lowest first, so a
     request that gives back its rejected drafts' indices gets consecutive ones next."""

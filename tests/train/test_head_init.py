@@ -7,6 +7,7 @@ import torch
 
 from specstrat.errors import InvalidConfig
 from specstrat.train import Eagle3Head, HeadConfig, start_from_target
+from tests.hf import tiny
 
 
 def _fresh(llama: Any, **kwargs: Any) -> Eagle3Head:
@@ -49,16 +50,35 @@ def test_a_wider_mlp_keeps_its_random_start(llama: Any) -> None:
     assert torch.equal(head.gate_proj.weight, gate)
 
 
-def test_a_target_without_llama_layers_leaves_the_head_random(llama: Any) -> None:
-    """A model with no model.layers[i].self_attn leaves every weight as it was, and says why."""
+@pytest.mark.parametrize("family", ["phi", "gemma2"])
+def test_a_target_not_llama_style_leaves_the_head_random(family: str) -> None:
+    """Phi (another attention) and Gemma (norms that scale by 1 + weight) leave every weight as
+    it was, and the record names the model type."""
+    target = tiny.model(family)
+    torch.manual_seed(0)
+    head = Eagle3Head.from_target(target, layers=(0, 1), d2t=torch.arange(200))
+    before = {k: v.clone() for k, v in head.state_dict().items()}
+    assert start_from_target(head, target).startswith(f"random (model_type='{family}' is not ")
+    assert all(torch.equal(before[k], v) for k, v in head.state_dict().items())
+
+
+def test_attention_of_another_shape_leaves_the_head_random(llama: Any) -> None:
+    """A head whose attention is not the target layer's shape is left as it was."""
     head = _fresh(llama)
     before = {k: v.clone() for k, v in head.state_dict().items()}
-
-    class Bare(torch.nn.Module):
-        pass
-
-    assert start_from_target(head, Bare()).startswith("random (the target has no model.layers")
+    wider = tiny.model("llama", num_attention_heads=8, num_key_value_heads=8)
+    assert start_from_target(head, wider) == "random (layer 1's attention is not the head's shape)"
     assert all(torch.equal(before[k], v) for k, v in head.state_dict().items())
+
+
+def test_unsorted_layers_pass_the_highest_layers_block_through(llama: Any) -> None:
+    """Layers given as (1, 0): the identity sits on the first block, layer 1's."""
+    torch.manual_seed(0)
+    head = Eagle3Head.from_target(llama, layers=(1, 0), d2t=torch.arange(200))
+    start_from_target(head, llama)
+    h = 64
+    eye = torch.cat([torch.eye(h), torch.zeros(h, h)], dim=1)
+    assert float((head.fc.weight.detach() - eye).abs().max()) < 0.1
 
 
 @pytest.mark.parametrize(
