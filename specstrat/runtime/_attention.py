@@ -78,18 +78,12 @@ class PagedAttention:
         self._dense = n == self.slots.shape[0] * batch.max_q
         self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
         # On the CPU (where checking costs no device sync): a single request whose KV indices
-        # run consecutively reads its keys as a slice of the pool, not a gather, a forward
-        # whose every query sees every key column needs no mask, and one whose every request
-        # brings its whole context (a prefill with nothing cached) attends causally request by
-        # request, which SDPA computes without a mask and without the masked half.
+        # run consecutively reads its keys as a slice of the pool, not a gather, and a forward
+        # whose every query sees every key column needs no mask.
         self._run: int | None = None
         self._unmasked = False
-        self._fresh: list[int] | None = None
         if cu_q.device.type == "cpu":
             self._unmasked = bool(visible.all())
-            fresh = bool((cache == q_len).all()) and bool((q_len > 0).all())
-            if batch.tree is None and batch.max_q > 1 and fresh:
-                self._fresh = q_len.tolist()
             if self.slots.shape[0] == 1 and batch.max_k > 0:
                 first = int(self.slots[0, 0])
                 run = torch.arange(first, first + batch.max_k, dtype=self.slots.dtype)
@@ -167,9 +161,6 @@ class PagedAttention:
         else:
             keys = pool_k.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
             values = pool_v.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
-        if self._fresh is not None and sliding_window is None and softcap is None:
-            out = _causal_rows(self._fresh, queries, keys, values, group, scaling)
-            return out.reshape(n, heads, dim) if self._dense else out[self.req, self.qi]
         kt, vt = keys.transpose(1, 2), values.transpose(1, 2)
         # Grouped-query attention without repeating K/V: the `group` query heads of a KV head
         # stack along the query axis (row g * max_q + j), as transformers' pack_gqa does.
@@ -188,28 +179,6 @@ class PagedAttention:
         if self._dense:
             return out.reshape(n, heads, dim)
         return out[self.req, self.qi]
-
-
-def _causal_rows(
-    fresh: list[int],
-    queries: torch.Tensor,
-    keys: torch.Tensor,
-    values: torch.Tensor,
-    group: int,
-    scaling: float | None,
-) -> torch.Tensor:
-    """``[rows, max_q, heads, dim]``: request ``i``'s first ``fresh[i]`` queries attending
-    causally to its first ``fresh[i]`` keys (``keys``/``values [rows, max_k, kv_heads, dim]``),
-    each key/value head repeated for its ``group`` query heads; rows past a request's length
-    are zeros (discarded)."""
-    out = queries.new_zeros(queries.shape)
-    for i, length in enumerate(fresh):
-        q = queries[i, :length].transpose(0, 1)[None]
-        k = keys[i, :length].transpose(0, 1).repeat_interleave(group, dim=0)[None]
-        v = values[i, :length].transpose(0, 1).repeat_interleave(group, dim=0)[None]
-        attended = F.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scaling)
-        out[i, :length] = attended[0].transpose(0, 1)
-    return out
 
 
 def _finite(visible: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

@@ -21,7 +21,6 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from types import MappingProxyType
 from typing import Any
 
 import torch
@@ -37,8 +36,6 @@ __all__ = ["CHECKPOINT_FORMAT", "MAY_DIFFER", "Checkpoint", "read_checkpoint", "
 CHECKPOINT_FORMAT = "specstrat-train-checkpoint/2"
 #: The HeadConfig fields a resumed run may change.
 MAY_DIFFER = frozenset({"budget_seconds", "eval_depth"})
-#: What a setting a head's checkpoint does not record was when it was written: its default then.
-_BEFORE = MappingProxyType({"init": "random"})
 _FIX = "pass the checkpoint the same run wrote, or start afresh without --resume"
 
 
@@ -67,11 +64,9 @@ class Checkpoint:
         """Refuses (:class:`~specstrat.errors.InvalidConfig`) a run whose ``config`` (a
         HeadConfig) or prompt ``source`` differs from this checkpoint's where it matters. A
         setting the checkpoint does not record (written before the setting existed) counts as
-        its default then (:data:`_BEFORE`, for a head's), else its default now."""
+        its default."""
         where = self.file
-        ours = _config_dict(config)
-        before = _BEFORE if self.config.get("kind", "eagle3") == "eagle3" else {}
-        theirs = {**_config_dict(type(config)()), **before, **self.config}
+        ours, theirs = _config_dict(config), {**_config_dict(type(config)()), **self.config}
         changed = [k for k in sorted(ours) if k not in MAY_DIFFER and ours[k] != theirs.get(k)]
         if changed:
             diffs = ", ".join(f"{k}={theirs.get(k)!r} (this run: {ours[k]!r})" for k in changed)

@@ -49,9 +49,9 @@ class HeadConfig:
     repeat_temperature)``, or 1.0 when both are 0, within the first quarter of the budget),
     answered first, one for one with the prompts (0: none, the default); ``intermediate_size``:
     the width of the head's MLP (``None``: the target's own, the default; a head only);
-    ``init``: how a head's weights start, ``"target"`` (from the target's decoder layer after
-    the highest fused one, :func:`~specstrat.train.start_from_target`, the default) or
-    ``"random"``."""
+    ``init``: how a head's weights start, ``"random"`` (the default) or ``"target"`` (from the
+    target's decoder layer after the highest fused one,
+    :func:`~specstrat.train.start_from_target`)."""
 
     layers: tuple[int, ...] | None = None
     draft_vocab: int = 8192
@@ -74,7 +74,7 @@ class HeadConfig:
     anchors: int = 16
     self_written: int = 0
     intermediate_size: int | None = None
-    init: str = "target"
+    init: str = "random"
 
     def __post_init__(self) -> None:
         counts = ("draft_vocab", "ttt_steps", "batch_size", "max_new_tokens", "eval_depth")
@@ -110,7 +110,7 @@ class HeadConfig:
                 f"HeadConfig.init={self.init!r} (--init) must be one of "
                 f"{', '.join(map(repr, INITS))}"
             )
-        if self.init != "target" and self.kind != "eagle3":
+        if self.init != "random" and self.kind != "eagle3":
             raise InvalidConfig(
                 f"HeadConfig.init={self.init!r} (--init) sets how a head starts, but "
                 f"kind={self.kind!r} trains no head; drop it, or train kind='eagle3' (--kind "

@@ -137,8 +137,8 @@ def add_train_parser(sub: Any, positive: Callable[[str], int]) -> None:
         "--init",
         choices=INITS,
         default=None,
-        help="how the head's weights start: target (from the target's decoder layer after the "
-        f"highest fused one) or random (default {_DEFAULTS.init}; --kind eagle3 only)",
+        help="how the head's weights start: random or target (from the target's decoder layer "
+        f"after the highest fused one; default {_DEFAULTS.init}; --kind eagle3 only)",
     )
     train.add_argument(
         "--ttt-steps",

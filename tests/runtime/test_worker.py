@@ -225,59 +225,6 @@ def test_a_request_alone_reads_its_keys_as_a_slice_and_matches_dense(
     torch.testing.assert_close(decode[0], ref[9])
 
 
-def test_a_prefill_with_nothing_cached_attends_causally_per_request(
-    tiny: TinyLM, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Requests prefilled together from an empty cache (lengths 7, 10 and 4: padded rows, keys
-    gathered) attend causally request by request, with the logits of dense attention; a second
-    chunk on top of cached tokens does not (its queries see the cached keys)."""
-    from specstrat.runtime import _attention
-
-    fresh: list[list[int] | None] = []
-    real_init = _attention.PagedAttention.__init__
-
-    def spy(self: _attention.PagedAttention, *args: object, **kwargs: object) -> None:
-        real_init(self, *args, **kwargs)  # type: ignore[arg-type]
-        fresh.append(self._fresh)
-
-    monkeypatch.setattr(_attention.PagedAttention, "__init__", spy)
-    worker = make_worker(tiny)
-    slots = [worker.alloc_request() for _ in SEQS]
-    logits, _ = worker.forward(M.EXTEND, slots, SEQS)
-    start = 0
-    for seq in SEQS:
-        torch.testing.assert_close(logits[start : start + len(seq)], dense(tiny, seq))
-        start += len(seq)
-    again = worker.alloc_request()
-    worker.forward(M.EXTEND, [again], [SEQS[1][:4]])
-    chunk, _ = worker.forward(M.EXTEND, [again], [SEQS[1][4:]])
-    torch.testing.assert_close(chunk, dense(tiny, SEQS[1])[4:])
-    assert fresh == [[7, 10, 4], [4], None]
-
-
-def test_causal_rows_share_each_key_head_among_its_group_of_query_heads() -> None:
-    """With 4 query heads over 2 key/value heads, request by request (lengths 5 and 3, the
-    second's rows past 3 padding), the causal path gives naive masked attention's output, query
-    head h reading key/value head h // 2, and zeros on padded rows."""
-    from specstrat.runtime._attention import _causal_rows
-
-    torch.manual_seed(0)
-    queries, keys, values = (
-        torch.randn(2, 5, 4, 8),
-        torch.randn(2, 5, 2, 8),
-        torch.randn(2, 5, 2, 8),
-    )
-    out = _causal_rows([5, 3], queries, keys, values, 2, None)
-    for i, length in enumerate([5, 3]):
-        for head in range(4):
-            q, k = queries[i, :length, head], keys[i, :length, head // 2]
-            scores = (q @ k.T) / 8**0.5
-            scores = scores.masked_fill(~torch.ones(length, length).tril().bool(), float("-inf"))
-            want = scores.softmax(-1) @ values[i, :length, head // 2]
-            torch.testing.assert_close(out[i, :length, head], want)
-    assert not out[1, 3:].any()
-
-
 def test_the_kv_pool_hands_out_ascending_indices_and_takes_the_lowest_freed_first() -> None:
     """alloc gives ascending indices; indices freed in any order come back lowest first, so a
     request that gives back its rejected drafts' indices gets consecutive ones next."""

@@ -136,30 +136,6 @@ def test_a_setting_an_older_checkpoint_lacks_counts_as_its_default(after_two: Ch
         older.check_resumes(hotter, "prompts")
 
 
-def test_an_older_checkpoint_started_its_head_at_random(after_two: Checkpoint) -> None:
-    """A checkpoint written before --init existed started its head at random: it resumes with
-    init='random' and is refused, naming both starts, at today's default."""
-    older = dataclasses.replace(
-        after_two, config={k: v for k, v in after_two.config.items() if k != "init"}
-    )
-    older.check_resumes(HeadConfig(**{**_fields(CONFIG), "init": "random"}), "prompts")
-    with pytest.raises(InvalidConfig, match=r"init='random' \(this run: 'target'\)"):
-        older.check_resumes(HeadConfig(**{**_fields(CONFIG), "init": "target"}), "prompts")
-
-
-def test_an_older_draft_lm_checkpoint_resumes_at_todays_default(after_two: Checkpoint) -> None:
-    """A draft LM's checkpoint written before --init existed resumes as before: init starts
-    no draft LM, so its missing value is not a head's old default."""
-    older = dataclasses.replace(
-        after_two,
-        config={
-            **{k: v for k, v in after_two.config.items() if k != "init"},
-            "kind": "draft-lm",
-        },
-    )
-    older.check_resumes(HeadConfig(**{**_fields(CONFIG), "kind": "draft-lm"}), "prompts")
-
-
 def test_other_prompts_are_refused(after_two: Checkpoint) -> None:
     """Data from another prompt source is refused, naming both sources."""
     with pytest.raises(InvalidConfig, match=r"holds data from prompts 'prompts', but this run"):

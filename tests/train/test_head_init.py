@@ -85,7 +85,7 @@ def test_unsorted_layers_pass_the_highest_layers_block_through(llama: Any) -> No
     ("change", "match"),
     [
         ({"init": "zeros"}, r"HeadConfig\.init='zeros' \(--init\) must be one of 'target', "),
-        ({"init": "random", "kind": "draft-lm"}, r"init='random' \(--init\) .* kind='draft-lm'"),
+        ({"init": "target", "kind": "draft-lm"}, r"init='target' \(--init\) .* kind='draft-lm'"),
     ],
 )
 def test_bad_inits_are_refused(change: dict[str, Any], match: str) -> None:

@@ -77,7 +77,7 @@ def test_training_beats_an_untrained_head_by_a_clear_margin(
 ) -> None:
     """On held-out greedy generations the trained head's first draft agrees with the target far
     more often than a fresh head's, and its implied tau is clearly higher (measured on 544
-    anchors: first-draft agreement 0.23 vs 0.007, tau 1.35 vs 1.007; asserted: +0.15, +0.25)."""
+    anchors: first-draft agreement 0.26 vs 0.007, tau 1.32 vs 1.007; asserted: +0.15, +0.25)."""
     gens = generate(llama, tokenizer, HELD, max_new_tokens=32)
     held = capture(llama, gens, layers=trained.layers, d2t=trained.d2t, vocab_size=tiny.VOCAB)
     torch.manual_seed(1)
@@ -87,7 +87,7 @@ def test_training_beats_an_untrained_head_by_a_clear_margin(
     assert ours["acceptance"][0] > theirs["acceptance"][0] + 0.15
     assert ours["tau"] > theirs["tau"] + 0.25
     assert ours["acceptance"] == sorted(ours["acceptance"], reverse=True)
-    assert trained.tau > 1.25  # train_head's own held-out measure (measured 1.68)
+    assert trained.tau > 1.25  # train_head's own held-out measure (measured 1.73)
     assert trained.steps == 20 * 6  # 20 epochs of 41 training prompts in batches of 8
     assert math.isfinite(trained.final_loss)
     assert trained.layers == (0, 1, 1)
@@ -100,7 +100,7 @@ def test_a_trained_head_round_trips_through_its_file(
     loaded = load_head(save_head(tmp_path / "head.safetensors", trained), llama)
     assert loaded.tau == trained.tau
     assert loaded.data_size == trained.data_size
-    assert loaded.start == trained.start == "layer 1 (attention, MLP, norms)"
+    assert loaded.start == trained.start == "random"
     x, tokens = torch.randn(4, 192), torch.tensor([1, 2, 3, 4])
     a, _ = trained.draft_head()(x, tokens)
     b, _ = loaded.draft_head()(x, tokens)

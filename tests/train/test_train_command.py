@@ -98,7 +98,7 @@ def test_train_writes_the_head_its_checkpoint_and_a_summary(
         "head",
         "checkpoint",
     ]
-    assert rows["started from"] == head.start == "layer 1 (attention, MLP, norms)"
+    assert rows["started from"] == head.start == "random"
     assert rows["head"] == str(out)
     assert rows["data"] == f"{head.data_size} positions from {prompts_file.resolve()}"
     assert rows["held-out τ"].startswith(f"{head.tau:.3f} ")
@@ -433,18 +433,18 @@ def test_a_head_trains_on_another_runs_data_without_generating(
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """--data CKPT trains a head of other settings (TTT steps, a wider MLP and a random start
-    here) on the data a head's run captured, generating nothing; the head loads, as wide, with
-    that data's size and its start recorded."""
+    """--data CKPT trains a head of other settings (TTT steps, a wider MLP and a start from the
+    target's layer here) on the data a head's run captured, generating nothing; the head loads,
+    as wide, with that data's size and its start recorded (the MLP too wide to copy)."""
     argv, out, _ = trained
     monkeypatch.setattr(specstrat.train.loop, "GenerationCapturer", _no_generation)
     again = tmp_path / "again.safetensors"
     argv = [str(again) if a == str(out) else a for a in _without_prompts(argv)]
     ckpt = read_checkpoint(out.with_suffix(".ckpt"))
-    extra = ["--ttt-steps", "2", "--intermediate-size", "40", "--init", "random"]
+    extra = ["--ttt-steps", "2", "--intermediate-size", "40", "--init", "target"]
     assert main([*argv, *extra, "--data", str(out.with_suffix(".ckpt"))]) == 0
     head = load_head(again, load(model_dir).target)
-    assert head.start == "random"
+    assert head.start == "layer 1 (attention, norms)"
     assert head.head.config.intermediate_size == 40
     assert head.head.down_proj.weight.shape[1] == 40
     assert head.data_size == ckpt.data.positions
