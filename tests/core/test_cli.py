@@ -153,6 +153,7 @@ def test_check_passes_a_builtin(capsys: pytest.CaptureFixture[str]) -> None:
     assert "PASS mypy --strict" in out
 
 
+@pytest.mark.slow  # 16 s of mypy; make test's own mypy pass types the example too
 def test_check_passes_the_readme_example(capsys: pytest.CaptureFixture[str]) -> None:
     """The README's custom algorithm passes conformance and mypy."""
     assert main(["check", "tests.typing.readme_example:MY_EAGLE"]) == 0
@@ -329,7 +330,15 @@ LAYOUTS = {
 }
 
 
-@pytest.mark.parametrize(("args", "pythonpath"), LAYOUTS.values(), ids=LAYOUTS.keys())
+@pytest.mark.parametrize(
+    ("args", "pythonpath"),
+    [  # the PYTHONPATH layout: 16 s of mypy, in make test-slow
+        pytest.param(
+            *LAYOUTS[name], id=name, marks=[pytest.mark.slow] if name != "editable" else []
+        )
+        for name in LAYOUTS
+    ],
+)
 def test_check_passes_outside_the_repository(
     tmp_path: Path, args: list[str], pythonpath: str | None
 ) -> None:
