@@ -14,7 +14,8 @@ __all__ = ["INITS", "KINDS", "MAX_INTERMEDIATE_MULTIPLE", "HeadConfig", "head_in
 #: What ``specstrat train --kind`` trains: an EAGLE-3-style head, a draft LM, or a block drafter.
 KINDS = ("eagle3", "draft-lm", "block")
 
-#: How ``specstrat train --init`` starts a head: from the target's layer, or at random.
+#: How ``specstrat train --init`` starts a head: from the target's layer, or at random (the
+#: default).
 INITS = ("target", "random")
 
 

@@ -11,7 +11,9 @@ out (Qwen2's q/k/v biases, Qwen3's q/k norms). Only targets whose layers are Lla
 (:data:`LLAMA_STYLE`: RMSNorms that scale by their weight, norms before attention and MLP) are
 copied; any other starts at random. Trained from there on 112,701 positions of SmolLM2's
 responses (360 steps), the head reached held-out τ 1.88 against 1.81 from a random start, and
-1.33 against 1.28 on Spec-Bench (``docs/real-models.md``).
+1.33 against 1.28 on Spec-Bench; a 60-minute run (1,566 steps) gained nothing over the random
+start (Spec-Bench τ 1.42 both), so ``specstrat train`` starts at random by default
+(``docs/real-models.md``).
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ def start_from_target(head: Eagle3Head, model: Any) -> str:
     block = len(c.layers) - 1 - c.layers[::-1].index(high)  # high's block, the last if repeated
     with torch.no_grad():
         for into, source in pairs:
-            into.copy_(source.detach().to(into.dtype))
+            _copy(into, source)
         head.fc.weight.copy_(torch.randn_like(head.fc.weight) * _FC_NOISE)
         head.fc.weight[:, block * h : (block + 1) * h] += torch.eye(h)
         norms = [
