@@ -15,6 +15,8 @@ at its prefix plus depth, whatever column it occupies).
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 import torch.nn.functional as F
 
@@ -77,17 +79,16 @@ class PagedAttention:
         # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
         self._dense = n == self.slots.shape[0] * batch.max_q
         self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
-        # On the CPU (where checking costs no device sync): a single request whose KV indices
-        # run consecutively reads its keys as a slice of the pool, not a gather, and a forward
-        # whose every query sees every key column needs no mask.
-        self._run: int | None = None
+        # On the CPU (where checking costs no device sync): requests whose KV indices run
+        # consecutively from starts a fixed stride apart (the KV pool's blocks) read their keys
+        # as one strided view of the pool, not a gather, and a forward whose every query sees
+        # every key column needs no mask.
+        self._view: _StridedRows | None = None
         self._unmasked = False
         if cu_q.device.type == "cpu":
-            self._unmasked = bool(visible.all())
-            if self.slots.shape[0] == 1 and batch.max_k > 0:
-                first = int(self.slots[0, 0])
-                run = torch.arange(first, first + batch.max_k, dtype=self.slots.dtype)
-                self._run = first if first > 0 and torch.equal(self.slots[0], run) else None
+            self._unmasked, self._view = _host_facts(
+                visible, self.slots, cache, pool.block_size, pool.capacity + 1
+            )
         # Each new token's position goes with its KV index (read by later windowed forwards).
         pool.positions.index_copy_(0, batch.out_cache_loc, batch.positions.to(torch.int64))
 
@@ -98,7 +99,8 @@ class PagedAttention:
 
     def _mask(self, window: int | None, group: int) -> torch.Tensor:
         """The mask of a layer with ``sliding_window=window`` whose ``group`` query heads share a
-        key/value head, rows packed as ``g * max_q + j`` (built once per forward)."""
+        key/value head, rows packed as ``g * max_q + j``, in the order the keys are read (built
+        once per forward)."""
         key = (window, group)
         if key not in self._packed:
             if window not in self._masks:
@@ -107,7 +109,9 @@ class PagedAttention:
                 start = self._query_positions()[:, :, None] - window
                 near = self._key_positions()[:, None, :] > start
                 self._masks[window] = _finite(self._visible & near, self._k_pos)
-            self._packed[key] = self._masks[window].repeat(1, 1, group, 1)
+            packed = self._masks[window].repeat(1, 1, group, 1)
+            view = self._view
+            self._packed[key] = packed if view is None or view.order is None else packed[view.order]
         return self._packed[key]
 
     def _key_positions(self) -> torch.Tensor:
@@ -155,9 +159,13 @@ class PagedAttention:
             )
         max_k = self.slots.shape[1]
         # [rows, max_k, kv_heads, dim]: each request's keys through its page-table row.
-        if self._run is not None:
-            span = slice(self._run, self._run + max_k)
-            keys, values = pool_k[span].unsqueeze(0), pool_v[span].unsqueeze(0)
+        view = self._view
+        unmasked = self._unmasked and sliding_window is None
+        mask = None if unmasked else self._mask(sliding_window, group)
+        if view is not None:
+            keys, values = view.read(pool_k, max_k), view.read(pool_v, max_k)
+            if view.order is not None:  # the view's rows in block order: queries follow
+                queries = queries[view.order]
         else:
             keys = pool_k.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
             values = pool_v.index_select(0, self._flat_slots).view(rows, max_k, kv_heads, dim)
@@ -165,8 +173,6 @@ class PagedAttention:
         # Grouped-query attention without repeating K/V: the `group` query heads of a KV head
         # stack along the query axis (row g * max_q + j), as transformers' pack_gqa does.
         qt = queries.transpose(1, 2).reshape(rows, kv_heads, group * max_q, dim)
-        unmasked = self._unmasked and sliding_window is None
-        mask = None if unmasked else self._mask(sliding_window, group)
         if softcap is None:
             out = F.scaled_dot_product_attention(qt, kt, vt, attn_mask=mask, scale=scaling)
         else:  # SDPA has no score cap: the eager form, softmax in float32 as transformers does
@@ -176,9 +182,78 @@ class PagedAttention:
                 scores = scores.masked_fill(~mask, float("-inf"))
             out = torch.softmax(scores, dim=-1, dtype=torch.float32).to(vt.dtype) @ vt
         out = out.reshape(rows, heads, max_q, dim).transpose(1, 2)  # [rows, max_q, heads, dim]
+        if view is not None and view.row_of is not None:
+            out = out[view.row_of]  # back to the batch's order
         if self._dense:
             return out.reshape(n, heads, dim)
         return out[self.req, self.qi]
+
+
+@dataclass(frozen=True, slots=True)
+class _StridedRows:
+    """A batch's keys as a view of the pool: row ``v`` of the view starts at KV index
+    ``start + v * stride``; ``order[v]`` is the batch row there and ``row_of[i]`` the view row
+    of batch row ``i`` (both None when they agree)."""
+
+    start: int
+    stride: int
+    rows: int
+    order: torch.Tensor | None
+    row_of: torch.Tensor | None
+
+    def read(self, pool: torch.Tensor, max_k: int) -> torch.Tensor:
+        """``[rows, max_k, kv_heads, dim]`` of one layer's ``pool`` ``[indices, kv_heads, dim]``,
+        no copy."""
+        step = pool.stride(0)
+        return pool.as_strided(
+            (self.rows, max_k, *pool.shape[1:]),
+            (self.stride * step, *pool.stride()),
+            pool.storage_offset() + self.start * step,
+        )
+
+
+def _host_facts(
+    visible: torch.Tensor, slots: torch.Tensor, cache: torch.Tensor, stride: int, end: int
+) -> tuple[bool, _StridedRows | None]:
+    """Whether every query sees every key column, and the view that reads ``slots``
+    ``[rows, max_k]`` (each row's first ``cache[i]`` columns matter) without a gather, or None:
+    every row's indices must run consecutively from a start a multiple of ``stride`` past the
+    lowest (one row: any start), the starts must fill ``rows`` consecutive steps of ``stride``
+    in some order, and the view must end by ``end``. One read of the host for both."""
+    rows, max_k = slots.shape
+    unmasked = visible.all().long()
+    if rows == 0 or max_k == 0 or (rows > 1 and stride <= 0):
+        return bool(unmasked), None
+    step = max(stride, 1)
+    first = slots[:, 0].long()
+    low = first.min()
+    cols = torch.arange(max_k, dtype=torch.int64)
+    runs = (slots == first[:, None] + cols) | (cols[None, :] >= cache[:, None])
+    offset = first - low
+    row_of = offset // step
+    seen = torch.zeros(rows + 1, dtype=torch.int64).index_add_(
+        0, row_of.clamp(max=rows), torch.ones_like(row_of)
+    )
+    in_order = row_of == torch.arange(rows)
+    facts = torch.stack(
+        [
+            unmasked,
+            low,
+            cache.min().long(),
+            runs.all().long(),
+            (offset % step == 0).all().long(),
+            seen[:rows].eq(1).all().long(),  # each block start once, none past rows
+            in_order.all().long(),
+        ]
+    ).tolist()
+    seen_all, start, fill, running, aligned, once, ordered = facts
+    if min(start, fill, running, aligned, once) < 1 or start + (rows - 1) * stride + max_k > end:
+        return bool(seen_all), None
+    if ordered or rows == 1:
+        return bool(seen_all), _StridedRows(start, stride if rows > 1 else 0, rows, None, None)
+    order = torch.empty_like(row_of)
+    order[row_of] = torch.arange(rows)
+    return bool(seen_all), _StridedRows(start, stride, rows, order, row_of)
 
 
 def _finite(visible: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:

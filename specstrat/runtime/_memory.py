@@ -6,9 +6,11 @@ and may read and write them harmlessly; no request ever owns them.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import torch
 
-from specstrat.errors import CapacityError
+from specstrat.errors import CapacityError, InvalidConfig
 from specstrat.models import ModelShape
 
 __all__ = ["KVPool", "RequestPool"]
@@ -58,41 +60,118 @@ class KVPool:
     """Per-layer K and V for ``num_tokens`` KV indices plus padding index 0, with the model's
     key/value heads (``ModelShape.num_kv_heads``), and ``positions``: the absolute position of
     the token each KV index holds (a draft-tree node's is its prefix plus depth, not its column; a
-    sliding window measures distance in positions)."""
+    sliding window measures distance in positions).
+
+    With ``blocks`` (the request pool's size), request slot ``s`` owns the block of
+    ``block_size = num_tokens // blocks`` indices from ``1 + (s - 1) * block_size``: its KV is
+    taken from there first, lowest free index first, so a request's keys run consecutively and
+    requests in neighbouring slots sit a fixed stride apart (attention on the CPU then reads a
+    batch's keys as one strided view of the pool, with no gather:
+    :class:`~specstrat.runtime._attention.PagedAttention`). A request that outgrows its block
+    borrows the indices past the last block, then the highest free indices of the block with
+    most free; nothing is refused while any index is free.
+    """
 
     def __init__(
-        self, num_tokens: int, shape: ModelShape, dtype: torch.dtype, device: torch.device
+        self,
+        num_tokens: int,
+        shape: ModelShape,
+        dtype: torch.dtype,
+        device: torch.device,
+        blocks: int = 0,
     ) -> None:
         dims = (shape.layers, num_tokens + 1, shape.num_kv_heads, shape.head_dim)
         self.k = torch.zeros(dims, dtype=dtype, device=device)
         self.v = torch.zeros(dims, dtype=dtype, device=device)
         self.positions = torch.zeros(num_tokens + 1, dtype=torch.int64, device=device)
         self.capacity = num_tokens
-        self._free = list(range(num_tokens, 0, -1))
+        #: Indices per request slot's block (0: no blocks, one free list).
+        self.block_size = num_tokens // blocks if blocks > 0 else 0
+        self.blocks = blocks if self.block_size else 0
+        self.reset()
 
     @property
     def available(self) -> int:
         """Free KV indices."""
-        return len(self._free)
+        return self._available
 
-    def alloc(self, n: int) -> list[int]:
-        """``n`` free KV indices, ascending. The free list is kept so that a request running
-        alone gets consecutive indices step after step (its keys then read as one slice of the
-        pool, with no gather: :class:`~specstrat.runtime._attention.PagedAttention`)."""
-        if n > len(self._free):
+    def alloc(self, n: int, owner: int = 0) -> list[int]:
+        """``n`` free KV indices: request slot ``owner``'s block first, ascending, then borrowed
+        ones (a pool without blocks: the lowest free indices). The free lists are kept so that a
+        request gets consecutive indices step after step."""
+        return self.alloc_many([owner], [n])
+
+    def alloc_many(self, owners: Sequence[int], counts: Sequence[int]) -> list[int]:
+        """:meth:`alloc` for each ``(owner, count)`` in turn, all or none, concatenated."""
+        if len(owners) != len(counts) or any(n < 0 for n in counts):
+            raise InvalidConfig(
+                f"alloc_many(owners={list(owners)}, counts={list(counts)}): pass one count >= 0 "
+                "per owner"
+            )
+        need = sum(counts)
+        if need > self._available:
             raise CapacityError(
-                f"KV pool has {len(self._free)} free KV indices, {n} needed; raise "
+                f"KV pool has {self._available} free KV indices, {need} needed; raise "
                 "max_total_tokens or lower max_running_requests"
             )
-        taken = self._free[len(self._free) - n :]
-        del self._free[len(self._free) - n :]
-        taken.reverse()
-        return taken
+        return [i for owner, n in zip(owners, counts, strict=True) for i in self._take(n, owner)]
 
     def free(self, indices: list[int]) -> None:
-        """Return KV indices to the pool (the lowest taken first by the next :meth:`alloc`)."""
-        self._free.extend(sorted(indices, reverse=True))
+        """Return KV indices to the pool (each to its block; the lowest taken first by the next
+        :meth:`alloc` from that block)."""
+        if indices and not 1 <= min(indices) <= max(indices) <= self.capacity:
+            bad = next(i for i in indices if not 1 <= i <= self.capacity)
+            raise InvalidConfig(
+                f"KV index {bad} is not in 1..{self.capacity}; free only indices alloc returned"
+            )
+        size, lists = self.block_size, self._free
+        for index in sorted(indices, reverse=True):
+            block = min((index - 1) // size, self.blocks) if size else 0
+            free = lists[block]
+            if free and free[-1] < index:
+                self._unsorted.add(block)
+            free.append(index)
+        self._available += len(indices)
 
     def reset(self) -> None:
         """Every KV index free."""
-        self._free = list(range(self.capacity, 0, -1))
+        size, n = self.block_size, self.blocks
+        self._free = [list(range((b + 1) * size, b * size, -1)) for b in range(n)]
+        self._free.append(list(range(self.capacity, n * size, -1)))  # past the last block
+        self._unsorted: set[int] = set()
+        self._available = self.capacity
+
+    def _take(self, n: int, owner: int) -> list[int]:
+        """``n`` indices (checked free): the owner's block lowest first, then the rest."""
+        own = owner - 1 if 0 < owner <= self.blocks else None
+        taken = [] if own is None else self._lowest(own, n)
+        if len(taken) < n:
+            taken += self._lowest(self.blocks, n - len(taken))
+        if len(taken) < n:  # borrow the highest indices, away from where their owners grow
+            fullest = sorted(range(self.blocks), key=lambda b: -len(self._free[b]))
+            for block in (b for b in fullest if b != own):
+                free = self._sorted(block)
+                k = min(n - len(taken), len(free))
+                taken += free[:k]
+                del free[:k]
+                if len(taken) == n:
+                    break
+        self._available -= n
+        return taken
+
+    def _lowest(self, block: int, n: int) -> list[int]:
+        """Up to ``n`` of ``block``'s lowest free indices, ascending, taken."""
+        free = self._sorted(block)
+        k = min(n, len(free))
+        taken = free[len(free) - k :]
+        del free[len(free) - k :]
+        taken.reverse()
+        return taken
+
+    def _sorted(self, block: int) -> list[int]:
+        """Block ``block``'s free list, descending (sorted again after an out-of-order free)."""
+        free = self._free[block]
+        if block in self._unsorted:
+            free.sort(reverse=True)
+            self._unsorted.discard(block)
+        return free

@@ -230,7 +230,7 @@ class StepRunner:
         with engine_invariant("keeping the accepted path after a checked acceptance"):
             if drafted.chain:  # keep the root and the accepted prefix: one batched rewind
                 self.worker.rewind_many(slots, lengths)
-            else:  # move each accepted path into place, free the other nodes
+            else:  # copy each accepted path into place, free the other nodes
                 for slot, length, path in zip(slots, resolved.lengths, answer.paths, strict=True):
                     self.worker.keep_path(slot, length, [0, *(j + 1 for j in path)])
         if drafted.chain:  # a chain's path is its first nodes: slices, and the bonus after them

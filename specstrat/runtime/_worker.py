@@ -130,7 +130,9 @@ class ModelWorker:
                 "(unset, it is max_running_requests * context_len)"
             )
         self.requests = RequestPool(max_running_requests, context_len, self.device)
-        self.kv = KVPool(max_total_tokens, shape, self.dtype, self.device)
+        self.kv = KVPool(
+            max_total_tokens, shape, self.dtype, self.device, blocks=max_running_requests
+        )
 
     # -- request lifetime ---------------------------------------------------------------------
 
@@ -155,24 +157,28 @@ class ModelWorker:
 
     def keep_path(self, slot: int, start: int, nodes: Sequence[int]) -> None:
         """Keep, after the first ``start`` positions, the tree nodes at offsets ``nodes`` (an
-        accepted root-to-node path, in order) and free the rest: the path's KV indices move into
-        place in the page table (page size 1: no KV is copied)."""
+        accepted root-to-node path, in order) and free the rest: the path's keys, values and
+        positions are copied, every layer at once, into the first ``len(nodes)`` tree indices, so
+        the page table's row keeps the indices it had and a request's indices stay consecutive
+        (attention reads them without a gather:
+        :class:`~specstrat.runtime._attention.PagedAttention`)."""
         old = self.requests.cached[slot]
         if not 0 <= start <= old or any(not 0 <= n < old - start for n in nodes):
             raise InvalidConfig(
                 f"keep_path(slot={slot}, start={start}, nodes={list(nodes)}) outside the "
                 f"{old} cached positions"
             )
-        if list(nodes) == list(range(len(nodes))):  # a chain prefix: nothing moves
-            self.rewind(slot, start + len(nodes))
-            return
-        row = self.requests.req_to_token[slot]
-        locs = row[start:old].tolist()
-        kept = [locs[n] for n in nodes]
-        keep = set(nodes)
-        self.kv.free([int(x) for i, x in enumerate(locs) if i not in keep])
-        row[start : start + len(kept)] = torch.tensor(kept, dtype=row.dtype, device=row.device)
-        self.requests.cached[slot] = start + len(kept)
+        moved = [(i, n) for i, n in enumerate(nodes) if i != n]
+        if moved:
+            row = self.requests.req_to_token[slot]
+            dev = self.device
+            dst = row[start + torch.tensor([i for i, _ in moved], device=dev)].long()
+            src = row[start + torch.tensor([n for _, n in moved], device=dev)].long()
+            kv = self.kv
+            kv.k[:, dst] = kv.k[:, src]  # the right side is read whole before the write
+            kv.v[:, dst] = kv.v[:, src]
+            kv.positions[dst] = kv.positions[src]
+        self.rewind(slot, start + len(nodes))
 
     def rewind(self, slot: int, new_len: int) -> None:
         """Drop the KV of positions ``new_len..`` (rejected drafts); their indices are reused."""
@@ -222,8 +228,9 @@ class ModelWorker:
             raise InvalidConfig(
                 f"slot {slot}: {start} + {count} tokens exceed context_len={self.context_len}"
             )
-        dev, total = self.device, sum(counts)
-        locations = torch.tensor(self.kv.alloc(total), dtype=torch.int64, device=dev)
+        dev = self.device
+        locs = self.kv.alloc_many(list(slots), counts)
+        locations = torch.tensor(locs, dtype=torch.int64, device=dev)
         first = torch.tensor(prefix, dtype=torch.int64, device=dev)
         rows = torch.tensor(list(slots), dtype=torch.int64, device=dev)
         if len(set(counts)) == 1:  # uniform: a grid, no per-token bookkeeping

@@ -233,17 +233,24 @@ def test_attention_reads_the_tree_mask(tiny: TinyLM) -> None:
 
 
 def test_keep_path_compacts_the_accepted_path(tiny: TinyLM) -> None:
-    """keep_path moves the accepted nodes' KV indices into place and frees the others."""
+    """keep_path copies the accepted nodes' keys, values and positions into the first tree
+    indices, keeps the page table's row, and frees the others."""
     worker = make_worker(tiny)
     slot = worker.alloc_request()
     worker.forward(ForwardMode.EXTEND, [slot], [[1, 2, 3, 10, 11, 12, 13]])
     row = worker.requests.req_to_token[slot]
     locs = row[:7].tolist()
-    free_before = worker.kv.available
+    kv = worker.kv
+    want_k, want_v = kv.k[:, [locs[5], locs[6]]].clone(), kv.v[:, [locs[5], locs[6]]].clone()
+    free_before = kv.available
     worker.keep_path(slot, 3, [0, 2, 3])
     assert worker.cached([slot])[0] == 6
-    assert row[:6].tolist() == [*locs[:3], locs[3], locs[5], locs[6]]
-    assert worker.kv.available == free_before + 1
+    assert row[:6].tolist() == locs[:6]
+    torch.testing.assert_close(kv.k[:, [locs[4], locs[5]]], want_k)
+    torch.testing.assert_close(kv.v[:, [locs[4], locs[5]]], want_v)
+    assert kv.positions[[locs[4], locs[5]]].tolist() == [5, 6]
+    assert kv.available == free_before + 1
+    assert kv.alloc(1, owner=slot) == [locs[6]]
 
 
 def test_keep_path_refuses_nodes_outside_the_cache(tiny: TinyLM) -> None:

@@ -194,20 +194,20 @@ def test_cpu_memory_counts_the_reclaimable_page_cache(tmp_path: Path) -> None:
     assert fallback == os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
 
 
-def test_a_request_alone_reads_its_keys_as_a_slice_and_matches_dense(
+def test_a_request_alone_reads_its_keys_as_a_view_and_matches_dense(
     tiny: TinyLM, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A request running alone keeps consecutive KV indices through prefill, a verify whose
-    drafts are partly rejected and decodes, so attention reads its keys as one slice of the
+    drafts are partly rejected and decodes, so attention reads its keys as one view of the
     pool (no gather), with the logits of dense attention."""
     from specstrat.runtime import _attention
 
-    runs: list[int | None] = []
+    runs: list[object] = []
     real_init = _attention.PagedAttention.__init__
 
     def spy(self: _attention.PagedAttention, *args: object, **kwargs: object) -> None:
         real_init(self, *args, **kwargs)  # type: ignore[arg-type]
-        runs.append(self._run)
+        runs.append(self._view)
 
     monkeypatch.setattr(_attention.PagedAttention, "__init__", spy)
     worker = make_worker(tiny)
