@@ -31,8 +31,8 @@ def test_every_forward_mode_matches_transformers_forward(
     family: str, wrapped: Callable[[str], HFCausalLM], ids: tuple[int, ...]
 ) -> None:
     """EXTEND of a 24-token prompt (its hidden states: the base model's last, normalised), a
-    5-token TARGET_VERIFY, a ragged verify beside a second request and a DECODE give
-    transformers' forward's logits within DRIFT."""
+    5-token TARGET_VERIFY, a ragged verify beside a second request, in both orders, and a
+    DECODE give transformers' forward's logits within DRIFT."""
     lm = wrapped(family)
     ref = reference_logits(lm, ids[:32])
     scale = float(ref.abs().max())
@@ -51,6 +51,9 @@ def test_every_forward_mode_matches_transformers_forward(
     worker.forward(ForwardMode.EXTEND, [b], [list(ids[:10])])
     ragged, _ = worker.forward(ForwardMode.TARGET_VERIFY, [a, b], [list(ids[24:29]), [ids[10]]])
     assert_drift(ragged, torch.cat([ref[24:29], ref[10:11]]), scale)
+    worker.rewind(a, 24)  # the slots in the other order: the view of the KV pool is reordered
+    back, _ = worker.forward(ForwardMode.TARGET_VERIFY, [b, a], [[ids[11]], list(ids[24:29])])
+    assert_drift(back, torch.cat([ref[11:12], ref[24:29]]), scale)
     decode, _ = worker.forward(ForwardMode.DECODE, [a], [[ids[29]]])
     assert_drift(decode, ref[29:30], scale)
 
