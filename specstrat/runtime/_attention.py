@@ -249,7 +249,7 @@ def _host_facts(
     seen_all, start, fill, running, aligned, once, ordered = facts
     if min(start, fill, running, aligned, once) < 1 or start + (rows - 1) * stride + max_k > end:
         return bool(seen_all), None
-    if ordered or rows == 1:
+    if ordered:  # one row always is
         return bool(seen_all), _StridedRows(start, stride if rows > 1 else 0, rows, None, None)
     order = torch.empty_like(row_of)
     order[row_of] = torch.arange(rows)

@@ -171,9 +171,8 @@ class ModelWorker:
         moved = [(i, n) for i, n in enumerate(nodes) if i != n]
         if moved:
             row = self.requests.req_to_token[slot]
-            dev = self.device
-            dst = row[start + torch.tensor([i for i, _ in moved], device=dev)].long()
-            src = row[start + torch.tensor([n for _, n in moved], device=dev)].long()
+            dst = row[start + torch.tensor([i for i, _ in moved], device=self.device)].long()
+            src = row[start + torch.tensor([n for _, n in moved], device=self.device)].long()
             kv = self.kv
             kv.k[:, dst] = kv.k[:, src]  # the right side is read whole before the write
             kv.v[:, dst] = kv.v[:, src]
@@ -229,7 +228,7 @@ class ModelWorker:
                 f"slot {slot}: {start} + {count} tokens exceed context_len={self.context_len}"
             )
         dev = self.device
-        locs = self.kv.alloc_many(list(slots), counts)
+        locs = self.kv.alloc_many(slots, counts)
         locations = torch.tensor(locs, dtype=torch.int64, device=dev)
         first = torch.tensor(prefix, dtype=torch.int64, device=dev)
         rows = torch.tensor(list(slots), dtype=torch.int64, device=dev)
