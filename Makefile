@@ -4,6 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
+# pytest-xdist workers for the test targets: one per core (each worker takes one torch thread).
+PYTEST_WORKERS ?= auto
+PYTEST := $(VENV)/bin/pytest -n $(PYTEST_WORKERS)
 
 .PHONY: demo demo-embedded test test-slow test-real test-sglang sglang-env lint typecheck pytest \
 	bench docs clean
@@ -40,11 +43,11 @@ typecheck: $(STAMP)
 	$(VENV)/bin/mypy
 
 pytest: $(STAMP)
-	$(VENV)/bin/pytest -m "not slow and not real"
+	$(PYTEST) -m "not slow and not real"
 
 # The full matrices (every algorithm x mode x D x stop tokens, disaggregation for each).
 test-slow: $(STAMP)
-	$(VENV)/bin/pytest -m slow
+	$(PYTEST) -m slow
 
 test: lint typecheck pytest
 
@@ -52,7 +55,7 @@ test: lint typecheck pytest
 # cache: CI runs on the developer's machine, where a leftover cache would hide a broken conversion.
 test-real: $(SMOLLM2_STAMP)
 	cache=$$(mktemp -d) && trap 'rm -rf "$$cache"' EXIT && \
-		SPECSTRAT_CACHE="$$cache" $(VENV)/bin/pytest -m real
+		SPECSTRAT_CACHE="$$cache" $(PYTEST) -m real
 
 # SGLang 0.5.23 in a second venv, for tests/integrations against the real package. Its full
 # dependency set pins a CUDA torch (several GB); the registry, spec_info, overlap_utils and

@@ -5,6 +5,15 @@ import os
 # Triton reads this when a kernel is decorated: it must be set before specstrat.kernels imports.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
+# Under pytest-xdist (`make test` runs one worker per core) each worker and the commands it
+# starts take one thread: two workers of two threads each on two cores ran the slow suite
+# slower than one process did.
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    os.environ["OMP_NUM_THREADS"] = "1"
+    import torch
+
+    torch.set_num_threads(1)
+
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
