@@ -264,7 +264,7 @@ class FastLlamaForward:
         base = model.model
         x = F.embedding(tokens, base.embed_tokens.weight)
         cos, sin = base.rotary_emb(x, positions[None])
-        cos, sin = cos[0, :, None], sin[0, :, None]  # [n, 1, d]
+        cos, sin = cos[0, :, None], _signed(sin[0, :, None])  # [n, 1, d]
         outputs: dict[int, torch.Tensor] = {}
         last, linear = len(self._layers) - 1, self.plan.linear
         for index, (w, p) in enumerate(zip(self._layers, self._packs, strict=True)):
@@ -277,7 +277,8 @@ class FastLlamaForward:
             out = attention(w.layer_idx, q, k, v, scaling=w.scaling)
             x = x + linear(out.reshape(n, q_width), w.o, w.o_bias, p[1])
             gate_up = linear(_rms(x, w.norm_post, w.eps_post), w.gate_up, w.gate_up_bias, p[2])
-            gate, up = gate_up.chunk(2, dim=-1)
+            width = gate_up.shape[1] // 2
+            gate, up = gate_up[:, :width], gate_up[:, width:]
             x = x + linear(w.act(gate) * up, w.down, w.down_bias, p[3])
             if index in keep or (keep and index == last):
                 outputs[index] = x[None]
@@ -306,8 +307,16 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return out
 
 
-def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-    """RoPE on ``x [n, heads, d]`` with ``cos``/``sin [n, 1, d]`` (rotate-half layout)."""
-    half = x.shape[-1] // 2
-    rotated = torch.cat((-x[..., half:], x[..., :half]), dim=-1)
-    return x * cos + rotated * sin
+def _signed(sin: torch.Tensor) -> torch.Tensor:
+    """``sin [n, 1, d]`` with its first half negated, for :func:`_rotate`."""
+    half = sin.shape[-1] // 2
+    return torch.cat((-sin[..., :half], sin[..., half:]), dim=-1)
+
+
+def _rotate(x: torch.Tensor, cos: torch.Tensor, signed_sin: torch.Tensor) -> torch.Tensor:
+    """RoPE on ``x [n, heads, d]`` (rotate-half layout) with ``cos [n, 1, d]`` and
+    ``signed_sin = _signed(sin)``: transformers' ``x * cos + cat(-x2, x1) * sin``, its halves
+    swapped by one flip and the sign carried by ``signed_sin`` (``-a * s == a * -s`` exactly)."""
+    n, heads, d = x.shape
+    swapped = x.view(n, heads, 2, d // 2).flip(2).view(n, heads, d)
+    return x * cos + swapped * signed_sin

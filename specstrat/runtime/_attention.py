@@ -79,6 +79,7 @@ class PagedAttention:
         # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
         self._dense = n == self.slots.shape[0] * batch.max_q
         self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
+        self._additive: dict[tuple[int | None, int, torch.dtype], torch.Tensor] = {}
         # On the CPU (where checking costs no device sync): requests whose KV indices run
         # consecutively from starts a fixed stride apart (the KV pool's blocks) read their keys
         # as one strided view of the pool, not a gather, and a forward whose every query sees
@@ -113,6 +114,17 @@ class PagedAttention:
             view = self._view
             self._packed[key] = packed if view is None or view.order is None else packed[view.order]
         return self._packed[key]
+
+    def _sdpa_mask(self, window: int | None, group: int, dtype: torch.dtype) -> torch.Tensor:
+        """:meth:`_mask` as SDPA's additive form in ``dtype`` (0 where seen, -inf elsewhere),
+        built once per forward: SDPA converts a boolean mask so on every call, and adding the
+        same zeros and infinities gives the same output bit for bit."""
+        key = (window, group, dtype)
+        if key not in self._additive:
+            seen = self._mask(window, group)
+            zeros = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
+            self._additive[key] = zeros.masked_fill_(~seen, float("-inf"))
+        return self._additive[key]
 
     def _key_positions(self) -> torch.Tensor:
         """``[rows, max_k]``: the position of the token in each key column."""
@@ -161,7 +173,12 @@ class PagedAttention:
         # [rows, max_k, kv_heads, dim]: each request's keys through its page-table row.
         view = self._view
         unmasked = self._unmasked and sliding_window is None
-        mask = None if unmasked else self._mask(sliding_window, group)
+        if unmasked:
+            mask = None
+        elif softcap is None:
+            mask = self._sdpa_mask(sliding_window, group, q.dtype)
+        else:
+            mask = self._mask(sliding_window, group)
         if view is not None:
             keys, values = view.read(pool_k, max_k), view.read(pool_v, max_k)
             if view.order is not None:  # the view's rows in block order: queries follow

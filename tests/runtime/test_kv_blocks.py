@@ -193,3 +193,45 @@ def test_an_accepted_tree_path_keeps_the_request_consecutive(
     assert views[0] is not None
     chain = [1, 2, 3, 4, TOKENS[0], TOKENS[1], TOKENS[3], TOKENS[5], 7]
     torch.testing.assert_close(decode[0], dense(tiny, chain)[-1])
+
+
+def test_sdpa_takes_one_additive_mask_per_forward_bit_for_bit(
+    tiny: TinyLM, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A masked forward hands every layer's SDPA one float mask (0 seen, -inf hidden), built
+    once, and gives the logits the boolean mask gives, bit for bit."""
+    masks: list[torch.Tensor | None] = []
+    real = torch.nn.functional.scaled_dot_product_attention
+
+    def spy(
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        *,
+        attn_mask: torch.Tensor | None,
+        scale: float | None,
+    ) -> torch.Tensor:
+        masks.append(attn_mask)
+        return real(q, k, v, attn_mask=attn_mask, scale=scale)
+
+    def run() -> torch.Tensor:
+        worker = make_worker(tiny)
+        slots = [worker.alloc_request() for _ in LONG]
+        worker.forward(M.EXTEND, slots, [s[:-3] for s in LONG])
+        logits, _ = worker.forward(M.TARGET_VERIFY, slots, [s[-3:] for s in LONG])
+        return logits
+
+    monkeypatch.setattr(torch.nn.functional, "scaled_dot_product_attention", spy)
+    additive = run()
+    layers = tiny.shape.layers
+    assert len(masks) == 2 * layers
+    for forward in (masks[:layers], masks[layers:]):
+        first = forward[0]
+        assert first is not None
+        assert first.is_floating_point()
+        assert all(m is first for m in forward)
+        assert set(first.flatten().tolist()) == {0.0, float("-inf")}
+    monkeypatch.setattr(
+        _attention.PagedAttention, "_sdpa_mask", lambda self, w, g, d: self._mask(w, g)
+    )
+    assert torch.equal(run(), additive)
