@@ -4,8 +4,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 TORCH_SPEC ?= torch==2.13.0
 STAMP := $(VENV)/.specstrat-installed
-# pytest-xdist workers for the test targets: one per core (each worker takes one torch thread).
-PYTEST_WORKERS ?= auto
+# pytest-xdist workers for the test targets: one per logical CPU (each takes one torch thread);
+# PYTEST_WORKERS=0 runs the tests in one process.
+PYTEST_WORKERS ?= logical
 PYTEST := $(VENV)/bin/pytest -n $(PYTEST_WORKERS)
 
 .PHONY: demo demo-embedded test test-slow test-real test-sglang sglang-env lint typecheck pytest \
