@@ -5,7 +5,7 @@ import os
 # Triton reads this when a kernel is decorated: it must be set before specstrat.kernels imports.
 os.environ.setdefault("TRITON_INTERPRET", "1")
 
-# Under pytest-xdist (`make test` runs one worker per core) each worker and the commands it
+# Under pytest-xdist (`make test` runs one worker per logical CPU) each worker and the commands it
 # starts take one thread: two workers of two threads each on two cores ran the slow suite
 # slower than one process did.
 if os.environ.get("PYTEST_XDIST_WORKER"):

@@ -78,8 +78,7 @@ class PagedAttention:
         # Every request runs max_q tokens (DECODE, uniform TARGET_VERIFY): the flat tokens are
         # already [rows, max_q] and need no scatter into padded rows (a host fact: n and bounds).
         self._dense = n == self.slots.shape[0] * batch.max_q
-        self._packed: dict[tuple[int | None, int], torch.Tensor] = {}
-        self._additive: dict[tuple[int | None, int, torch.dtype], torch.Tensor] = {}
+        self._packed: dict[tuple[int | None, int, torch.dtype | None], torch.Tensor] = {}
         # On the CPU (where checking costs no device sync): requests whose KV indices run
         # consecutively from starts a fixed stride apart (the KV pool's blocks) read their keys
         # as one strided view of the pool, not a gather, and a forward whose every query sees
@@ -98,11 +97,15 @@ class PagedAttention:
         """``[rows, 1, max_q, max_k]``: which key columns each query row sees (no window)."""
         return self._masks[None]
 
-    def _mask(self, window: int | None, group: int) -> torch.Tensor:
+    def _mask(
+        self, window: int | None, group: int, dtype: torch.dtype | None = None
+    ) -> torch.Tensor:
         """The mask of a layer with ``sliding_window=window`` whose ``group`` query heads share a
         key/value head, rows packed as ``g * max_q + j``, in the order the keys are read (built
-        once per forward)."""
-        key = (window, group)
+        once per forward): boolean, or with a ``dtype`` SDPA's additive form (0 where seen,
+        -inf elsewhere; SDPA converts a boolean mask so on every call, and adding the same
+        zeros and infinities gives the same output bit for bit)."""
+        key = (window, group, dtype)
         if key not in self._packed:
             if window not in self._masks:
                 if not is_int(window) or window < 1:
@@ -112,19 +115,13 @@ class PagedAttention:
                 self._masks[window] = _finite(self._visible & near, self._k_pos)
             packed = self._masks[window].repeat(1, 1, group, 1)
             view = self._view
-            self._packed[key] = packed if view is None or view.order is None else packed[view.order]
+            if view is not None and view.order is not None:
+                packed = packed[view.order]
+            if dtype is not None:
+                hidden = torch.full(packed.shape, float("-inf"), dtype=dtype, device=packed.device)
+                packed = hidden.masked_fill_(packed, 0.0)
+            self._packed[key] = packed
         return self._packed[key]
-
-    def _sdpa_mask(self, window: int | None, group: int, dtype: torch.dtype) -> torch.Tensor:
-        """:meth:`_mask` as SDPA's additive form in ``dtype`` (0 where seen, -inf elsewhere),
-        built once per forward: SDPA converts a boolean mask so on every call, and adding the
-        same zeros and infinities gives the same output bit for bit."""
-        key = (window, group, dtype)
-        if key not in self._additive:
-            seen = self._mask(window, group)
-            zeros = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
-            self._additive[key] = zeros.masked_fill_(~seen, float("-inf"))
-        return self._additive[key]
 
     def _key_positions(self) -> torch.Tensor:
         """``[rows, max_k]``: the position of the token in each key column."""
@@ -173,12 +170,9 @@ class PagedAttention:
         # [rows, max_k, kv_heads, dim]: each request's keys through its page-table row.
         view = self._view
         unmasked = self._unmasked and sliding_window is None
-        if unmasked:
-            mask = None
-        elif softcap is None:
-            mask = self._sdpa_mask(sliding_window, group, q.dtype)
-        else:
-            mask = self._mask(sliding_window, group)
+        # SDPA takes the additive form; the softcap's eager form masks with the boolean one
+        form = q.dtype if softcap is None else None
+        mask = None if unmasked else self._mask(sliding_window, group, form)
         if view is not None:
             keys, values = view.read(pool_k, max_k), view.read(pool_v, max_k)
             if view.order is not None:  # the view's rows in block order: queries follow

@@ -231,7 +231,8 @@ def test_sdpa_takes_one_additive_mask_per_forward_bit_for_bit(
         assert first.is_floating_point()
         assert all(m is first for m in forward)
         assert set(first.flatten().tolist()) == {0.0, float("-inf")}
+    boolean = _attention.PagedAttention._mask
     monkeypatch.setattr(
-        _attention.PagedAttention, "_sdpa_mask", lambda self, w, g, d: self._mask(w, g)
+        _attention.PagedAttention, "_mask", lambda self, w, g, dtype=None: boolean(self, w, g)
     )
     assert torch.equal(run(), additive)
